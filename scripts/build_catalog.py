@@ -1,0 +1,103 @@
+"""Build the packaged device catalog from the measured-data hardware facts.
+
+    python scripts/build_catalog.py [--data ../shared/data]
+
+Reads ``devices/gpus.json`` and writes ``torch_gemm_cost/data/devices.json`` with the fields the
+predictor uses, converted to SI units, plus the names ``torch.cuda.get_device_name()`` returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+# Names that torch.cuda.get_device_name() returns, and the names the data sources recorded.
+ALIASES: dict[str, list[str]] = {
+    "tesla_p4": ["Tesla P4"],
+    "tesla_p100_pcie_16gb": ["Tesla P100-PCIE-16GB", "P100"],
+    "tesla_v100_pcie_32gb": ["Tesla V100-PCIE-32GB", "Tesla V100-PCIE-16GB"],
+    "tesla_v100_sxm2": ["Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB", "V100"],
+    "tesla_t4": ["Tesla T4", "T4"],
+    "a10": ["NVIDIA A10"],
+    "a100_pcie_40gb": ["NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB"],
+    "a100_sxm4_40gb": ["NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"],
+    "a100_sxm4_80gb": ["NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB", "A100-80GB"],
+    "a100_pcie_80gb": ["NVIDIA A100 80GB PCIe", "A100 80GB PCIe"],
+    "l4": ["NVIDIA L4"],
+    "l40s": ["NVIDIA L40S"],
+    "h100_pcie": ["NVIDIA H100 PCIe"],
+    "h100_sxm5_80gb": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "H100"],
+    "h200_sxm_141gb": ["NVIDIA H200", "H200"],
+    "b200": ["NVIDIA B200", "B200(sm_100)", "B200"],
+    "rtx_3090": ["NVIDIA GeForce RTX 3090"],
+    "rtx_4090": ["NVIDIA GeForce RTX 4090"],
+    "mi100": ["AMD Instinct MI100"],
+    "mi210": ["AMD Instinct MI210", "MI210"],
+    "mi250": ["AMD Instinct MI250X / MI250", "AMD Instinct MI250"],
+    "mi250_gcd": [],
+    "mi300x": ["AMD Instinct MI300X", "gfx942(MI300-class)", "MI300X"],
+    "mi355x": ["AMD Instinct MI355X"],
+    "a40": ["NVIDIA A40", "A40"],
+}
+
+TFLOPS = 1e12
+MB = 1 << 20
+KB = 1 << 10
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else float(value) * scale
+
+
+def convert(rec: dict) -> dict:
+    l1_kb = rec.get("l1_smem_per_sm_kb") or rec.get("l1_vector_cache_per_cu_kb")
+    return {
+        "id": rec["id"],
+        "name": rec["name"],
+        "aliases": ALIASES.get(rec["id"], []),
+        "vendor": rec["vendor"],
+        "architecture": rec["architecture"],
+        "compute_capability": rec["compute_capability"],
+        "sm_count": rec["sm_count"],
+        "boost_clock_mhz": rec.get("boost_clock_mhz"),
+        "tensor_cores_per_sm": rec.get("tensor_cores_per_sm") or 0,
+        "mem_bytes": _scaled(rec.get("mem_gb"), 1e9),
+        "dram_bw_bytes_per_s": _scaled(rec["mem_bw_gbps"], 1e9),
+        "l2_bytes": _scaled(rec.get("l2_mb"), MB),
+        "l3_bytes": _scaled(rec.get("l3_mb"), MB),
+        "l1_bytes_per_sm": _scaled(l1_kb, KB),
+        "smem_bytes_per_sm": _scaled(rec.get("smem_max_per_sm_kb"), KB),
+        "regfile_bytes_per_sm": _scaled(rec.get("regfile_per_sm_kb"), KB),
+        "peak_flops_per_s": {
+            "fp64": _scaled(rec.get("peak_tflops_fp64"), TFLOPS),
+            "fp32": _scaled(rec.get("peak_tflops_fp32"), TFLOPS),
+            "fp32_matrix": _scaled(rec.get("peak_tflops_fp32_matrix"), TFLOPS),
+            "tf32": _scaled(rec.get("peak_tflops_tf32"), TFLOPS),
+            "fp16": _scaled(rec.get("peak_tflops_fp16"), TFLOPS),
+            "bf16": _scaled(rec.get("peak_tflops_bf16"), TFLOPS),
+            "fp8": _scaled(rec.get("peak_tflops_fp8"), TFLOPS),
+            "int8": _scaled(rec.get("peak_tops_int8"), TFLOPS),
+        },
+        "uncertain": rec.get("_uncertain", []),
+        "notes": rec.get("notes", []),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="../shared/data", type=Path)
+    args = parser.parse_args()
+    records = json.loads((args.data / "devices" / "gpus.json").read_text())
+    out = {
+        "provenance": "Built by scripts/build_catalog.py from devices/gpus.json of the measured-data "
+        "bundle; every figure traces to a vendor datasheet or whitepaper listed in its sources.md.",
+        "devices": [convert(r) for r in records],
+    }
+    path = Path(__file__).resolve().parent.parent / "torch_gemm_cost" / "data" / "devices.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {len(out['devices'])} devices to {path}")
+
+
+if __name__ == "__main__":
+    main()

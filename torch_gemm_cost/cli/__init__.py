@@ -1,0 +1,52 @@
+"""The ``torch-gemm-cost`` command line. Each subcommand lives in its own module of this package
+and exposes ``register(subparsers)``; the parser sets ``args.run`` to the function to call."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+__all__ = ["main", "UsageError"]
+
+# module name in this package -> registered in this order
+SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "predict_csv", "train", "calibrate")
+
+
+class UsageError(Exception):
+    """Bad arguments or input files: exit code 2, one line on stderr, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torch-gemm-cost",
+        description="Predict where a model's GPU time goes, GEMM by GEMM, before running it.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log diagnostics to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s"
+    )
+    try:
+        return int(args.run(args) or 0)
+    except (UsageError, ValueError, FileNotFoundError) as e:
+        print(f"torch-gemm-cost {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,197 @@
+"""The hardware catalog: typed, frozen device records looked up by id or by driver name.
+
+The catalog is ``data/devices.json``, built by ``scripts/build_catalog.py`` from the hardware facts
+that ship with the measured data. The local CUDA GPU, when there is one, is described from
+``torch.cuda.get_device_properties`` and matched to the catalog by name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import torch
+
+from .dtypes import ComputeDtype, resolve_dtype
+
+__all__ = ["DeviceSpec", "get_device", "list_devices", "local_device"]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator. Every figure is dense (no 2:4 sparsity) and in SI units."""
+
+    id: str
+    name: str
+    vendor: str
+    architecture: str
+    compute_capability: str  # "9.0" on NVIDIA, the LLVM target ("gfx942") on AMD
+    sm_count: int  # SMs on NVIDIA, CUs on AMD
+    boost_clock_mhz: float | None
+    tensor_cores_per_sm: int
+    mem_bytes: float | None
+    dram_bw_bytes_per_s: float
+    l2_bytes: float
+    l3_bytes: float | None
+    l1_bytes_per_sm: float | None
+    smem_bytes_per_sm: float | None
+    regfile_bytes_per_sm: float | None
+    # keys: fp64, fp32, fp32_matrix, tf32, fp16, bf16, fp8, int8; None where the device lacks it
+    peak_flops: tuple[tuple[str, float | None], ...]
+    aliases: tuple[str, ...] = ()
+    uncertain: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    def peak(self, key: str) -> float | None:
+        """Raw datasheet peak in FLOP/s (or OP/s for int8) for a peak key, None if absent."""
+        return dict(self.peak_flops).get(key)
+
+    def supports(self, dtype: str | torch.dtype | ComputeDtype) -> bool:
+        """Whether the device has a native datasheet rate for this dtype."""
+        return self.peak(resolve_dtype(dtype).peak_key) is not None
+
+    def peak_flops_per_s(self, dtype: str | torch.dtype | ComputeDtype) -> float:
+        """Dense peak that a GEMM in ``dtype`` can reach on this device.
+
+        Where the device lacks a native rate, the path that would actually run is used:
+        tf32 falls back to fp32, bf16 without bf16 tensor cores runs at the fp32 rate. fp8 and
+        int8 without hardware support have no such path and raise.
+        """
+        cd = resolve_dtype(dtype)
+        key = cd.peak_key
+        value = self.peak(key)
+        if key == "fp32":
+            # AMD CDNA runs fp32 GEMMs on the matrix cores (partly reached; see DESIGN.md).
+            value = self.peak("fp32_matrix") or value
+        if value is None and key in ("tf32", "bf16", "fp64"):
+            value = self.peak("fp32")
+        if value is None:
+            have = [k for k, v in self.peak_flops if v is not None]
+            raise ValueError(
+                f"device {self.id!r} ({self.name}) has no {cd.name} support; "
+                f"it supports: {', '.join(have)}"
+            )
+        return value
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity at which fp16 (or fp32) compute and DRAM bandwidth balance."""
+        peak = self.peak("fp16") or self.peak("fp32") or 0.0
+        return peak / self.dram_bw_bytes_per_s
+
+
+def _spec_from_json(rec: dict[str, Any]) -> DeviceSpec:
+    return DeviceSpec(
+        id=rec["id"],
+        name=rec["name"],
+        vendor=rec["vendor"],
+        architecture=rec["architecture"],
+        compute_capability=str(rec["compute_capability"]),
+        sm_count=int(rec["sm_count"]),
+        boost_clock_mhz=rec["boost_clock_mhz"],
+        tensor_cores_per_sm=int(rec["tensor_cores_per_sm"]),
+        mem_bytes=rec["mem_bytes"],
+        dram_bw_bytes_per_s=float(rec["dram_bw_bytes_per_s"]),
+        l2_bytes=float(rec["l2_bytes"]),
+        l3_bytes=rec["l3_bytes"],
+        l1_bytes_per_sm=rec["l1_bytes_per_sm"],
+        smem_bytes_per_sm=rec["smem_bytes_per_sm"],
+        regfile_bytes_per_sm=rec["regfile_bytes_per_sm"],
+        peak_flops=tuple(sorted(rec["peak_flops_per_s"].items())),
+        aliases=tuple(rec["aliases"]),
+        uncertain=tuple(rec["uncertain"]),
+        notes=tuple(rec["notes"]),
+    )
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, DeviceSpec]:
+    text = resources.files("torch_gemm_cost").joinpath("data/devices.json").read_text()
+    return {rec["id"]: _spec_from_json(rec) for rec in json.loads(text)["devices"]}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", name.lower())
+
+
+@lru_cache(maxsize=1)
+def _by_name() -> dict[str, str]:
+    table: dict[str, str] = {}
+    for spec in _catalog().values():
+        for key in (spec.id, spec.name, *spec.aliases):
+            table.setdefault(_norm(key), spec.id)
+    return table
+
+
+def list_devices() -> list[DeviceSpec]:
+    """Every catalog device, in catalog order."""
+    return list(_catalog().values())
+
+
+def get_device(device: str | DeviceSpec) -> DeviceSpec:
+    """Look a device up by catalog id (``"h100_sxm5_80gb"``) or driver name (``"Tesla T4"``).
+
+    ``"cuda"`` / ``"cuda:N"`` describe the local GPU. A path to a calibrated ``profile.json``
+    is accepted by the prediction entry points, not here.
+    """
+    if isinstance(device, DeviceSpec):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a catalog id or name, got {type(device).__name__}")
+    if device == "cuda" or device.startswith("cuda:"):
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        return local_device(index)
+    hit = _by_name().get(_norm(device))
+    if hit is not None:
+        return _catalog()[hit]
+    names = sorted({*(_catalog()), *(s.name for s in _catalog().values())})
+    close = difflib.get_close_matches(device, names, n=4, cutoff=0.4)
+    if not close:
+        close = difflib.get_close_matches(_norm(device), list(_by_name()), n=4, cutoff=0.4)
+        close = [_by_name()[c] for c in close]
+    hint = f" Close matches: {', '.join(repr(c) for c in dict.fromkeys(close))}." if close else ""
+    raise ValueError(
+        f"unknown device {device!r}.{hint} See torch_gemm_cost.list_devices() for all "
+        f"{len(_catalog())} devices."
+    )
+
+
+def local_device(index: int = 0) -> DeviceSpec:
+    """Describe the local CUDA GPU, matched to the catalog by its driver name.
+
+    A GPU the catalog lacks gets a spec from ``torch.cuda.get_device_properties``; its peaks are
+    unknown until ``torch-gemm-cost calibrate`` measures them.
+    """
+    if not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was requested but torch.cuda.is_available() is False")
+    props = torch.cuda.get_device_properties(index)
+    hit = _by_name().get(_norm(props.name))
+    if hit is not None:
+        spec = _catalog()[hit]
+        return replace(spec, sm_count=int(props.multi_processor_count))
+    l2 = float(getattr(props, "L2_cache_size", 0) or 0)
+    return DeviceSpec(
+        id=_norm(props.name) or f"cuda{index}",
+        name=props.name,
+        vendor="AMD" if torch.version.hip else "NVIDIA",
+        architecture="unknown",
+        compute_capability=f"{props.major}.{props.minor}",
+        sm_count=int(props.multi_processor_count),
+        boost_clock_mhz=None,
+        tensor_cores_per_sm=0,
+        mem_bytes=float(props.total_memory),
+        dram_bw_bytes_per_s=float("nan"),
+        l2_bytes=l2,
+        l3_bytes=None,
+        l1_bytes_per_sm=None,
+        smem_bytes_per_sm=float(getattr(props, "shared_memory_per_multiprocessor", 0) or 0),
+        regfile_bytes_per_sm=None,
+        peak_flops=(),
+        aliases=(props.name,),
+        uncertain=("peak_flops", "dram_bw_bytes_per_s"),
+    )

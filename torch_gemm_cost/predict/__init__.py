@@ -1,0 +1,6 @@
+"""Predictors: GEMMs on a device in, times out. All share ``Predictor.predict``."""
+
+from .base import GemmBatch, GemmPrediction, Predictor
+from .roofline import RooflinePredictor
+
+__all__ = ["GemmBatch", "GemmPrediction", "Predictor", "RooflinePredictor"]

@@ -1,0 +1,50 @@
+"""The pure roofline: the larger of FLOPs / dtype peak and compulsory bytes / DRAM bandwidth.
+
+It is the baseline every other predictor is measured against, and a physical floor: no real
+GEMM runs faster than it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..devices import DeviceSpec
+from .base import DTYPE_NAMES, GemmBatch, GemmPrediction
+
+__all__ = ["RooflinePredictor", "peak_flops_per_s"]
+
+
+def peak_flops_per_s(gemms: GemmBatch, device: DeviceSpec) -> torch.Tensor:
+    """Per-GEMM dtype peak of ``device``, shape (N,)."""
+    table = torch.tensor(
+        [_peak_or_nan(device, name) for name in DTYPE_NAMES], dtype=torch.float64
+    )
+    peaks = table[gemms.dtype_index]
+    if torch.isnan(peaks).any():
+        bad = sorted({gemms.dtype_names()[i] for i in torch.nonzero(torch.isnan(peaks)).flatten()})
+        device.peak_flops_per_s(bad[0])  # raises a ValueError naming the dtype and device
+    return peaks
+
+
+def _peak_or_nan(device: DeviceSpec, dtype: str) -> float:
+    try:
+        return device.peak_flops_per_s(dtype)
+    except ValueError:
+        return float("nan")
+
+
+class RooflinePredictor:
+    """max(FLOPs / peak, bytes / DRAM bandwidth), with no efficiency losses."""
+
+    name = "roofline"
+    version = "1"
+
+    def predict(self, gemms: GemmBatch, device: DeviceSpec) -> GemmPrediction:
+        compute_s = gemms.flops / peak_flops_per_s(gemms, device)  # (N,)
+        memory_s = gemms.compulsory_bytes / device.dram_bw_bytes_per_s  # (N,)
+        time_s = torch.maximum(compute_s, memory_s)
+        return GemmPrediction(
+            time_ms=time_s * 1e3,
+            compute_bound=compute_s >= memory_s,
+            details={"compute_ms": compute_s * 1e3, "memory_ms": memory_s * 1e3},
+        )
