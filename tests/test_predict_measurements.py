@@ -1,0 +1,87 @@
+"""Reading measured GEMMs: alignment from op/layout, every DATA.md dtype, errors that name the row."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import torch
+
+from torch_gemm_cost.dtypes import DTYPES
+from torch_gemm_cost.measurements import gemm_batch_from_columns, load_gemms
+
+HEADER = "gpu,gpu_name,source,timing,op,dtype,batch,m,n,k,bias,layout,latency_ms\n"
+
+
+def test_alignment_follows_layout() -> None:
+    g = gemm_batch_from_columns(
+        op=["matmul", "linear", "gemm_NN", "gemm_NT", "gemm_TN"],
+        layout=["A@B", "x@W^T", "colmajor_NN", "colmajor_NT", "colmajor_TN"],
+        dtype=["float16"] * 5,
+        batch=[1] * 5,
+        m=[6, 6, 6, 6, 6],
+        n=[12, 12, 12, 12, 12],
+        k=[5, 5, 5, 5, 5],
+        bias=[0, 1, 0, 0, 0],
+    )
+    # fp16 = 2 bytes: m=6 -> 12 B -> 4; n=12 -> 24 B -> 8; k=5 -> 10 B -> 2
+    # A@B: lda=k, ldb=n, ldc=n | x@W^T: k, k, n | NN: m, k, m | NT: m, n, m | TN: k, k, m
+    assert g.a_align_bytes.tolist() == [2, 2, 4, 4, 2]
+    assert g.b_align_bytes.tolist() == [8, 2, 2, 8, 2]
+    assert g.c_align_bytes.tolist() == [8, 8, 4, 4, 4]
+    assert g.bias.tolist() == [0, 1, 0, 0, 0]
+
+
+def test_layout_defaults_from_op_and_caps_at_16() -> None:
+    g = gemm_batch_from_columns(
+        op=["linear"], dtype=["float32"], batch=["2"], m=["4096"], n=["4096"], k=["4096"]
+    )
+    assert g.a_align_bytes.tolist() == [16] and g.b_align_bytes.tolist() == [16]
+    assert g.batch.tolist() == [2] and g.bias.tolist() == [0]
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_every_dtype_has_its_bytes(name: str) -> None:
+    g = gemm_batch_from_columns(op=["bmm"], dtype=[name], batch=[1], m=[8], n=[8], k=[8])
+    assert g.in_bytes.item() == DTYPES[name].in_bytes
+    assert g.out_bytes.item() == DTYPES[name].out_bytes
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("dtype", "float17", "row 1, column 'dtype'"),
+        ("m", "-3", "row 1, column 'm'"),
+        ("k", "2.5", "row 1, column 'k'"),
+        ("op", "conv", "row 1, column 'op'"),
+    ],
+)
+def test_bad_value_names_row_and_column(column: str, value: str, message: str) -> None:
+    cols = dict(op=["bmm", "bmm"], dtype=["float32"] * 2, batch=[1, 1], m=[8, 8], n=[8, 8],
+                k=[8, 8])
+    cols[column] = [cols[column][0], value]
+    with pytest.raises(ValueError, match=message):
+        gemm_batch_from_columns(**cols)
+
+
+def test_load_names_file_and_line(tmp_path) -> None:
+    (tmp_path / "gemm").mkdir()
+    rows = HEADER + "t4,T4,x,event,bmm,float32,1,8,8,8,0,A@B,0.03\n" \
+        + "t4,T4,x,event,bmm,float32,1,8,8,8,0,A@B,fast\n"
+    with gzip.open(tmp_path / "gemm" / "x.csv.gz", "wt") as fh:
+        fh.write(rows)
+    with pytest.raises(ValueError, match=r"x.csv.gz line 3, column 'latency_ms'"):
+        load_gemms(tmp_path)
+    with pytest.raises(FileNotFoundError, match="available: x"):
+        load_gemms(tmp_path, sources=["vidur"])
+
+
+def test_load_small_source(data_dir) -> None:
+    d = load_gemms(data_dir, sources=["llmcompass"])
+    assert len(d) == 42 and set(d.gpu) == {"a100_sxm4_80gb", "mi210"}
+    assert set(d.timing) == {"event"} and (d.latency_ms > 0).all()
+    sub = d.select(d.mask(gpu="mi210"))
+    mask = d.mask(gpu="mi210")
+    assert len(sub) == 22 and set(sub.gpu) == {"mi210"}
+    assert torch.equal(sub.gemms.m, d.gemms.m[mask])
+    assert torch.equal(sub.latency_ms, d.latency_ms[mask])
