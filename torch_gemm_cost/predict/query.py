@@ -1,0 +1,273 @@
+"""Ask the predictor about GEMMs directly: ``predict_gemm_ms`` for times, ``explain`` for why.
+
+Both take a device id (or driver name, or a calibration profile's path), dims as scalars or
+arrays that broadcast together, and any ``Predictor``; by default the package's
+``default_predictor()``. Inputs are checked here, at the boundary: each error names the bad
+value and the nearest good one.
+
+    >>> predict_gemm_ms("h100_sxm5_80gb", m=4096, n=4096, k=4096, dtype="bf16")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+from ..devices import DeviceSpec, get_device, list_devices
+from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
+from .base import DTYPE_NAMES, GemmBatch, GemmPrediction, Predictor
+
+__all__ = ["predict_gemm_ms", "explain", "resolve_target", "check_dtype_on_device", "load_weights"]
+
+DimLike = Union[int, float, torch.Tensor, Any]  # also lists and NumPy arrays
+DeviceLike = Union[str, DeviceSpec, "os.PathLike[str]"]
+
+# details keys of GemmPrediction, in the order explain() lists them
+_EXPLAIN_KEYS: tuple[str, ...] = (
+    "tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
+    "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms", "memory_ms",
+)
+_INT_KEYS = frozenset({"tile_m", "tile_n", "split_k", "waves"})
+# what a dtype falls back to, in order, when a device lacks it (the nearest good one)
+_FALLBACKS: tuple[str, ...] = ("bfloat16", "float16", "tf32", "float32")
+
+
+def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
+    """A device spec, and the predictor that comes with it when ``device`` is a profile.
+
+    ``device`` is a catalog id, a driver name, ``"cuda"``, a ``DeviceSpec``, or the path of a
+    calibration profile (``*.json``) written by ``torch-gemm-cost calibrate``.
+    """
+    if isinstance(device, DeviceSpec):
+        return device, None
+    if isinstance(device, os.PathLike) or (
+        isinstance(device, str) and (device.endswith(".json") or os.sep in device)
+    ):
+        path = Path(device)
+        if not path.is_file():
+            raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
+        try:
+            from ..calibrate import load_profile
+        except ModuleNotFoundError as e:
+            if e.name != "torch_gemm_cost.calibrate":
+                raise
+            raise ValueError(
+                f"cannot read calibration profile {str(path)!r}: this installation has no "
+                "torch_gemm_cost.calibrate; pass a catalog device id instead"
+            ) from None
+        spec, predictor = load_profile(path)
+        return spec, predictor
+    return get_device(device), None
+
+
+def load_weights(path: str | os.PathLike[str]) -> Predictor:
+    """The hybrid predictor with the weights stored at ``path`` (JSON, never unpickled)."""
+    try:
+        from .hybrid import load_predictor
+    except ImportError as e:
+        if e.name not in (None, "torch_gemm_cost.predict.hybrid"):
+            raise
+        raise ValueError(
+            f"cannot load weights {str(path)!r}: this installation has no hybrid predictor "
+            "loader; omit the weights to use the default predictor"
+        ) from None
+    return load_predictor(path)
+
+
+def check_dtype_on_device(spec: DeviceSpec, cd: ComputeDtype) -> None:
+    """Raise if ``spec`` cannot run ``cd`` at all; warn if it runs it on a slower path.
+
+    bf16 on V100/T4 has no tensor cores: it warns, and the prediction uses the path that would
+    run (the fp32 rate, see ``DeviceSpec.peak_flops_per_s``). fp8 without fp8 units raises.
+    """
+    if spec.supports(cd):
+        return
+    nearest = next(
+        (d for d in _FALLBACKS if spec.supports(d) and DTYPES[d].tensor_core), None
+    ) or next((d for d in _FALLBACKS if spec.supports(d)), None)
+    try:
+        spec.peak_flops_per_s(cd)
+    except ValueError:
+        able = [d.id for d in list_devices() if d.supports(cd)]
+        raise ValueError(
+            f"device {spec.id!r} ({spec.name}) cannot run {cd.name} GEMMs; nearest supported "
+            f"dtype: {nearest!r}. Devices with {cd.name}: {', '.join(able) or 'none'}"
+        ) from None
+    warnings.warn(
+        f"device {spec.id!r} ({spec.name}) has no {cd.peak_key} "
+        f"{'tensor cores' if cd.tensor_core else 'units'}; predicting the path that runs "
+        f"instead ({spec.peak_flops_per_s(cd) / 1e12:.4g} TFLOP/s). Nearest native dtype: "
+        f"{nearest!r}",
+        stacklevel=4,
+    )
+
+
+def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
+    """``value`` as a float64 tensor of integers ≥ ``minimum``, or a ValueError naming it."""
+    try:
+        t = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be an integer or an array of integers, got {value!r}") from None
+    if t.dtype == torch.bool or t.is_complex():
+        raise ValueError(f"{name} must be an integer or an array of integers, got {value!r}")
+    t64 = t.to(torch.float64)
+    bad = ~torch.isfinite(t64) | (t64 != torch.round(t64)) | (t64 < minimum)
+    if bool(bad.any()):
+        flat = t64.reshape(-1)
+        i = int(torch.nonzero(bad.reshape(-1))[0])
+        v = flat[i].item()
+        where = name if t.ndim == 0 else f"{name}[{i}]"
+        got = int(v) if v == v and v == round(v) and abs(v) != float("inf") else v
+        nearest = max(minimum, round(v)) if abs(v) < float("inf") else minimum
+        raise ValueError(
+            f"{where} = {got!r}: dims must be integers >= {minimum}; nearest valid value: {nearest}"
+        )
+    return t64
+
+
+def _op_leads(op: str) -> tuple[int, int, int]:
+    """Which dim (0 = m, 1 = n, 2 = k) is the leading dim of A, B and C for ``op``."""
+    from ..measurements import _OP_LAYOUT, LAYOUTS
+
+    layout = _OP_LAYOUT.get(op, op if op in LAYOUTS else None)
+    if layout is None:
+        known = sorted(set(_OP_LAYOUT) | set(LAYOUTS))
+        raise ValueError(f"unknown op {op!r}; known: {', '.join(known)}")
+    pos = {"m": 0, "n": 1, "k": 2}
+    a, b, c = (pos[d] for d in LAYOUTS[layout])
+    return a, b, c
+
+
+def _align_bytes(lead: torch.Tensor, elem_bytes: int) -> torch.Tensor:
+    """Widest vector load (power of two ≤ 16 bytes) that a row of ``lead`` elements allows."""
+    row = lead.long() * elem_bytes  # (N,)
+    return torch.gcd(row, torch.full_like(row, 16)).double()
+
+
+def _batch_of(
+    batch: torch.Tensor, m: torch.Tensor, n: torch.Tensor, k: torch.Tensor,
+    cd: ComputeDtype, op: str, bias: bool,
+) -> GemmBatch:
+    """A GemmBatch of one dtype and op from 1-D float64 dims, built without Python loops."""
+    a, b, c = _op_leads(op)
+    dims = (m, n, k)
+    size = m.shape[0]
+    return GemmBatch(
+        batch=batch, m=m, n=n, k=k,
+        dtype_index=torch.full((size,), DTYPE_NAMES.index(cd.name), dtype=torch.long),
+        in_bytes=torch.full((size,), float(cd.in_bytes), dtype=torch.float64),
+        out_bytes=torch.full((size,), float(cd.out_bytes), dtype=torch.float64),
+        a_align_bytes=_align_bytes(dims[a], cd.in_bytes),
+        b_align_bytes=_align_bytes(dims[b], cd.in_bytes),
+        c_align_bytes=_align_bytes(dims[c], cd.out_bytes),
+        bias=torch.full((size,), float(bool(bias)), dtype=torch.float64),
+    )
+
+
+def _run(
+    device: DeviceLike, m: DimLike, n: DimLike, k: DimLike, batch: DimLike,
+    dtype: str | torch.dtype, op: str, bias: bool, predictor: Predictor | None,
+) -> tuple[GemmBatch, GemmPrediction | None, torch.Tensor, bool]:
+    """Validate, predict the non-empty GEMMs; returns (gemms, prediction, nonempty mask, scalar)."""
+    spec, profile_predictor = resolve_target(device)
+    cd = resolve_dtype(dtype)
+    check_dtype_on_device(spec, cd)
+    dims = [_dim("batch", batch, 0), _dim("m", m, 1), _dim("n", n, 1), _dim("k", k, 1)]
+    scalar = all(d.ndim == 0 for d in dims)
+    try:
+        b_, m_, n_, k_ = (d.reshape(-1) for d in torch.broadcast_tensors(*dims))
+    except RuntimeError:
+        shapes = ", ".join(f"{x}{tuple(d.shape)}" for x, d in zip(("batch", "m", "n", "k"), dims))
+        raise ValueError(f"dims do not broadcast together: {shapes}") from None
+    gemms = _batch_of(b_, m_, n_, k_, cd, op, bias)
+    live = b_ > 0  # (N,) zero-size batches cost nothing and are not predicted
+    chosen = predictor or profile_predictor
+    if chosen is None:
+        from . import default_predictor
+
+        chosen = default_predictor()
+    if not bool(live.any()):
+        return gemms, None, live, scalar
+    sub = gemms if bool(live.all()) else GemmBatch(
+        **{f: getattr(gemms, f)[live] for f in gemms.__dataclass_fields__}
+    )
+    return gemms, chosen.predict(sub, spec), live, scalar
+
+
+def predict_gemm_ms(
+    device: DeviceLike,
+    *,
+    m: DimLike,
+    n: DimLike,
+    k: DimLike,
+    batch: DimLike = 1,
+    dtype: str | torch.dtype = "float32",
+    op: str = "matmul",
+    bias: bool = False,
+    predictor: Predictor | None = None,
+) -> float | torch.Tensor:
+    """Predicted time in ms of ``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]`` on ``device``.
+
+    Dims are scalars or arrays (lists, tensors, NumPy) that broadcast together. Scalar dims give
+    a float; otherwise a 1-D float64 tensor over the flattened broadcast shape. ``op`` is
+    ``matmul``/``mm``/``bmm`` (A @ B), ``linear``/``addmm`` (x @ Wᵀ) or a DATA.md layout; it
+    sets which dims decide each operand's alignment. A zero-size batch costs 0 ms.
+    """
+    gemms, pred, live, scalar = _run(device, m, n, k, batch, dtype, op, bias, predictor)
+    time_ms = torch.zeros(len(gemms), dtype=torch.float64)
+    if pred is not None:
+        time_ms[live] = pred.time_ms.to(torch.float64)
+    return float(time_ms[0]) if scalar else time_ms
+
+
+def explain(
+    device: DeviceLike,
+    *,
+    m: DimLike,
+    n: DimLike,
+    k: DimLike,
+    batch: DimLike = 1,
+    dtype: str | torch.dtype = "float32",
+    op: str = "matmul",
+    bias: bool = False,
+    predictor: Predictor | None = None,
+) -> list[dict[str, Any]]:
+    """Why each GEMM takes its predicted time: one dict per GEMM, in input order.
+
+    Always: ``batch, m, n, k, dtype, time_ms``; ``bound`` ("compute" or "memory") for non-empty
+    GEMMs. Then whatever intermediates the predictor reports, among ``tile_m, tile_n, split_k,
+    waves, last_wave_fill, h1, h2, mem_bw_bytes_per_s, intensity_flops_per_byte, util,
+    compute_ms, memory_ms`` (the roofline reports only the last two); keys a predictor does not
+    report are left out. NB: the tile is the envelope's pick, the candidate that minimizes the
+    predicted time, not necessarily the kernel cuBLAS would choose.
+    """
+    gemms, pred, live, _ = _run(device, m, n, k, batch, dtype, op, bias, predictor)
+    dtype_name = resolve_dtype(dtype).name
+    out: list[dict[str, Any]] = []
+    details = {} if pred is None else {
+        key: pred.details[key].tolist()
+        for key in (*_EXPLAIN_KEYS, *sorted(set(pred.details) - set(_EXPLAIN_KEYS)))
+        if key in pred.details
+    }
+    times = [] if pred is None else pred.time_ms.tolist()
+    bound = [] if pred is None else pred.compute_bound.tolist()
+    j = 0
+    for i, alive in enumerate(live.tolist()):
+        row: dict[str, Any] = {
+            "batch": int(gemms.batch[i]), "m": int(gemms.m[i]), "n": int(gemms.n[i]),
+            "k": int(gemms.k[i]), "dtype": dtype_name,
+        }
+        if alive:
+            for key, values in details.items():
+                row[key] = int(values[j]) if key in _INT_KEYS else float(values[j])
+            row["bound"] = "compute" if bound[j] else "memory"
+            row["time_ms"] = float(times[j])
+            j += 1
+        else:
+            row["time_ms"] = 0.0
+        out.append(row)
+    return out
