@@ -1,0 +1,246 @@
+"""predict_gemm_ms and explain: hand-worked roofline numbers, spellings, broadcasting, errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import warnings
+
+import pytest
+import torch
+
+from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
+from torch_gemm_cost.predict.query import explain, predict_gemm_ms, resolve_target
+
+ROOF = RooflinePredictor()
+
+
+def test_compute_bound_roofline_by_hand():
+    # H100 SXM5, bf16, m = n = k = 4096:
+    #   FLOPs = 2 · 4096³ = 137,438,953,472 -> / 989.4e12 FLOP/s = 1.389114e-4 s = 0.1389114 ms
+    #   bytes = (4096² + 4096² + 4096²) · 2 = 100,663,296 -> / 3.35e12 B/s = 0.0300487 ms
+    #   compute-bound: 0.1389114 ms
+    t = predict_gemm_ms("h100_sxm5_80gb", m=4096, n=4096, k=4096, dtype="bf16", predictor=ROOF)
+    assert isinstance(t, float)
+    assert t == pytest.approx(137_438_953_472 / 989.4e12 * 1e3, rel=1e-12)
+    assert t == pytest.approx(0.1389114, rel=1e-6)
+
+
+def test_memory_bound_roofline_by_hand_and_batch_scales():
+    # A100 PCIe 40GB, fp32, 64³: FLOPs = 524,288 -> / 19.5e12 = 2.689e-5 ms;
+    #   bytes = 3 · 64² · 4 = 49,152 -> / 1.555e12 = 3.16090e-5 ms (memory-bound).
+    #   batch = 3 triples both terms: 9.48270e-5 ms.
+    t1 = predict_gemm_ms("a100_pcie_40gb", m=64, n=64, k=64, predictor=ROOF)
+    t3 = predict_gemm_ms("a100_pcie_40gb", m=64, n=64, k=64, batch=3, predictor=ROOF)
+    assert t1 == pytest.approx(49_152 / 1.555e12 * 1e3, rel=1e-12)
+    assert t3 == pytest.approx(3 * 49_152 / 1.555e12 * 1e3, rel=1e-12)
+
+
+@pytest.mark.parametrize("spelling", ["bfloat16", "bf16", "BF16", "torch.bfloat16", torch.bfloat16])
+def test_dtype_spellings_give_identical_results(spelling):
+    # default predictor, whichever it is: every spelling must reach the same compute dtype
+    ref = predict_gemm_ms("h100_sxm5_80gb", m=[7, 4096], n=4096, k=1000, dtype="bfloat16")
+    got = predict_gemm_ms("h100_sxm5_80gb", m=[7, 4096], n=4096, k=1000, dtype=spelling)
+    assert torch.equal(ref, got)
+
+
+def test_device_spellings_give_identical_results():
+    a = predict_gemm_ms("tesla_t4", m=300, n=200, k=100)
+    assert predict_gemm_ms("Tesla T4", m=300, n=200, k=100) == a
+    assert predict_gemm_ms(resolve_target("T4")[0], m=300, n=200, k=100) == a
+
+
+def test_arrays_broadcast_and_match_scalar_calls():
+    ms = [1, 17, 4096]
+    out = predict_gemm_ms("a100_pcie_40gb", m=ms, n=torch.tensor([[128], [1000]]), k=512)
+    assert out.dtype == torch.float64 and out.shape == (6,)  # (2, 3) flattened, row-major
+    expected = [
+        predict_gemm_ms("a100_pcie_40gb", m=m, n=n, k=512) for n in (128, 1000) for m in ms
+    ]
+    assert out.tolist() == pytest.approx(expected, rel=1e-12)
+
+
+def test_numpy_arrays_are_accepted():
+    np = pytest.importorskip("numpy")
+    out = predict_gemm_ms("l4", m=np.array([64, 128]), n=np.int64(256), k=256.0, dtype="fp16")
+    ref = predict_gemm_ms("l4", m=[64, 128], n=256, k=256, dtype="fp16")
+    assert torch.equal(out, ref)
+
+
+def test_single_element_list_stays_a_tensor():
+    out = predict_gemm_ms("l4", m=[64], n=64, k=64)
+    assert isinstance(out, torch.Tensor) and out.shape == (1,)
+
+
+def test_zero_size_batch_costs_zero():
+    assert predict_gemm_ms("h100_sxm5_80gb", m=4096, n=4096, k=4096, batch=0) == 0.0
+    out = predict_gemm_ms("h100_sxm5_80gb", m=64, n=64, k=64, batch=[0, 2, 0])
+    assert out[0] == 0.0 and out[2] == 0.0 and out[1] > 0.0
+
+
+def test_huge_dims_are_finite_and_positive():
+    # batch 4096, m = 2^20, n = k = 2^16: FLOPs = 2^65 ≈ 3.7e19, far past int32 and exact in fp64
+    t = predict_gemm_ms("b200", m=2**20, n=2**16, k=2**16, batch=4096, dtype="bf16")
+    assert math.isfinite(t) and t > 0.0
+    assert t >= 2.0**65 / 2.25e15 * 1e3  # never under the bf16 compute floor
+
+
+def test_same_call_same_number():
+    kw = dict(m=[3, 333, 3333], n=1024, k=77, dtype="float16")
+    assert torch.equal(predict_gemm_ms("a40", **kw), predict_gemm_ms("a40", **kw))
+
+
+# ---- errors at the boundary ---------------------------------------------------------------
+
+
+def test_unknown_device_lists_close_matches():
+    with pytest.raises(ValueError, match=r"unknown device 'h100_sxm'.*'h100_sxm5_80gb'"):
+        predict_gemm_ms("h100_sxm", m=8, n=8, k=8)
+
+
+def test_unknown_dtype_names_it_and_the_nearest():
+    with pytest.raises(ValueError, match=r"unknown dtype 'bfloat61'.*'bfloat16'"):
+        predict_gemm_ms("h100_sxm5_80gb", m=8, n=8, k=8, dtype="bfloat61")
+
+
+def test_fp8_without_fp8_units_is_an_error_naming_the_nearest_dtype():
+    with pytest.raises(ValueError, match=r"'a100_pcie_40gb'.*float8_e4m3fn.*nearest.*'bfloat16'"):
+        predict_gemm_ms("a100_pcie_40gb", m=8, n=8, k=8, dtype="fp8")
+    with pytest.raises(ValueError, match=r"'tesla_t4'.*nearest.*'float16'.*h100_sxm5_80gb"):
+        predict_gemm_ms("tesla_t4", m=8, n=8, k=8, dtype=torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("device", ["tesla_v100_sxm2", "tesla_t4"])
+def test_bf16_without_bf16_tensor_cores_warns_and_predicts_the_fp32_path(device):
+    # 8192³ bf16 on V100: FLOPs = 2 · 8192³ = 1.0995e12 at the fp32 rate (15.7e12) = 70.03 ms,
+    # far above the memory term (3 · 8192² · 2 B / 900e9 = 0.45 ms), so the fp32 rate decides.
+    with pytest.warns(UserWarning, match=rf"{device}.*no bf16 tensor cores.*'float16'"):
+        t = predict_gemm_ms(device, m=8192, n=8192, k=8192, dtype="bf16", predictor=ROOF)
+    fp32_peak = resolve_target(device)[0].peak("fp32")
+    assert t == pytest.approx(2 * 8192**3 / fp32_peak * 1e3, rel=1e-12)
+
+
+def test_bf16_on_a_bf16_device_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predict_gemm_ms("a100_pcie_40gb", m=8, n=8, k=8, dtype="bf16")
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(m=0), r"^m = 0: .*>= 1; nearest valid value: 1"),
+        (dict(n=-5), r"^n = -5: .*nearest valid value: 1"),
+        (dict(k=3.5), r"^k = 3\.5: dims must be integers.*nearest valid value: 4"),
+        (dict(m=[64, 128, 0]), r"^m\[2\] = 0: "),
+        (dict(k=[2.0, float("nan")]), r"^k\[1\] = nan: "),
+        (dict(batch=-1), r"^batch = -1: .*>= 0; nearest valid value: 0"),
+        (dict(m="big"), r"^m must be an integer or an array of integers, got 'big'"),
+        (dict(m=True), r"^m must be an integer"),
+        (dict(m=[1, 2], n=[1, 2, 3]), r"do not broadcast.*m\(2,\), n\(3,\)"),
+        (dict(op="gemm_XX"), r"unknown op 'gemm_XX'; known: .*gemm_NN"),
+    ],
+)
+def test_bad_dims_and_ops_name_the_value(kw, message):
+    args = dict(m=64, n=64, k=64)
+    args.update(kw)
+    with pytest.raises(ValueError, match=message):
+        predict_gemm_ms("l4", **args)
+
+
+def test_profile_path_that_does_not_exist(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        predict_gemm_ms(str(tmp_path / "missing.json"), m=8, n=8, k=8)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch_gemm_cost.calibrate") is not None,
+    reason="calibration profiles are readable in this installation",
+)
+def test_profile_without_calibration_support_names_the_file(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="profile.json"):
+        predict_gemm_ms(path, m=8, n=8, k=8)
+
+
+# ---- op layout decides alignment ----------------------------------------------------------
+
+
+class _Recorder:
+    """Predictor that records the batch it was given and reports every explain key."""
+
+    name = "recorder"
+    version = "0"
+
+    def __init__(self) -> None:
+        self.seen: GemmBatch | None = None
+
+    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+        self.seen = gemms
+        one = torch.ones(len(gemms), dtype=torch.float64)
+        return GemmPrediction(
+            time_ms=gemms.m * 1e-3,
+            compute_bound=gemms.m > 100,
+            details={"tile_m": 128 * one, "tile_n": 64 * one, "waves": 2 * one, "h2": 0.5 * one},
+        )
+
+
+@pytest.mark.parametrize(
+    "op, a, b, c",
+    [
+        # fp16, m = 8, n = 50257, k = 4096 (2-byte elements):
+        # A@B: A's rows hold k (8192 B -> 16), B's rows hold n (100514 B -> 2), C's n (-> 2)
+        ("matmul", 16, 2, 2),
+        # x@Wᵀ: W is stored (n, k), so B's rows hold k too (-> 16)
+        ("linear", 16, 16, 2),
+        # BLAS column-major NN: lda = m (16 B -> 16), ldb = k (-> 16), ldc = m (-> 16)
+        ("gemm_NN", 16, 16, 16),
+    ],
+)
+def test_op_sets_operand_alignment(op, a, b, c):
+    rec = _Recorder()
+    predict_gemm_ms("l4", m=8, n=50257, k=4096, dtype="fp16", op=op, predictor=rec)
+    assert rec.seen is not None
+    assert (rec.seen.a_align_bytes.item(), rec.seen.b_align_bytes.item()) == (a, b)
+    assert rec.seen.c_align_bytes.item() == c
+
+
+def test_bias_flag_reaches_the_predictor():
+    rec = _Recorder()
+    predict_gemm_ms("l4", m=8, n=8, k=8, op="linear", bias=True, predictor=rec)
+    assert rec.seen.bias.tolist() == [1.0]
+
+
+# ---- explain ------------------------------------------------------------------------------
+
+
+def test_explain_roofline_reports_only_what_it_computes():
+    rows = explain("a100_pcie_40gb", m=[64, 8192], n=[64, 8192], k=[64, 8192], predictor=ROOF)
+    assert [r["bound"] for r in rows] == ["memory", "compute"]
+    for r in rows:
+        assert set(r) == {"batch", "m", "n", "k", "dtype", "compute_ms", "memory_ms", "bound",
+                          "time_ms"}
+        assert r["time_ms"] == max(r["compute_ms"], r["memory_ms"])
+    # 64³ fp32 from the hand-worked test above
+    assert rows[0]["time_ms"] == pytest.approx(49_152 / 1.555e12 * 1e3, rel=1e-12)
+    assert rows[0]["compute_ms"] == pytest.approx(524_288 / 19.5e12 * 1e3, rel=1e-12)
+
+
+def test_explain_passes_predictor_details_and_invents_none():
+    rows = explain("l4", m=[50, 500], n=8, k=8, batch=[1, 0], predictor=_Recorder())
+    assert rows[0] == {
+        "batch": 1, "m": 50, "n": 8, "k": 8, "dtype": "float32",
+        "tile_m": 128, "tile_n": 64, "waves": 2, "h2": 0.5,
+        "bound": "memory", "time_ms": pytest.approx(0.05),
+    }
+    assert isinstance(rows[0]["tile_m"], int)
+    assert rows[1] == {"batch": 0, "m": 500, "n": 8, "k": 8, "dtype": "float32", "time_ms": 0.0}
+
+
+def test_explain_time_matches_predict_gemm_ms_for_default_predictor():
+    kw = dict(m=[1, 96, 4096], n=4096, k=11008, dtype="bf16")
+    times = predict_gemm_ms("h100_sxm5_80gb", **kw)
+    rows = explain("h100_sxm5_80gb", **kw)
+    assert [r["time_ms"] for r in rows] == times.tolist()
+    assert all(r["bound"] in ("compute", "memory") for r in rows)
