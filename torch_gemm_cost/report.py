@@ -1,14 +1,39 @@
-"""CostReport: the per-layer cost table, totals and exports. The only module that formats text."""
+"""CostReport: per-layer cost tables, module-tree aggregation, totals, exports and plots.
+
+This is the only module that formats text. Every table's rows sum to the report's totals: repeated
+blocks are collapsed into one row carrying the summed time of all repeats.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+import csv
+import io
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from .devices import DeviceSpec
 from .gemms import GemmSite, OtherOp
 
-__all__ = ["GemmEstimate", "OpEstimate", "CostReport", "format_device_table"]
+if TYPE_CHECKING:
+    import torch
+
+    from .advise import PaddingAdvice
+    from .predict.base import Predictor
+
+__all__ = [
+    "CostReport",
+    "GemmEstimate",
+    "GemmExplanation",
+    "OpEstimate",
+    "format_advice",
+    "format_comparison",
+    "format_device_table",
+    "module_types_of",
+]
 
 
 @dataclass(frozen=True)
@@ -18,6 +43,8 @@ class GemmEstimate:
     site: GemmSite
     time_ms: float
     bound: str  # "compute" or "memory"
+    # the predictor's intermediates for this GEMM (waves, hit rates, ...), when it gives them
+    details: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -29,8 +56,97 @@ class OpEstimate:
 
 
 @dataclass(frozen=True)
+class GemmExplanation:
+    """Why one GEMM costs what it does: its record, predicted time and the predictor's stages."""
+
+    site: GemmSite
+    time_ms: float
+    bound: str
+    device: str
+    predictor: str
+    details: Mapping[str, float]
+
+    def __str__(self) -> str:
+        s = self.site
+        ai = s.flops / s.dram_bytes if s.dram_bytes else float("nan")
+        lines = [
+            f"{s.module or '(top)'} [{s.module_type}] {s.op} {s.phase}: "
+            f"B×M×N×K = {s.batch}×{s.m}×{s.n}×{s.k} {s.dtype} on {self.device}",
+            f"  {s.flops / 1e9:.3f} GFLOP, {s.dram_bytes / 1e6:.3f} MB compulsory, "
+            f"{ai:.1f} FLOP/byte; loads of {s.a_align_bytes}/{s.b_align_bytes}/{s.c_align_bytes} B "
+            "for A/B/C",
+            f"  predicted {self.time_ms:.4f} ms, {self.bound}-bound ({self.predictor})",
+        ]
+        lines += [f"  {name} = {value:.4g}" for name, value in self.details.items()]
+        return "\n".join(lines)
+
+
+_INDEX = re.compile(r"^\d+$")
+
+
+def _levels(module: str) -> list[str]:
+    """Split a module path into tree levels; a container index joins its parent ("h.0")."""
+    levels: list[str] = []
+    for part in module.split(".") if module else []:
+        if _INDEX.match(part) and levels:
+            levels[-1] = f"{levels[-1]}.{part}"
+        else:
+            levels.append(part)
+    return levels
+
+
+def _template(path: str) -> tuple[str, tuple[int, ...]]:
+    """``"a.h.3.mlp"`` -> ``("a.h.*.mlp", (3,))``: the path with its container indices pulled out."""
+    parts = path.split(".") if path else []
+    idx = tuple(int(p) for p in parts if _INDEX.match(p))
+    return ".".join("*" if _INDEX.match(p) else p for p in parts), idx
+
+
+def _collapsed_name(template: str, indices: Sequence[tuple[int, ...]]) -> str:
+    """Name a group of repeated paths: ``h.{0-11}`` for one contiguous index, else ``h.*``."""
+    if len(indices) == 1:
+        it = iter(indices[0])
+        return ".".join(str(next(it)) if p == "*" else p for p in template.split("."))
+    if indices and len(indices[0]) == 1:
+        vals = sorted(i[0] for i in indices)
+        if vals == list(range(vals[0], vals[0] + len(vals))):
+            return template.replace("*", f"{{{vals[0]}-{vals[-1]}}}", 1)
+    return template
+
+
+def module_types_of(model: Any) -> dict[str, str]:
+    """Dotted module path -> class name, for every submodule of an ``nn.Module``."""
+    return {name: type(mod).__name__ for name, mod in model.named_modules()}
+
+
+@dataclass
+class _Row:
+    """A mutable accumulator used only while building a table."""
+
+    key: Any
+    first: int
+    paths: list[str] = field(default_factory=list)
+    gemms: int = 0
+    flops: int = 0
+    gemm_ms: float = 0.0
+    other_ms: float = 0.0
+    compute_ms: float = 0.0
+    sig: list[Any] = field(default_factory=list)
+
+    @property
+    def time_ms(self) -> float:
+        return self.gemm_ms + self.other_ms
+
+
+@dataclass(frozen=True)
 class CostReport:
-    """Every GEMM (and non-GEMM op) of one model run on one device, with predicted times."""
+    """Every GEMM (and non-GEMM op) of one model run on one device, with predicted times.
+
+    ``predictor_impl``, ``config`` and ``module_types`` are optional context: the predictor object
+    (needed to re-predict for padding advice and explanations), the model's recognizable config
+    dims (see ``advise.config_dims``) and the class name of every module path (names blocks in
+    ``table(depth=N)``).
+    """
 
     model: str  # class name of the estimated model
     device: DeviceSpec
@@ -40,6 +156,11 @@ class CostReport:
     predictor_version: str
     gemms: tuple[GemmEstimate, ...]
     others: tuple[OpEstimate, ...] = ()
+    predictor_impl: "Predictor | None" = field(default=None, compare=False, repr=False)
+    config: Mapping[str, int] = field(default_factory=dict, compare=False)
+    module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    # ------------------------------------------------------------------ totals
 
     @property
     def gemm_ms(self) -> float:
@@ -58,8 +179,15 @@ class CostReport:
         return sum(g.site.flops for g in self.gemms)
 
     @property
+    def achieved_tflops(self) -> float:
+        """GEMM FLOPs over the whole predicted time, in TFLOP/s."""
+        return self.total_flops / (self.total_ms * 1e-3) / 1e12 if self.total_ms else 0.0
+
+    @property
     def unmodelled(self) -> tuple[OpEstimate, ...]:
         return tuple(o for o in self.others if o.time_ms is None)
+
+    # ------------------------------------------------------------------ rows and exports
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per GEMM, in execution order."""
@@ -86,8 +214,9 @@ class CostReport:
             for g in self.gemms
         ]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, advice: bool = True) -> dict[str, Any]:
+        """Everything as plain data; ``rows`` holds one dict per GEMM and sums to ``gemm_ms``."""
+        out: dict[str, Any] = {
             "model": self.model,
             "device": self.device.id,
             "dtype": self.dtype,
@@ -98,40 +227,347 @@ class CostReport:
             "gemm_ms": self.gemm_ms,
             "other_ms": self.other_ms,
             "total_flops": self.total_flops,
+            "achieved_tflops": self.achieved_tflops,
             "unmodelled_ops": len(self.unmodelled),
+            "config": dict(self.config),
             "rows": self.rows(),
         }
+        if advice and self.predictor_impl is not None:
+            out["padding_advice"] = [asdict(a) for a in self.padding_advice()]
+        return out
 
-    def table(self) -> str:
+    def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
+        """The report as JSON (see ``to_dict``); also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """One CSV line per GEMM (the columns of ``rows()``); also written to ``path`` when given."""
+        rows = self.rows()
+        buf = io.StringIO()
+        fields = list(rows[0]) if rows else ["module", "op", "time_ms"]
+        writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        if path is not None:
+            Path(path).write_text(buf.getvalue())
+        return buf.getvalue()
+
+    def to_dataframe(self) -> Any:
+        """``rows()`` as a pandas DataFrame (pandas is optional and imported only here)."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("CostReport.to_dataframe() needs pandas: pip install pandas") from e
+        return pd.DataFrame(self.rows())
+
+    # ------------------------------------------------------------------ aggregation
+
+    def _type_of(self, path: str) -> str:
+        if path in self.module_types:
+            return self.module_types[path]
+        for g in self.gemms:
+            if g.site.module == path:
+                return g.site.module_type
+        return path.rsplit(".", 1)[-1] if path else self.model
+
+    def module_rows(self, depth: int | None = None) -> list[dict[str, Any]]:
+        """Times aggregated by the module tree, cut at ``depth`` levels, repeats collapsed.
+
+        ``depth=None`` gives one row per GEMM. Non-GEMM ops count towards their module at a
+        finite depth, and towards one ``(non-GEMM ops)`` row otherwise. Each row's ``time_ms`` sums
+        every repeat, so the rows sum to ``total_ms``.
+        """
+        if depth is not None and depth < 1:
+            raise ValueError(f"depth must be a positive number of module levels, got {depth}; try 1")
+        groups: dict[Any, _Row] = {}
+        order = 0
+
+        def add(path: str, key_extra: Any, i: int) -> _Row:
+            row = groups.get((path, key_extra))
+            if row is None:
+                row = groups[(path, key_extra)] = _Row(key=(path, key_extra), first=i)
+                row.paths.append(path)
+            return row
+
+        ordinal: dict[tuple[str, str, str], int] = {}
+        for i, g in enumerate(self.gemms):
+            s = g.site
+            if depth is None:
+                okey = (s.module, s.op, s.phase)
+                nth = ordinal[okey] = ordinal.get(okey, -1) + 1
+                extra: Any = (s.op, s.phase, s.shape, s.dtype, nth)
+                path = s.module
+            else:
+                path = ".".join(_levels(s.module)[:depth])
+                extra = None
+            row = add(path, extra, order)
+            order += 1
+            row.gemms += 1
+            row.flops += s.flops
+            row.gemm_ms += g.time_ms
+            row.compute_ms += g.time_ms if g.bound == "compute" else 0.0
+            rel = s.module[len(path):]
+            row.sig.append((rel, s.op, s.phase, s.shape, s.dtype))
+        for o in self.others:
+            if depth is None:
+                row = add("(non-GEMM ops)", "other", order)
+            else:
+                row = add(".".join(_levels(o.op.module)[:depth]), None, order)
+                row.sig.append((o.op.module[len(row.paths[0]):], o.op.op, o.op.numel))
+            order += 1
+            row.other_ms += o.time_ms or 0.0
+
+        # collapse rows whose paths differ only in container indices and whose contents match
+        merged: dict[Any, list[_Row]] = {}
+        for row in groups.values():
+            path, extra = row.key
+            tmpl, _ = _template(path)
+            merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
+        total = self.total_ms or 1.0
+        out = []
+        for (tmpl, extra, _), rows in merged.items():
+            paths = [r.paths[0] for r in rows]
+            name = _collapsed_name(tmpl, [_template(p)[1] for p in paths]) if len(rows) > 1 else paths[0]
+            gemm_ms = sum(r.gemm_ms for r in rows)
+            other_ms = sum(r.other_ms for r in rows)
+            compute_ms = sum(r.compute_ms for r in rows)
+            first = rows[0]
+            rec: dict[str, Any] = {
+                "module": name or "(top)",
+                "module_type": self._type_of(paths[0]) if paths[0] != "(non-GEMM ops)" else "",
+                "count": len(rows),
+                "gemms": sum(r.gemms for r in rows),
+                "flops": sum(r.flops for r in rows),
+                "gemm_ms": gemm_ms,
+                "other_ms": other_ms,
+                "time_ms": gemm_ms + other_ms,
+                "pct_of_total": 100.0 * (gemm_ms + other_ms) / total,
+                "bound": "-" if not first.gemms else (
+                    "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
+                ),
+                "first": min(r.first for r in rows),
+            }
+            if depth is None and extra != "other":
+                op, phase, shape, dtype, _ = extra
+                rec.update(op=op, phase=phase, shape=shape, dtype=dtype)
+            out.append(rec)
+        out.sort(key=lambda r: r["first"])
+        for r in out:
+            del r["first"]
+        return out
+
+    def top(self, k: int = 10, depth: int | None = None) -> list[dict[str, Any]]:
+        """The ``k`` costliest rows of ``module_rows(depth)``."""
+        return sorted(self.module_rows(depth), key=lambda r: -r["time_ms"])[:k]
+
+    def table(self, depth: int | None = None, top: int | None = None) -> str:
+        """The cost table: one row per GEMM (``depth=None``) or per module at ``depth`` levels.
+
+        Repeated blocks collapse into one row (``GPT2Block × 12``) holding the time of all repeats.
+        ``top`` keeps the costliest rows only, sorted by time.
+        """
         from tabulate import tabulate
 
-        body = [
-            [
-                r["module"] or "(top)",
-                r["op"],
-                f"{r['batch']}×{r['m']}×{r['n']}×{r['k']}",
-                r["dtype"],
-                r["flops"] / 1e9,
-                r["time_ms"],
-                r["pct_of_total"],
-                r["bound"],
+        rows = self.top(top, depth) if top else self.module_rows(depth)
+
+        def kind(r: dict[str, Any], key: str) -> str:
+            return r[key] + (f" × {r['count']}" if r["count"] > 1 else "")
+
+        if depth is None:
+            body = [
+                [
+                    r["module"],
+                    kind(r, "op") if "op" in r else "",
+                    "×".join(map(str, r["shape"])) if "shape" in r else "",
+                    r.get("dtype", ""),
+                    r["flops"] / 1e9,
+                    r["time_ms"],
+                    r["pct_of_total"],
+                    r["bound"],
+                ]
+                for r in rows
             ]
-            for r in self.rows()
-        ]
-        headers = ["module", "op", "B×M×N×K", "dtype", "GFLOP", "time ms", "% total", "bound"]
-        return tabulate(body, headers=headers, floatfmt=(".2f", "", "", "", ".2f", ".4f", ".1f"))
+            headers = ["module", "op", "B×M×N×K", "dtype", "GFLOP", "time ms", "% total", "bound"]
+            fmt: tuple[str, ...] = ("", "", "", "", ".2f", ".4f", ".1f", "")
+        else:
+            body = [
+                [r["module"], kind(r, "module_type"), r["gemms"], r["flops"] / 1e9, r["time_ms"],
+                 r["pct_of_total"], r["bound"]]
+                for r in rows
+            ]
+            headers = ["module", "type", "GEMMs", "GFLOP", "time ms", "% total", "bound"]
+            fmt = ("", "", "", ".2f", ".4f", ".1f", "")
+        return tabulate(body, headers=headers, floatfmt=fmt)
 
     def footer(self) -> str:
-        tflops = self.total_flops / (self.total_ms * 1e-3) / 1e12 if self.total_ms else 0.0
+        unmod = self.unmodelled
+        names = sorted({o.op.op for o in unmod})
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         return (
             f"{self.model} on {self.device.name} ({self.device.id}), {self.dtype}, {self.mode}: "
-            f"total {self.total_ms:.3f} ms (GEMM {self.gemm_ms:.3f} ms in {len(self.gemms)} GEMMs), "
-            f"{tflops:.1f} TFLOP/s achieved; predictor {self.predictor} v{self.predictor_version}; "
-            f"{len(self.unmodelled)} unmodelled ops"
+            f"total {self.total_ms:.3f} ms (GEMM {self.gemm_ms:.3f} ms in {len(self.gemms)} GEMMs, "
+            f"other {self.other_ms:.3f} ms), {self.achieved_tflops:.1f} TFLOP/s achieved; "
+            f"predictor {self.predictor} v{self.predictor_version}; "
+            f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "")
         )
 
     def __str__(self) -> str:
-        return f"{self.table()}\n{self.footer()}"
+        text = f"{self.table()}\n{self.footer()}"
+        if self.predictor_impl is not None and self.gemms:
+            text += "\n" + format_advice(self.padding_advice()[:3])
+        return text
+
+    # ------------------------------------------------------------------ advice and explanation
+
+    @cached_property
+    def _advice(self) -> "tuple[PaddingAdvice, ...]":
+        from .advise import padding_advice
+
+        return tuple(padding_advice(self))
+
+    def padding_advice(self) -> "list[PaddingAdvice]":
+        """Padding suggestions ranked by predicted whole-model saving (see ``advise``)."""
+        return list(self._advice)
+
+    def _predict(self, sites: Sequence[GemmSite]) -> Any:
+        from .predict.base import GemmBatch
+
+        if self.predictor_impl is None:
+            raise ValueError(
+                f"this report holds no predictor object (predictor={self.predictor!r}); build it "
+                "with estimate() or pass predictor_impl= to CostReport"
+            )
+        return self.predictor_impl.predict(GemmBatch.from_sites(sites), self.device)
+
+    def explain(self, row: int | str) -> GemmExplanation:
+        """Explain one GEMM: ``row`` is its index in ``rows()`` or its module path (first match)."""
+        if isinstance(row, str):
+            hits = [i for i, g in enumerate(self.gemms) if g.site.module == row]
+            if not hits:
+                mods = list(dict.fromkeys(g.site.module for g in self.gemms))
+                import difflib
+
+                close = difflib.get_close_matches(row, mods, n=3)
+                raise ValueError(f"no GEMM in module {row!r}; close matches: {close or mods[:3]}")
+            row = hits[0]
+        if not 0 <= row < len(self.gemms):
+            raise ValueError(f"row {row} out of range; the report has rows 0..{len(self.gemms) - 1}")
+        g = self.gemms[row]
+        details = dict(g.details)
+        if not details and self.predictor_impl is not None:
+            pred = self._predict([g.site])
+            details = {k: float(v[0]) for k, v in pred.details.items()}
+        return GemmExplanation(g.site, g.time_ms, g.bound, self.device.id, self.predictor, details)
+
+    # ------------------------------------------------------------------ plot
+
+    def plot_roofline(self, path: str | Path) -> Path:
+        """Draw every GEMM on the device's roofline (point area ∝ time), ridge marked; save to path.
+
+        Needs matplotlib (``pip install torch-gemm-cost[plot]``).
+        """
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            raise ImportError(
+                "plot_roofline needs matplotlib: pip install 'torch-gemm-cost[plot]'"
+            ) from e
+        from .dtypes import resolve_dtype
+
+        peak = self.device.peak_flops_per_s(resolve_dtype(self.dtype))
+        bw = self.device.dram_bw_bytes_per_s
+        ridge = peak / bw
+        pts = [
+            (g.site.flops / g.site.dram_bytes, g.site.flops / (g.time_ms * 1e-3), g.time_ms)
+            for g in self.gemms
+            if g.site.dram_bytes > 0 and g.time_ms > 0
+        ]
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        lo = min([p[0] for p in pts] + [ridge]) / 4
+        hi = max([p[0] for p in pts] + [ridge]) * 4
+        xs = [lo, ridge, hi]
+        ax.plot(xs, [min(peak, x * bw) / 1e12 for x in xs], color="k", lw=1.5, label="roofline")
+        ax.axvline(ridge, color="grey", ls="--", lw=1)
+        ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak / 1e12), textcoords="offset points",
+                    xytext=(5, -14), fontsize=8)
+        if pts:
+            tmax = max(p[2] for p in pts)
+            ax.scatter([p[0] for p in pts], [p[1] / 1e12 for p in pts],
+                       s=[10 + 290 * p[2] / tmax for p in pts], alpha=0.5, label="GEMMs")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP / compulsory byte)")
+        ax.set_ylabel("predicted TFLOP/s")
+        ax.set_title(f"{self.model} on {self.device.id}, {self.dtype} ({self.predictor})")
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        out = Path(path)
+        fig.savefig(out, dpi=120)
+        plt.close(fig)
+        return out
+
+
+def format_advice(advice: Iterable["PaddingAdvice"]) -> str:
+    """Padding advice as numbered lines, best first."""
+    items = list(advice)
+    if not items:
+        return "padding advice: none (the predictor finds no padding that saves time)"
+    lines = ["padding advice (predicted):"]
+    for i, a in enumerate(items, 1):
+        what = a.config_field or a.dim
+        lines.append(
+            f"  {i}. {what} {a.current} -> {a.suggested} in {', '.join(a.modules)}: "
+            f"whole model {a.model_ms_before:.3f} -> {a.model_ms_after:.3f} ms "
+            f"(-{a.saving_pct:.1f}%), {a.extra_flops_pct:+.2f}% FLOPs there. {a.cause}"
+        )
+    return "\n".join(lines)
+
+
+def format_comparison(reports: Sequence[CostReport], top: int = 5, depth: int | None = None) -> str:
+    """Totals and the costliest layers of several reports (devices, dtypes) side by side.
+
+    Speedups are relative to the first report. Layers are ranked by their time in the first report.
+    """
+    from tabulate import tabulate
+
+    if not reports:
+        raise ValueError("format_comparison needs at least one report")
+    base = reports[0].total_ms or 1.0
+    body = [
+        [r.device.id, r.dtype, r.total_ms, r.gemm_ms, r.other_ms, r.achieved_tflops,
+         base / r.total_ms if r.total_ms else float("nan"), len(r.unmodelled)]
+        for r in reports
+    ]
+    totals = tabulate(
+        body,
+        headers=["device", "dtype", "total ms", "GEMM ms", "other ms", "TFLOP/s",
+                 "speedup", "unmodelled"],
+        floatfmt=("", "", ".3f", ".3f", ".3f", ".1f", ".2f", ""),
+    )
+    per = [{_row_key(row): row for row in r.module_rows(depth)} for r in reports]
+    ranked = sorted(per[0].values(), key=lambda row: -row["time_ms"])[:top]
+    layer_body = []
+    for row in ranked:
+        key = _row_key(row)
+        label = row["module"] + (f" [{row['op']}]" if "op" in row else "")
+        layer_body.append([label] + [p[key]["time_ms"] if key in p else None for p in per])
+    layers = tabulate(
+        layer_body,
+        headers=["top layers (ms)"] + [f"{r.device.id} {r.dtype}" for r in reports],
+        floatfmt=".4f",
+        missingval="-",
+    )
+    return f"{totals}\n\n{layers}"
+
+
+def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (row["module"], row.get("op"), row.get("phase"), row.get("shape"))
 
 
 def format_device_table(devices: Sequence[DeviceSpec]) -> str:

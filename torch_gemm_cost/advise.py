@@ -1,0 +1,335 @@
+"""Padding advice: which dims to pad, to what, and what the predictor says it saves.
+
+Every dim the model author controls (weight dims, and the token count chosen for the run) that is
+not already a multiple of 128 is a candidate. Each candidate is padded to the next multiple of 8, 16,
+32, 64 and 128; all padded shapes of a report are re-predicted in one batched call, and a candidate
+is advised only when the whole model gets faster after paying for the extra FLOPs.
+
+A dim that matches a config field (``vocab_size``, ``hidden_size``, ...) is padded everywhere it
+occurs, as changing the config would do. Other dims are padded per group of repeated layers.
+
+NB: non-GEMM ops that grow with the padded dim (e.g. a softmax over a padded vocabulary) are not
+re-costed; the extra FLOPs and time counted are those of the GEMMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import torch
+
+from .dtypes import DTYPES
+from .predict.base import DTYPE_NAMES, GemmBatch, GemmPrediction
+
+if TYPE_CHECKING:
+    from .report import CostReport
+
+__all__ = ["PaddingAdvice", "config_dims", "padding_advice", "padded_size"]
+
+MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
+_AXES = ("m", "n", "k")
+_LINEAR_OPS = ("linear", "addmm", "conv1d", "mm", "matmul")
+
+
+@dataclass(frozen=True)
+class PaddingAdvice:
+    """One padding suggestion, with its predicted effect on the padded GEMMs and the whole model."""
+
+    modules: tuple[str, ...]  # grouped, e.g. ("12 × mlp.c_fc",)
+    dim: str  # role and GEMM axis in the costliest padded GEMM, e.g. "out_features (n)"
+    config_field: str | None  # e.g. "vocab_size"; None when the dim matches no config field
+    current: int
+    suggested: int
+    multiple: int  # the smallest of MULTIPLES that gives ``suggested``
+    gemms: int  # GEMMs that change
+    extra_flops_pct: float  # extra FLOPs of the padded GEMMs, in % of their current FLOPs
+    gemm_ms_before: float  # summed over the padded GEMMs
+    gemm_ms_after: float
+    model_ms_before: float
+    model_ms_after: float
+    cause_kind: str  # "alignment", "wave quantization", "tile quantization" or "kernel choice"
+    cause: str  # the cause in words and numbers
+
+    @property
+    def saving_ms(self) -> float:
+        return self.model_ms_before - self.model_ms_after
+
+    @property
+    def saving_pct(self) -> float:
+        return 100.0 * self.saving_ms / self.model_ms_before if self.model_ms_before else 0.0
+
+
+def padded_size(dim: int, multiple: int) -> int:
+    """The next multiple of ``multiple`` at or above ``dim``.
+
+    >>> padded_size(50257, 64)
+    50304
+    """
+    return -(-int(dim) // multiple) * multiple
+
+
+def config_dims(config: Any) -> dict[str, int]:
+    """The recognizable dims of an HF-style config (object or mapping), by field name.
+
+    ``intermediate_size`` also reads GPT-2's ``n_inner`` (4·hidden when unset), OPT's ``ffn_dim``
+    and T5's ``d_ff``; ``head_dim`` defaults to hidden_size / num_attention_heads.
+    """
+    if config is None:
+        return {}
+    get = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
+
+    def first(*names: str) -> int | None:
+        for name in names:
+            value = get(name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    out: dict[str, int] = {}
+    vocab = first("vocab_size")
+    hidden = first("hidden_size", "n_embd", "d_model")
+    heads = first("num_attention_heads", "n_head", "num_heads")
+    inter = first("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
+    if inter is None and hidden is not None and get("model_type", None) == "gpt2":
+        inter = 4 * hidden
+    head_dim = first("head_dim", "d_kv") or (hidden // heads if hidden and heads else None)
+    kv_heads = first("num_key_value_heads")
+    for name, value in (("vocab_size", vocab), ("hidden_size", hidden),
+                        ("intermediate_size", inter), ("num_attention_heads", heads),
+                        ("head_dim", head_dim)):
+        if value is not None:
+            out[name] = value
+    if heads and head_dim and heads * head_dim != hidden:
+        out["num_attention_heads × head_dim"] = heads * head_dim
+    if kv_heads and head_dim and kv_heads != heads:
+        out["num_key_value_heads × head_dim"] = kv_heads * head_dim
+    return out
+
+
+def _align(dim: torch.Tensor, elem_bytes: torch.Tensor, cap: int = 16) -> torch.Tensor:
+    """Batched ``gemms.alignment_bytes``: largest power of two ≤ cap dividing dim·elem bytes."""
+    row = (dim * elem_bytes).long()
+    out = torch.ones_like(row)
+    a = 2
+    while a <= cap:
+        out = torch.where((row % a == 0) & (out == a // 2), torch.full_like(row, a), out)
+        a *= 2
+    return out.to(torch.float64)
+
+
+def _take(b: GemmBatch, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {name: getattr(b, name)[idx] for name in b.__dataclass_fields__}
+
+
+def _module_label(paths: Sequence[str]) -> list[str]:
+    """Group repeated layers: ``12 × mlp.c_fc`` for ``transformer.h.{0..11}.mlp.c_fc``."""
+    from .report import _template
+
+    groups: dict[str, list[str]] = {}
+    for p in dict.fromkeys(paths):
+        groups.setdefault(_template(p)[0], []).append(p)
+    out = []
+    for tmpl, members in groups.items():
+        if len(members) > 1 and ".*." in tmpl:
+            out.append(f"{len(members)} × {tmpl.rsplit('.*.', 1)[1]}")
+        elif len(members) > 1:
+            out.append(f"{len(members)} × {tmpl}")
+        else:
+            out.append(members[0] or "(top)")
+    return out
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    value: int
+    field: str | None
+    idx: torch.Tensor  # (c,) GEMM indices into the report
+    mask: torch.Tensor  # (c, 3) which of m, n, k equal ``value``
+
+
+def _candidates(report: "CostReport", dims: torch.Tensor) -> list[_Candidate]:
+    from .report import _template
+
+    sites = [g.site for g in report.gemms]
+    fields: dict[int, str] = {}
+    for name, value in report.config.items():
+        fields.setdefault(int(value), name)
+    tokens = {s.m for s in sites if s.op in _LINEAR_OPS and s.phase == "forward"}
+    out = []
+    for value in torch.unique(dims).tolist():
+        value = int(value)
+        if value < 8 or value % MULTIPLES[-1] == 0:
+            continue
+        hit = dims == value  # (N, 3)
+        rows = torch.nonzero(hit.any(dim=1)).flatten()
+        field = fields.get(value) or ("tokens (batch × seq)" if value in tokens else None)
+        if field is not None:
+            out.append(_Candidate(value, field, rows, hit[rows]))
+            continue
+        by_group: dict[str, list[int]] = {}
+        for i in rows.tolist():
+            by_group.setdefault(_template(sites[i].module)[0], []).append(i)
+        for members in by_group.values():
+            idx = torch.tensor(members, dtype=torch.long)
+            out.append(_Candidate(value, None, idx, hit[idx]))
+    return out
+
+
+def padding_advice(
+    report: "CostReport",
+    *,
+    multiples: Sequence[int] = MULTIPLES,
+    min_saving_pct: float = 0.01,
+) -> list["PaddingAdvice"]:
+    """Ranked padding advice for a report, best whole-model saving first.
+
+    Uses ``report.predictor_impl`` (the predictor that made the report). Only changes the predictor
+    says save at least ``min_saving_pct`` % of the whole model's time are returned; a change
+    predicted slower is never advised.
+    """
+    if not report.gemms:
+        return []
+    if report.predictor_impl is None:
+        raise ValueError(
+            f"padding advice re-runs the predictor, but this report holds none "
+            f"(predictor={report.predictor!r}); build it with estimate()"
+        )
+    sites = [g.site for g in report.gemms]
+    base = GemmBatch.from_sites(sites)
+    dims = torch.stack([base.m, base.n, base.k], dim=1).long()  # (N, 3)
+    a_t = torch.tensor([s.a_transposed for s in sites])
+    b_t = torch.tensor([s.b_transposed for s in sites])
+    flops = torch.tensor([float(s.flops) for s in sites], dtype=torch.float64)
+    cands = _candidates(report, dims)
+
+    # one block of rows per (candidate, padded size); the base rows come first
+    blocks: list[tuple[_Candidate, int, int, int, int]] = []  # cand, size, multiple, start, end
+    cols: list[dict[str, torch.Tensor]] = [_take(base, torch.arange(len(base)))]
+    start = len(base)
+    for c in cands:
+        sizes: dict[int, int] = {}
+        for mult in sorted(multiples):
+            sizes.setdefault(padded_size(c.value, mult), mult)
+        for size, mult in sizes.items():
+            if size == c.value:
+                continue
+            rows = _take(base, c.idx)
+            old = dims[c.idx]  # (c, 3)
+            new = torch.where(c.mask, torch.full_like(old, size), old).to(torch.float64)
+            rows["m"], rows["n"], rows["k"] = new[:, 0], new[:, 1], new[:, 2]
+            # A's contiguous dim is m when transposed, else k; B's is k when transposed, else n
+            a_axis = torch.where(a_t[c.idx], 0, 2)
+            b_axis = torch.where(b_t[c.idx], 2, 1)
+            for key, axis, elem in (("a_align_bytes", a_axis, rows["in_bytes"]),
+                                    ("b_align_bytes", b_axis, rows["in_bytes"]),
+                                    ("c_align_bytes", torch.ones_like(a_axis), rows["out_bytes"])):
+                padded = c.mask.gather(1, axis[:, None]).squeeze(1)
+                was_set_by_dim = rows[key] == _align(torch.full_like(elem, c.value), elem)
+                rows[key] = torch.where(padded & was_set_by_dim, _align(new.gather(
+                    1, axis[:, None]).squeeze(1), elem), rows[key])
+            cols.append(rows)
+            blocks.append((c, size, mult, start, start + len(c.idx)))
+            start += len(c.idx)
+    if not blocks:
+        return []
+    batch = GemmBatch(**{k: torch.cat([col[k] for col in cols]) for k in cols[0]})
+    pred = report.predictor_impl.predict(batch, report.device)
+    t = pred.time_ms.to(torch.float64)
+
+    model_before = report.total_ms
+    best: dict[int, tuple[float, PaddingAdvice]] = {}
+    for ci, (c, size, mult, lo, hi) in enumerate(blocks):
+        before = float(t[c.idx].sum())
+        after = float(t[lo:hi].sum())
+        saving = before - after
+        if saving <= 0 or 100.0 * saving / model_before < min_saving_pct:
+            continue
+        old = dims[c.idx].to(torch.float64)
+        new = torch.stack([batch.m[lo:hi], batch.n[lo:hi], batch.k[lo:hi]], dim=1)
+        extra = float((flops[c.idx] * (new.prod(1) / old.prod(1) - 1)).sum())
+        advice = _make_advice(report, c, size, mult, before, after, extra / float(flops[c.idx].sum()),
+                              pred, lo, batch)
+        key = id(c)
+        prev = best.get(key)
+        # within 1% of the best saving, the smaller padding wins
+        if prev is None or saving > prev[0] * 1.01 or (saving >= prev[0] * 0.99 and size < prev[1].suggested):
+            best[key] = (saving, advice)
+    return sorted((a for _, a in best.values()), key=lambda a: -a.saving_ms)
+
+
+def _role(site: Any, axis: int) -> str:
+    if site.op in _LINEAR_OPS and site.phase == "forward":
+        return ("tokens", "out_features", "in_features")[axis]
+    return "dim"
+
+
+def _make_advice(
+    report: "CostReport",
+    c: _Candidate,
+    size: int,
+    mult: int,
+    before: float,
+    after: float,
+    extra_frac: float,
+    pred: GemmPrediction,
+    lo: int,
+    batch: GemmBatch,
+) -> PaddingAdvice:
+    sites = [report.gemms[i].site for i in c.idx.tolist()]
+    t_base = pred.time_ms[c.idx]
+    j = int(torch.argmax(t_base))  # the costliest padded GEMM explains the cause
+    rep, gi, pi = sites[j], int(c.idx[j]), lo + j
+    axis = int(torch.nonzero(c.mask[j]).flatten()[0])
+    dim = f"{_role(rep, axis)} ({_AXES[axis]})"
+    eb = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]].in_bytes
+    aligns = ("a_align_bytes", "b_align_bytes", "c_align_bytes")
+    old_align = min(float(getattr(batch, k)[gi]) for k in aligns)
+    new_align = min(float(getattr(batch, k)[pi]) for k in aligns)
+    numbers = f"padded GEMMs {before:.4f} -> {after:.4f} ms"
+    det = pred.details
+
+    def d(name: str, i: int) -> float | None:
+        return float(det[name][i]) if name in det else None
+
+    if new_align > old_align:
+        kind = "alignment"
+        cause = (
+            f"{c.value} × {eb} B = {c.value * eb} B rows allow only {old_align:.0f}-byte loads "
+            f"({old_align / eb:.0f} of {16 // eb} elements per 16-byte vector, off the fast "
+            "tensor-core path); "
+            f"{size} allows {new_align:.0f}-byte loads"
+        )
+    elif d("waves", gi) is not None and d("last_wave_fill", gi) is not None and (
+        (d("last_wave_fill", pi) or 0) > (d("last_wave_fill", gi) or 0)
+    ):
+        kind = "wave quantization"
+        cause = (
+            f"{d('waves', gi):.2f} waves: the last wave is {100 * d('last_wave_fill', gi):.0f}% full; "
+            f"at {size}: {d('waves', pi):.2f} waves, last {100 * d('last_wave_fill', pi):.0f}% full"
+        )
+    elif d("tile_m", gi) is not None and d("tile_n", gi) is not None:
+        kind = "tile quantization"
+        tile = d(("tile_m", "tile_n", "tile_n")[axis], gi) or 1.0
+        fill = c.value / (padded_size(c.value, int(tile)) or 1)
+        cause = f"{c.value} fills {100 * fill:.0f}% of its last {tile:.0f}-wide tile"
+    else:
+        kind = "kernel choice"
+        cause = f"the predictor's cost for {size} is lower than for {c.value}"
+    paths = [s.module for s in sites]
+    return PaddingAdvice(
+        modules=tuple(_module_label(paths)),
+        dim=dim,
+        config_field=c.field,
+        current=c.value,
+        suggested=size,
+        multiple=mult,
+        gemms=len(sites),
+        extra_flops_pct=100.0 * extra_frac,
+        gemm_ms_before=before,
+        gemm_ms_after=after,
+        model_ms_before=report.total_ms,
+        model_ms_after=report.total_ms - (before - after),
+        cause_kind=kind,
+        cause=f"{kind}: {cause}; {numbers}",
+    )
