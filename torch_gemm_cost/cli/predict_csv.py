@@ -1,0 +1,274 @@
+"""``torch-gemm-cost predict-csv``: add ``predicted_ms`` to a CSV of GEMMs in the DATA.md schema.
+
+Every input column and the row order are kept. Rows are grouped by ``gpu`` and each group is
+predicted in one batched call. A malformed row stops the run with the line and column named
+(exit 2); with ``--skip-bad`` it gets an ``error`` column instead and no prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from . import UsageError
+
+logger = logging.getLogger(__name__)
+
+REQUIRED: tuple[str, ...] = ("gpu", "op", "dtype", "batch", "m", "n", "k")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict-csv",
+        help="add predicted_ms to a CSV of GEMMs (columns gpu, op, dtype, batch, m, n, k)",
+        description="Keep every column and the row order of IN and add predicted_ms.",
+    )
+    p.add_argument("input", metavar="IN", help="CSV or .csv.gz in the measured-data schema")
+    p.add_argument("--out", required=True, metavar="OUT", help="output CSV (.csv.gz compresses)")
+    p.add_argument("--weights", metavar="W", help="hybrid predictor weights (JSON)")
+    p.add_argument(
+        "--device-profile", metavar="P",
+        help="calibration profile JSON; rows whose gpu names its device use it",
+    )
+    p.add_argument(
+        "--skip-bad", action="store_true",
+        help="write an error column for malformed rows instead of stopping",
+    )
+    p.set_defaults(run=run)
+
+
+@dataclass
+class _Table:
+    header: list[str]
+    rows: list[list[str]]
+    lines: list[int]  # file line where each row starts (the header is line 1)
+
+
+def _open_text(path: Path, mode: str, gz: bool) -> io.TextIOBase:
+    if gz:
+        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8", newline="")
+    return open(path, mode, encoding="utf-8", newline="")  # noqa: SIM115
+
+
+def _read(path: Path) -> _Table:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    line = 1
+    try:
+        with _open_text(path, "r", path.name.endswith(".gz")) as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if not header:
+                raise UsageError(f"{path}: empty file, expected a header line with {', '.join(REQUIRED)}")
+            header = [h.strip() for h in header]
+            missing = [c for c in REQUIRED if c not in header]
+            if missing:
+                raise UsageError(
+                    f"{path} line 1: missing column(s) {', '.join(missing)}; "
+                    f"required: {', '.join(REQUIRED)}"
+                )
+            line = reader.line_num + 1
+            for row in reader:
+                if row:
+                    rows.append(row)
+                    lines.append(line)
+                line = reader.line_num + 1
+    except (UnicodeDecodeError, EOFError, OSError, csv.Error) as e:
+        raise UsageError(f"{path} line {line}: unreadable as CSV text ({type(e).__name__}: {e})") from None
+    return _Table(header, rows, lines)
+
+
+class _Targets:
+    """gpu column value -> (DeviceSpec, Predictor | None), with the profile's device first."""
+
+    def __init__(self, profile: str | None) -> None:
+        from ..predict.query import resolve_target
+
+        self._cache: dict[str, object] = {}
+        self._profile_names: set[str] = set()
+        self._profile = None
+        if profile is not None:
+            spec, pred = resolve_target(Path(profile))
+            self._profile = (spec, pred)
+            self._profile_names = {spec.id, spec.name, *spec.aliases}
+
+    def get(self, gpu: str):
+        """(spec, predictor) or a ValueError message naming the bad device."""
+        from ..devices import get_device
+
+        if gpu in self._profile_names:
+            return self._profile
+        hit = self._cache.get(gpu)
+        if hit is None:
+            try:
+                hit = (get_device(gpu.strip()), None)
+            except ValueError as e:
+                hit = str(e)
+            self._cache[gpu] = hit
+        return hit
+
+
+def _group_by_device(table: _Table, targets: _Targets, errors: dict[int, str]) -> dict[str, list[int]]:
+    gpu_col = table.header.index("gpu")
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(table.rows):
+        if len(row) != len(table.header):
+            errors[i] = f"expected {len(table.header)} fields, got {len(row)}"
+            continue
+        hit = targets.get(row[gpu_col])
+        if isinstance(hit, str):
+            errors[i] = f"column 'gpu': {hit}"
+            continue
+        groups.setdefault(hit[0].id, []).append(i)
+    return groups
+
+
+def _columns(table: _Table, idx: list[int]) -> dict[str, list[str]]:
+    cols = {}
+    for name in (*REQUIRED, "layout", "bias"):
+        if name in table.header:
+            j = table.header.index(name)
+            cols[name] = [table.rows[i][j] for i in idx]
+    cols.pop("gpu")
+    return cols
+
+
+def _check_group(table: _Table, idx: list[int], spec):
+    """A GemmBatch of rows ``idx`` on ``spec``, or a ValueError for the first bad row."""
+    from ..dtypes import resolve_dtype
+    from ..measurements import gemm_batch_from_columns
+    from ..predict.query import check_dtype_on_device
+
+    cols = _columns(table, idx)
+    names = [f"line {table.lines[i]}" for i in idx]
+    gemms = gemm_batch_from_columns(**cols, row_names=names)
+    for dim in ("m", "n", "k"):
+        bad = torch.nonzero(getattr(gemms, dim) < 1).flatten()
+        if len(bad):
+            j = int(bad[0])
+            raise ValueError(f"{names[j]}, column {dim!r}: expected a positive integer, got "
+                             f"{cols[dim][j]!r}")
+    first_row: dict[str, int] = {}
+    for j, text in enumerate(cols["dtype"]):
+        first_row.setdefault(text, j)
+    for text, j in first_row.items():
+        try:
+            check_dtype_on_device(spec, resolve_dtype(text))
+        except ValueError as e:
+            raise ValueError(f"{names[j]}, column 'dtype': {e}") from None
+    return gemms
+
+
+def _good_rows(table: _Table, idx: list[int], spec, errors: dict[int, str]) -> list[int]:
+    """Rows of ``idx`` that pass ``_check_group``; each bad row's message goes to ``errors``.
+
+    Bisects failing groups, so a few bad rows in a large file cost a few dozen batched checks.
+    """
+    try:
+        _check_group(table, idx, spec)
+        return idx
+    except ValueError as e:
+        if len(idx) == 1:
+            errors[idx[0]] = str(e).removeprefix(f"line {table.lines[idx[0]]}, ")
+            return []
+    half = len(idx) // 2
+    return _good_rows(table, idx[:half], spec, errors) + _good_rows(table, idx[half:], spec, errors)
+
+
+def _predict_groups(
+    table: _Table, targets: _Targets, weights_predictor, skip_bad: bool, path: Path
+) -> tuple[list[float | None], dict[int, str]]:
+    from ..predict import default_predictor
+    from ..predict.base import GemmBatch
+
+    errors: dict[int, str] = {}
+    times: list[float | None] = [None] * len(table.rows)
+    groups = _group_by_device(table, targets, errors)
+    batches = {}
+    for gpu, idx in groups.items():
+        spec = targets.get(table.rows[idx[0]][table.header.index("gpu")])[0]
+        try:
+            batches[gpu] = (idx, _check_group(table, idx, spec))
+        except ValueError:
+            good = _good_rows(table, idx, spec, errors)
+            if good:
+                batches[gpu] = (good, _check_group(table, good, spec))
+    if errors and not skip_bad:
+        first = min(errors)
+        raise UsageError(f"{path} line {table.lines[first]}: {errors[first]}")
+    fallback = weights_predictor or default_predictor()
+    for gpu, (idx, gemms) in batches.items():
+        spec, profile_predictor = targets.get(table.rows[idx[0]][table.header.index("gpu")])
+        predictor = weights_predictor or profile_predictor or fallback
+        live = gemms.batch > 0  # (N,) zero-size batches cost nothing
+        time_ms = torch.zeros(len(gemms), dtype=torch.float64)
+        if bool(live.all()):
+            time_ms = predictor.predict(gemms, spec).time_ms.to(torch.float64)
+        elif bool(live.any()):
+            sub = GemmBatch(**{f: getattr(gemms, f)[live] for f in gemms.__dataclass_fields__})
+            time_ms[live] = predictor.predict(sub, spec).time_ms.to(torch.float64)
+        for i, t in zip(idx, time_ms.tolist()):
+            times[i] = t
+    return times, errors
+
+
+def _rows_out(table: _Table, times, errors, skip_bad: bool) -> Iterator[list[str]]:
+    header = list(table.header)
+    extra = ["predicted_ms"] + (["error"] if skip_bad else [])
+    slots = []
+    for name in extra:
+        if name not in header:
+            header.append(name)
+        slots.append(header.index(name))
+    yield header
+    for i, row in enumerate(table.rows):
+        out = list(row) + [""] * (len(header) - len(row))
+        out[slots[0]] = "" if times[i] is None else f"{times[i]:.6g}"
+        if skip_bad:
+            out[slots[1]] = errors.get(i, "")
+        yield out
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.input)
+    out_path = Path(args.out)
+    weights_predictor = None
+    if args.weights is not None:
+        from ..predict.query import load_weights
+
+        if not Path(args.weights).is_file():
+            raise UsageError(f"--weights {args.weights}: no such file")
+        weights_predictor = load_weights(args.weights)
+    if args.device_profile is not None and not Path(args.device_profile).is_file():
+        raise UsageError(f"--device-profile {args.device_profile}: no such file")
+    targets = _Targets(args.device_profile)
+    table = _read(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        times, errors = _predict_groups(table, targets, weights_predictor, args.skip_bad, path)
+    for message in dict.fromkeys(str(w.message) for w in caught):
+        logger.warning("%s", message)
+    if errors:
+        logger.warning("%s: %d of %d rows were malformed; see the error column", path,
+                       len(errors), len(table.rows))
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    try:
+        with _open_text(tmp, "w", out_path.name.endswith(".gz")) as fh:
+            csv.writer(fh, lineterminator="\n").writerows(_rows_out(table, times, errors, args.skip_bad))
+        os.replace(tmp, out_path)
+    except OSError as e:
+        raise UsageError(f"--out {out_path}: cannot write ({e.strerror or e})") from None
+    logger.info("%s: %d rows predicted -> %s", path, len(table.rows) - len(errors), out_path)
+    return 0
