@@ -1,0 +1,182 @@
+"""predict-csv: columns and row order survive, one batched call per gpu, bad rows named."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_gemm_cost.predict as predict_pkg
+from torch_gemm_cost.cli import main
+from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
+from torch_gemm_cost.predict.query import predict_gemm_ms
+
+HEADER = ["gpu", "gpu_name", "op", "dtype", "batch", "m", "n", "k", "bias", "note", "latency_ms"]
+ROWS = [
+    ["tesla_t4", "Tesla T4", "linear", "float16", "1", "128", "4096", "4096", "1", "q, k, v", "0.2"],
+    ["h100_sxm5_80gb", "", "matmul", "bfloat16", "2", "4096", "4096", "4096", "0", "", "0.3"],
+    ["T4", "Tesla T4", "bmm", "float32", "8", "64", "64", "64", "0", "alias", "0.01"],
+    ["a100_pcie_40gb", "", "gemm_TN", "float16", "1", "1760", "128", "1760", "0", "x", "0.05"],
+    ["h100_sxm5_80gb", "", "matmul", "fp8", "0", "16", "16", "16", "0", "empty", "0.01"],
+]
+
+
+def _write(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "wt", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows([header, *rows])
+    return path
+
+
+def _read(path: Path) -> list[list[str]]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", newline="") as fh:
+        return list(csv.reader(fh))
+
+
+class _Counting:
+    """Roofline that counts its calls and the GEMMs in each."""
+
+    name = "counting"
+    version = "0"
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+        self.sizes.append(len(gemms))
+        return RooflinePredictor().predict(gemms, device)
+
+
+@pytest.fixture
+def counting(monkeypatch) -> _Counting:
+    pred = _Counting()
+    monkeypatch.setattr(predict_pkg, "default_predictor", lambda: pred)
+    return pred
+
+
+@pytest.mark.parametrize("suffix_in, suffix_out", [(".csv", ".csv"), (".csv.gz", ".csv.gz")])
+def test_round_trip_keeps_columns_and_order(tmp_path, counting, suffix_in, suffix_out):
+    src = _write(tmp_path / f"in{suffix_in}", HEADER, ROWS)
+    out = tmp_path / f"out{suffix_out}"
+    assert main(["predict-csv", str(src), "--out", str(out)]) == 0
+    table = _read(out)
+    assert table[0] == HEADER + ["predicted_ms"]
+    assert [r[:-1] for r in table[1:]] == ROWS  # every column, every row, in order
+    got = [float(r[-1]) for r in table[1:]]
+    # oracle: the same GEMMs through the Python API with the same predictor
+    for row, t in zip(ROWS, got):
+        gpu, _, op, dtype, b, m, n, k, bias = row[:9]
+        want = predict_gemm_ms(gpu, m=int(m), n=int(n), k=int(k), batch=int(b), dtype=dtype,
+                               op=op, bias=bias == "1", predictor=RooflinePredictor())
+        assert t == pytest.approx(want, rel=1e-5)
+    assert got[4] == 0.0  # batch 0 costs nothing
+    # one call per device; "T4" and "tesla_t4" are one device. The batch-0 row is not predicted.
+    assert sorted(counting.sizes) == [1, 1, 2]
+
+
+def test_existing_predicted_column_is_replaced_in_place(tmp_path, counting):
+    header = ["predicted_ms", "gpu", "op", "dtype", "batch", "m", "n", "k"]
+    src = _write(tmp_path / "in.csv", header, [["old", "l4", "matmul", "fp16", "1", "8", "8", "8"]])
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 0
+    table = _read(tmp_path / "o.csv")
+    assert table[0] == header and table[1][0] not in ("old", "")
+
+
+@pytest.mark.parametrize(
+    "bad_row, column",
+    [
+        (["tesla_t4", "", "linear", "float16", "1", "12x", "4096", "4096", "0", "", "1"], "'m'"),
+        (["tesla_t4", "", "linear", "float16", "1", "0", "4096", "4096", "0", "", "1"], "'m'"),
+        (["tesla_t4", "", "linear", "float16", "1", "8", "8", "-8", "0", "", "1"], "'k'"),
+        (["tesla_t4", "", "linear", "float16", "1.5", "8", "8", "8", "0", "", "1"], "'batch'"),
+        (["tesla_t44", "", "linear", "float16", "1", "8", "8", "8", "0", "", "1"], "'gpu'"),
+        (["tesla_t4", "", "lineer", "float16", "1", "8", "8", "8", "0", "", "1"], "'op'"),
+        (["tesla_t4", "", "linear", "floot16", "1", "8", "8", "8", "0", "", "1"], "'dtype'"),
+        (["tesla_t4", "", "linear", "float8_e4m3fn", "1", "8", "8", "8", "0", "", "1"], "'dtype'"),
+        (["tesla_t4", "", "linear", "float16", "1", "8", "8", "8", "2", "", "1"], "'bias'"),
+    ],
+)
+def test_malformed_row_names_line_and_column(tmp_path, capsys, counting, bad_row, column):
+    # a quoted field with a newline makes row 2 span lines 3-4, so the bad row 4 is on line 6
+    rows = [ROWS[0], ["l4", "", "matmul", "fp16", "1", "8", "8", "8", "0", "two\nlines", "1"],
+            ROWS[2], bad_row, ROWS[3]]
+    src = _write(tmp_path / "in.csv", HEADER, rows)
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"in.csv line 6: column {column}" in err
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_first_bad_line_is_reported_across_devices(tmp_path, capsys, counting):
+    rows = [ROWS[0], ["l4", "", "matmul", "fp16", "1", "8", "x", "8", "0", "", "1"],
+            ["tesla_t4", "", "matmul", "fp16", "1", "y", "8", "8", "0", "", "1"]]
+    src = _write(tmp_path / "in.csv", HEADER, rows)
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "line 3: column 'n'" in capsys.readouterr().err
+
+
+def test_short_row_names_line(tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("gpu,op,dtype,batch,m,n,k\nl4,matmul,fp16,1,8,8,8\nl4,matmul,fp16,1,8\n")
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "in.csv line 3: expected 7 fields, got 5" in capsys.readouterr().err
+
+
+def test_missing_required_column(tmp_path, capsys):
+    src = _write(tmp_path / "in.csv", ["gpu", "op", "dtype", "m", "n", "k"], [])
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "line 1: missing column(s) batch" in capsys.readouterr().err
+
+
+def test_skip_bad_writes_an_error_column(tmp_path, counting):
+    rows = [ROWS[0], ["tesla_t4", "", "linear", "float16", "1", "12x", "8", "8", "0", "", "1"],
+            ROWS[1], ["tesla_t4", "", "matmul", "fp8", "1", "8", "8", "8", "0", "", "1"]]
+    src = _write(tmp_path / "in.csv", HEADER, rows)
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(src), "--out", str(out), "--skip-bad"]) == 0
+    table = _read(out)
+    assert table[0] == HEADER + ["predicted_ms", "error"]
+    assert [r[:len(HEADER)] for r in table[1:]] == rows
+    pred = [r[-2] for r in table[1:]]
+    errors = [r[-1] for r in table[1:]]
+    assert pred[1] == pred[3] == "" and float(pred[0]) > 0 and float(pred[2]) > 0
+    assert errors[0] == errors[2] == ""
+    assert errors[1].startswith("column 'm': expected") and "'12x'" in errors[1]
+    assert errors[3].startswith("column 'dtype':") and "float8_e4m3fn" in errors[3]
+
+
+def test_bf16_on_t4_logs_one_warning_and_predicts(tmp_path, caplog, counting):
+    rows = [["tesla_t4", "", "matmul", "bf16", "1", str(m), "64", "64", "0", "", "1"]
+            for m in (8, 16, 32)]
+    src = _write(tmp_path / "in.csv", HEADER, rows)
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 0
+    warned = [r for r in caplog.records if "no bf16 tensor cores" in r.getMessage()]
+    assert len(warned) == 1
+    assert all(float(r[-1]) > 0 for r in _read(tmp_path / "o.csv")[1:])
+
+
+def test_every_measured_gpu_op_and_dtype_is_understood(tmp_path, data_dir):
+    # one row per distinct (gpu, op, dtype, layout) in the measured data, through the default
+    # predictor: no row may be rejected, and every prediction is finite and positive
+    header, combos = None, {}
+    for path in sorted((data_dir / "gemm").glob("*.csv.gz")):
+        with gzip.open(path, "rt", newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader)
+            key = [header.index(c) for c in ("gpu", "op", "dtype", "layout")]
+            for row in reader:
+                combos.setdefault(tuple(row[i] for i in key), row)
+    src = _write(tmp_path / "all.csv", header, list(combos.values()))
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(src), "--out", str(out)]) == 0
+    table = _read(out)
+    assert len(table) == len(combos) + 1 >= 50
+    times = [float(r[-1]) for r in table[1:]]
+    assert all(math.isfinite(t) and t > 0 for t in times)
