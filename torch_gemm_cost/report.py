@@ -268,9 +268,9 @@ class CostReport:
     def _type_of(self, path: str) -> str:
         if path in self.module_types:
             return self.module_types[path]
-        for g in self.gemms:
-            if g.site.module == path:
-                return g.site.module_type
+        for rec in [g.site for g in self.gemms] + [o.op for o in self.others]:
+            if rec.module == path:
+                return rec.module_type
         return path.rsplit(".", 1)[-1] if path else self.model
 
     def module_rows(self, depth: int | None = None) -> list[dict[str, Any]]:

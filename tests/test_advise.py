@@ -1,0 +1,163 @@
+"""Padding advice: hand-worked savings under an alignment-aware roofline, config-field mapping,
+grouping of repeated layers, and the invariant that advice is never predicted slower."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torch_gemm_cost.advise import PaddingAdvice, config_dims, padded_size, padding_advice
+from torch_gemm_cost.gemms import alignment_bytes
+from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
+
+from test_report import gpt2_sites, linear_site, make_report
+
+
+class AlignmentRoofline:
+    """Test double: the roofline, with compute slowed by 16 / (narrowest operand load in bytes).
+
+    A 2-byte-aligned operand runs compute 8× slower; a 16-byte-aligned one at the dtype peak.
+    """
+
+    name = "alignment-roofline"
+    version = "test"
+
+    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+        base = RooflinePredictor().predict(gemms, device)
+        align = torch.minimum(torch.minimum(gemms.a_align_bytes, gemms.b_align_bytes),
+                              gemms.c_align_bytes)  # (N,)
+        compute = base.details["compute_ms"] * 16.0 / align
+        memory = base.details["memory_ms"]
+        return GemmPrediction(torch.maximum(compute, memory), compute >= memory,
+                              {"compute_ms": compute, "memory_ms": memory})
+
+
+class WaveRoofline:
+    """Test double: 128×128 tiles, one per SM per wave; a wave costs a full tile's FLOPs at peak."""
+
+    name = "wave-roofline"
+    version = "test"
+
+    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+        tiles = gemms.batch * torch.ceil(gemms.m / 128) * torch.ceil(gemms.n / 128)  # (N,)
+        waves = tiles / device.sm_count
+        full = torch.ceil(waves)
+        per_sm = 312e12 / device.sm_count
+        wave_ms = 2 * 128 * 128 * gemms.k / per_sm * 1e3
+        time = full * wave_ms
+        return GemmPrediction(time, torch.ones_like(time, dtype=torch.bool),
+                              {"waves": waves, "last_wave_fill": waves - full + 1.0})
+
+
+@pytest.fixture(scope="module")
+def gpt2_advice() -> list[PaddingAdvice]:
+    return make_report(gpt2_sites(), AlignmentRoofline()).padding_advice()
+
+
+def test_gpt2_vocab_advice_by_hand(gpt2_advice):
+    top = gpt2_advice[0]
+    assert top.config_field == "vocab_size" and top.current == 50257
+    assert top.modules == ("lm_head",) and top.dim == "out_features (n)"
+    # 50257·2 B = 100514 B: C rows allow 2-byte loads -> compute 8× slower:
+    #   8 · 2·8192·50257·768 / 312e12 = 8 · 2.026857 ms = 16.214856 ms
+    # 50264 = 8·6283 -> 16-byte loads: 2·8192·50264·768 / 312e12 = 2.027139 ms
+    assert top.suggested == 50264 and top.multiple == 8
+    assert top.gemm_ms_before == pytest.approx(16.214856, rel=1e-6)
+    assert top.gemm_ms_after == pytest.approx(2.027139, rel=1e-6)
+    assert top.saving_ms == pytest.approx(16.214856 - 2.027139, rel=1e-6)
+    # extra FLOPs: 7 / 50257 = 0.01393 %
+    assert top.extra_flops_pct == pytest.approx(100 * 7 / 50257, rel=1e-9)
+    assert top.cause_kind == "alignment"
+    assert "2-byte" in top.cause and "16-byte" in top.cause and "100514" in top.cause
+
+
+def test_padded_model_is_predicted_faster(gpt2_advice):
+    top = gpt2_advice[0]
+    padded = make_report(gpt2_sites(vocab=top.suggested), AlignmentRoofline())
+    before = make_report(gpt2_sites(), AlignmentRoofline())
+    assert padded.total_ms == pytest.approx(top.model_ms_after, rel=1e-9)
+    assert padded.total_ms < before.total_ms
+
+
+def test_roofline_never_advises_padding():
+    # pure roofline: padding only adds FLOPs and bytes, so nothing can be faster
+    assert make_report(gpt2_sites(), RooflinePredictor()).padding_advice() == []
+
+
+def test_repeated_layers_are_grouped():
+    sites = []
+    for i in range(4):
+        sites.append(linear_site(f"model.layers.{i}.mlp.down_proj", 4096, 4096, 11001))
+    report = make_report(sites, AlignmentRoofline(), config={})
+    [advice] = report.padding_advice()
+    assert advice.modules == ("4 × mlp.down_proj",)
+    assert advice.config_field is None and advice.dim == "in_features (k)"
+    assert advice.gemms == 4 and advice.current == 11001 and advice.suggested % 8 == 0
+
+
+def test_padding_that_only_adds_work_is_not_advised():
+    # WaveRoofline, 130 tokens × 128 out features on 108 SMs: ⌈130/128⌉·⌈128/128⌉ = 2 tiles, one
+    # wave. Padding 130 to 136, 144, 160, 192 or 256 keeps 2 tiles and one wave: no saving.
+    sites = [linear_site("fc", 130, 128, 4096)]
+    report = make_report(sites, WaveRoofline(), config={})
+    assert report.padding_advice() == []
+
+
+def test_config_dims_from_hf_configs():
+    transformers = pytest.importorskip("transformers")
+    gpt2 = config_dims(transformers.GPT2Config())
+    assert gpt2 == {"vocab_size": 50257, "hidden_size": 768, "intermediate_size": 3072,
+                    "num_attention_heads": 12, "head_dim": 64}
+    llama = config_dims(transformers.LlamaConfig(num_key_value_heads=8))
+    assert llama["intermediate_size"] == 11008
+    assert llama["num_key_value_heads × head_dim"] == 8 * 128
+
+
+def test_padded_size():
+    assert padded_size(50257, 64) == 50304  # 64 · 786
+    assert padded_size(50257, 8) == 50264  # 8 · 6283
+    assert padded_size(4096, 128) == 4096
+
+
+dims = st.integers(min_value=8, max_value=3000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=dims, n=dims, k=dims, predictor=st.sampled_from([AlignmentRoofline(), WaveRoofline()]))
+def test_advice_is_never_predicted_slower(m, n, k, predictor):
+    sites = [linear_site("a", m, n, k), linear_site("b", m, k, n)]
+    report = make_report(sites, predictor, config={})
+    for a in report.padding_advice():
+        assert a.gemm_ms_after < a.gemm_ms_before
+        assert a.model_ms_after < a.model_ms_before
+        # re-predict the padded model independently of advise's batched path; a dim that is no
+        # config field (nor the token count) is padded in the advised modules only
+        scope = {s.module for s in sites} if a.config_field else set(a.modules)
+        padded = [
+            dataclasses.replace(
+                s,
+                m=a.suggested if s.m == a.current else s.m,
+                n=a.suggested if s.n == a.current else s.n,
+                k=a.suggested if s.k == a.current else s.k,
+            ) if s.module in scope else s
+            for s in sites
+        ]
+        padded = [
+            dataclasses.replace(s, a_align_bytes=alignment_bytes(s.k, 2),
+                                b_align_bytes=alignment_bytes(s.k, 2),
+                                c_align_bytes=alignment_bytes(s.n, 2))
+            for s in padded
+        ]
+        again = make_report(padded, predictor, config={})
+        assert again.total_ms == pytest.approx(a.model_ms_after, rel=1e-9)
+        assert again.total_ms < report.total_ms
+
+
+def test_advice_needs_the_predictor():
+    report = dataclasses.replace(make_report(gpt2_sites(layers=1)), predictor_impl=None)
+    with pytest.raises(ValueError, match="re-runs the predictor"):
+        padding_advice(report)
