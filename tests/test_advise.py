@@ -158,6 +158,7 @@ def test_advice_is_never_predicted_slower(m, n, k, predictor):
 
 
 def test_advice_needs_the_predictor():
-    report = dataclasses.replace(make_report(gpt2_sites(layers=1)), predictor_impl=None)
+    report = dataclasses.replace(make_report(gpt2_sites(layers=1)), predictor_impl=None,
+                                 predictor="mystery")
     with pytest.raises(ValueError, match="re-runs the predictor"):
         padding_advice(report)

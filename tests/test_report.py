@@ -239,7 +239,12 @@ def test_module_types_of_names_every_module():
 
 def test_existing_constructor_still_valid():
     site = linear_site("fc", 64, 64, 64)
-    r = CostReport("M", get_device("l4"), "float16", "inference", "roofline", "1",
+    r = CostReport("M", get_device("l4"), "float16", "inference", "mystery", "0",
                    (GemmEstimate(site, 0.5, "memory"),))
     assert r.total_ms == 0.5 and r.to_dict()["rows"][0]["time_ms"] == 0.5
     assert "padding advice" not in str(r)  # no predictor object: no advice section
+    # a report named after the roofline finds that predictor again
+    r = CostReport("M", get_device("l4"), "float16", "inference", "roofline", "1",
+                   (GemmEstimate(site, 0.5, "memory"),))
+    assert isinstance(r.predictor_object(), RooflinePredictor)
+    assert "padding advice: none" in str(r)

@@ -184,13 +184,14 @@ def padding_advice(
 ) -> list["PaddingAdvice"]:
     """Ranked padding advice for a report, best whole-model saving first.
 
-    Uses ``report.predictor_impl`` (the predictor that made the report). Only changes the predictor
+    Uses the predictor that made the report (``report.predictor_object()``). Only changes the predictor
     says save at least ``min_saving_pct`` % of the whole model's time are returned; a change
     predicted slower is never advised.
     """
     if not report.gemms:
         return []
-    if report.predictor_impl is None:
+    predictor = report.predictor_object()
+    if predictor is None:
         raise ValueError(
             f"padding advice re-runs the predictor, but this report holds none "
             f"(predictor={report.predictor!r}); build it with estimate()"
@@ -234,7 +235,7 @@ def padding_advice(
     if not blocks:
         return []
     batch = GemmBatch(**{k: torch.cat([col[k] for col in cols]) for k in cols[0]})
-    pred = report.predictor_impl.predict(batch, report.device)
+    pred = predictor.predict(batch, report.device)
     t = pred.time_ms.to(torch.float64)
 
     model_before = report.total_ms

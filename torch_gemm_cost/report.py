@@ -232,7 +232,7 @@ class CostReport:
             "config": dict(self.config),
             "rows": self.rows(),
         }
-        if advice and self.predictor_impl is not None:
+        if advice and self.predictor_object() is not None:
             out["padding_advice"] = [asdict(a) for a in self.padding_advice()]
         return out
 
@@ -416,7 +416,7 @@ class CostReport:
 
     def __str__(self) -> str:
         text = f"{self.table()}\n{self.footer()}"
-        if self.predictor_impl is not None and self.gemms:
+        if self.gemms and self.predictor_object() is not None:
             text += "\n" + format_advice(self.padding_advice()[:3])
         return text
 
@@ -432,15 +432,29 @@ class CostReport:
         """Padding suggestions ranked by predicted whole-model saving (see ``advise``)."""
         return list(self._advice)
 
+    def predictor_object(self) -> "Predictor | None":
+        """The predictor that made this report: ``predictor_impl``, or else the default or roofline
+        predictor when its name and version match the report's; None when neither does."""
+        if self.predictor_impl is not None:
+            return self.predictor_impl
+        from .predict import RooflinePredictor, default_predictor
+
+        for make in (default_predictor, RooflinePredictor):
+            p = make()
+            if (p.name, str(p.version)) == (self.predictor, str(self.predictor_version)):
+                return p
+        return None
+
     def _predict(self, sites: Sequence[GemmSite]) -> Any:
         from .predict.base import GemmBatch
 
-        if self.predictor_impl is None:
+        predictor = self.predictor_object()
+        if predictor is None:
             raise ValueError(
                 f"this report holds no predictor object (predictor={self.predictor!r}); build it "
                 "with estimate() or pass predictor_impl= to CostReport"
             )
-        return self.predictor_impl.predict(GemmBatch.from_sites(sites), self.device)
+        return predictor.predict(GemmBatch.from_sites(sites), self.device)
 
     def explain(self, row: int | str) -> GemmExplanation:
         """Explain one GEMM: ``row`` is its index in ``rows()`` or its module path (first match)."""
@@ -457,7 +471,7 @@ class CostReport:
             raise ValueError(f"row {row} out of range; the report has rows 0..{len(self.gemms) - 1}")
         g = self.gemms[row]
         details = dict(g.details)
-        if not details and self.predictor_impl is not None:
+        if not details and self.predictor_object() is not None:
             pred = self._predict([g.site])
             details = {k: float(v[0]) for k, v in pred.details.items()}
         return GemmExplanation(g.site, g.time_ms, g.bound, self.device.id, self.predictor, details)
