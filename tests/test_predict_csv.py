@@ -180,3 +180,39 @@ def test_every_measured_gpu_op_and_dtype_is_understood(tmp_path, data_dir):
     assert len(table) == len(combos) + 1 >= 50
     times = [float(r[-1]) for r in table[1:]]
     assert all(math.isfinite(t) and t > 0 for t in times)
+
+
+class _TimingAware(_Counting):
+    """Takes the timing and source keywords, as predictors that add launch overhead do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str | None, str | None, int]] = []
+
+    def predict(self, gemms, device, *, timing=None, source=None):
+        self.calls.append((timing, source, len(gemms)))
+        return super().predict(gemms, device)
+
+
+def test_timing_and_source_reach_predictors_that_take_them(tmp_path, monkeypatch):
+    pred = _TimingAware()
+    monkeypatch.setattr(predict_pkg, "default_predictor", lambda: pred)
+    header = ["gpu", "source", "timing", "op", "dtype", "batch", "m", "n", "k"]
+    rows = [["l4", "vidur", "kernel", "linear", "fp16", "1", "8", "8", "8"],
+            ["l4", "vidur", "event", "linear", "fp16", "1", "8", "8", "8"],
+            ["l4", "vidur", "kernel", "linear", "fp16", "1", "16", "8", "8"],
+            ["l4", "", "", "linear", "fp16", "1", "16", "8", "8"]]
+    src = _write(tmp_path / "in.csv", header, rows)
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 0
+    assert sorted(pred.calls, key=str) == sorted(
+        [("kernel", "vidur", 2), ("event", "vidur", 1), (None, None, 1)], key=str
+    )
+
+
+def test_unknown_timing_names_line_and_column(tmp_path, capsys):
+    header = ["gpu", "timing", "op", "dtype", "batch", "m", "n", "k"]
+    src = _write(tmp_path / "in.csv", header, [["l4", "evnt", "mm", "fp16", "1", "8", "8", "8"]])
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "line 2: column 'timing': unknown 'evnt'; known: event, kernel, table" in (
+        capsys.readouterr().err
+    )

@@ -1,7 +1,8 @@
 """``torch-gemm-cost predict-csv``: add ``predicted_ms`` to a CSV of GEMMs in the DATA.md schema.
 
-Every input column and the row order are kept. Rows are grouped by ``gpu`` and each group is
-predicted in one batched call. A malformed row stops the run with the line and column named
+Every input column and the row order are kept. Rows are grouped by ``gpu`` (and by ``timing``
+and ``source`` where the file has them and the predictor takes them: launch overhead depends on
+how the time was measured), and each group is predicted in one batched call. A malformed row stops the run with the line and column named
 (exit 2); with ``--skip-bad`` it gets an ``error`` column instead and no prediction.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import inspect
 import io
 import logging
 import os
@@ -25,6 +27,7 @@ from . import UsageError
 logger = logging.getLogger(__name__)
 
 REQUIRED: tuple[str, ...] = ("gpu", "op", "dtype", "batch", "m", "n", "k")
+TIMINGS: tuple[str, ...] = ("", "event", "kernel", "table")  # DATA.md; "" = predictor's default
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -120,19 +123,37 @@ class _Targets:
         return hit
 
 
-def _group_by_device(table: _Table, targets: _Targets, errors: dict[int, str]) -> dict[str, list[int]]:
-    gpu_col = table.header.index("gpu")
-    groups: dict[str, list[int]] = {}
+# a group: one device, and the timing method and source where the file gives them
+_Key = tuple[str, str, str]
+
+
+def _group_rows(
+    table: _Table, targets: _Targets, errors: dict[int, str]
+) -> dict[_Key, list[int]]:
+    col = {c: table.header.index(c) for c in ("gpu", "timing", "source") if c in table.header}
+    groups: dict[_Key, list[int]] = {}
     for i, row in enumerate(table.rows):
         if len(row) != len(table.header):
             errors[i] = f"expected {len(table.header)} fields, got {len(row)}"
             continue
-        hit = targets.get(row[gpu_col])
+        hit = targets.get(row[col["gpu"]])
         if isinstance(hit, str):
             errors[i] = f"column 'gpu': {hit}"
             continue
-        groups.setdefault(hit[0].id, []).append(i)
+        timing = row[col["timing"]].strip() if "timing" in col else ""
+        if timing not in TIMINGS:
+            errors[i] = f"column 'timing': unknown {timing!r}; known: {', '.join(TIMINGS[1:])}"
+            continue
+        source = row[col["source"]].strip() if "source" in col else ""
+        groups.setdefault((hit[0].id, timing, source), []).append(i)
     return groups
+
+
+def _context(predictor, timing: str, source: str) -> dict[str, str]:
+    """The ``timing``/``source`` keywords the predictor's ``predict`` takes, where given."""
+    params = inspect.signature(predictor.predict).parameters
+    given = {"timing": timing, "source": source}
+    return {k: v for k, v in given.items() if v and k in params}
 
 
 def _columns(table: _Table, idx: list[int]) -> dict[str, list[str]]:
@@ -195,30 +216,31 @@ def _predict_groups(
 
     errors: dict[int, str] = {}
     times: list[float | None] = [None] * len(table.rows)
-    groups = _group_by_device(table, targets, errors)
+    gpu_col = table.header.index("gpu")
     batches = {}
-    for gpu, idx in groups.items():
-        spec = targets.get(table.rows[idx[0]][table.header.index("gpu")])[0]
+    for key, idx in _group_rows(table, targets, errors).items():
+        spec = targets.get(table.rows[idx[0]][gpu_col])[0]
         try:
-            batches[gpu] = (idx, _check_group(table, idx, spec))
+            batches[key] = (idx, _check_group(table, idx, spec))
         except ValueError:
             good = _good_rows(table, idx, spec, errors)
             if good:
-                batches[gpu] = (good, _check_group(table, good, spec))
+                batches[key] = (good, _check_group(table, good, spec))
     if errors and not skip_bad:
         first = min(errors)
         raise UsageError(f"{path} line {table.lines[first]}: {errors[first]}")
     fallback = weights_predictor or default_predictor()
-    for gpu, (idx, gemms) in batches.items():
-        spec, profile_predictor = targets.get(table.rows[idx[0]][table.header.index("gpu")])
+    for (_, timing, source), (idx, gemms) in batches.items():
+        spec, profile_predictor = targets.get(table.rows[idx[0]][gpu_col])
         predictor = weights_predictor or profile_predictor or fallback
+        context = _context(predictor, timing, source)
         live = gemms.batch > 0  # (N,) zero-size batches cost nothing
         time_ms = torch.zeros(len(gemms), dtype=torch.float64)
         if bool(live.all()):
-            time_ms = predictor.predict(gemms, spec).time_ms.to(torch.float64)
+            time_ms = predictor.predict(gemms, spec, **context).time_ms.to(torch.float64)
         elif bool(live.any()):
             sub = GemmBatch(**{f: getattr(gemms, f)[live] for f in gemms.__dataclass_fields__})
-            time_ms[live] = predictor.predict(sub, spec).time_ms.to(torch.float64)
+            time_ms[live] = predictor.predict(sub, spec, **context).time_ms.to(torch.float64)
         for i, t in zip(idx, time_ms.tolist()):
             times[i] = t
     return times, errors

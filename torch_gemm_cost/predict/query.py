@@ -67,15 +67,15 @@ def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
 def load_weights(path: str | os.PathLike[str]) -> Predictor:
     """The hybrid predictor with the weights stored at ``path`` (JSON, never unpickled)."""
     try:
-        from .hybrid import load_predictor
+        from .hybrid import HybridPredictor
     except ImportError as e:
         if e.name not in (None, "torch_gemm_cost.predict.hybrid"):
             raise
         raise ValueError(
-            f"cannot load weights {str(path)!r}: this installation has no hybrid predictor "
-            "loader; omit the weights to use the default predictor"
+            f"cannot load weights {str(path)!r}: this installation has no hybrid predictor; "
+            "omit the weights to use the default predictor"
         ) from None
-    return load_predictor(path)
+    return HybridPredictor.load(path)
 
 
 def check_dtype_on_device(spec: DeviceSpec, cd: ComputeDtype) -> None:
