@@ -1,0 +1,131 @@
+"""``torch-gemm-cost estimate``: bad arguments exit 2 with one line; the bundled GPT-2 config prints
+its table, JSON rows sum to gemm_ms, several devices give a comparison."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torch_gemm_cost.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT2 = str(ROOT / "examples" / "gpt2.json")
+# a small GPT-2 (2 blocks, 256 tokens) keeps the end-to-end runs to a few seconds
+SMALL = ["--hf-config", GPT2, "--batch", "1", "--seq", "256", "--predictor", "roofline"]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        rc = main(list(argv))
+    except SystemExit as e:  # argparse's own errors
+        rc = int(e.code)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def tiny_gpt2(tmp_path) -> str:
+    cfg = json.loads(Path(GPT2).read_text())
+    cfg["n_layer"] = 2
+    path = tmp_path / "gpt2_tiny.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--hf-config", GPT2, "--batch", "0"], "--batch must be at least 1, got 0"),
+        (["--hf-config", GPT2, "--task", "foo"], "invalid choice: 'foo'"),
+        (["--hf-config", GPT2, "--mode", "training"], "invalid choice: 'training'"),
+        (["--hf-config", GPT2, "--batch", "eight"], "invalid int value: 'eight'"),
+        ([], "give exactly one model source"),
+        (["--hf-config", GPT2, "--depth", "0"], "--depth must be at least 1, got 0"),
+        (["--hf-config", "missing.json"], "missing.json: no such file"),
+        (["--hf-config", GPT2, "--device", "a100_sxm"], "unknown device 'a100_sxm'"),
+        (["--hf-config", GPT2, "--device", "a100_sxm4_80gb", "--dtype", "fp8"],
+         "a100_sxm4_80gb has no float8_e4m3fn support"),
+        (["--hf-config", GPT2, "--dtype", "fp17"], "unknown dtype 'fp17'"),
+        (["--hf-config", GPT2, "--seq", "4096"], "--seq 4096 exceeds the model's 1024 positions"),
+        (["no_such_pkg.models:build"], "cannot import 'no_such_pkg.models'"),
+        (["json:nothing_here"], "json has no function 'nothing_here'"),
+        (["not-a-callable"], "not of the form pkg.module:function"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
+    rc, out, err = run(capsys, "estimate", *argv)
+    assert rc == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert message in lines[0]
+    assert "Traceback" not in err and out == ""
+
+
+def test_bad_json_names_the_file(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model_type": "gpt2",')
+    rc, _, err = run(capsys, "estimate", "--hf-config", str(bad))
+    assert rc == 2 and "bad.json: not valid JSON" in err
+
+
+def test_quick_start_prints_the_table(capsys, tiny_gpt2):
+    argv = ["--hf-config", tiny_gpt2, "--batch", "1", "--seq", "256", "--predictor", "roofline"]
+    rc, out, _ = run(capsys, "estimate", *argv, "--device", "a100_sxm4_80gb", "--dtype", "fp16")
+    assert rc == 0
+    assert "transformer.h.{0-1}.mlp.c_fc" in out
+    assert "1×256×50257×768" in out  # lm_head: 256 tokens × vocab 50257 × hidden 768
+    assert "GPT2LMHeadModel on A100 SXM4 80GB" in out and "roofline v1" in out
+
+
+def test_depth_json_csv_and_plot(capsys, tiny_gpt2, tmp_path):
+    pytest.importorskip("matplotlib")
+    base = ["--hf-config", tiny_gpt2, "--batch", "1", "--seq", "128", "--predictor", "roofline",
+            "--device", "l4", "--dtype", "bf16"]
+    rc, out, _ = run(capsys, "estimate", *base, "--depth", "2",
+                     "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv"),
+                     "--plot", str(tmp_path / "r.png"))
+    assert rc == 0
+    assert "GPT2Block × 2" in out
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert sum(r["time_ms"] for r in data["rows"]) == pytest.approx(data["gemm_ms"], rel=1e-12)
+    assert data["config"]["vocab_size"] == 50257
+    assert len((tmp_path / "r.csv").read_text().splitlines()) == len(data["rows"]) + 1
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_json_to_stdout(capsys, tiny_gpt2):
+    rc, out, _ = run(capsys, "estimate", "--hf-config", tiny_gpt2, "--batch", "1", "--seq", "64",
+                     "--predictor", "roofline", "--device", "h100_sxm5_80gb", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert data["device"] == "h100_sxm5_80gb" and data["dtype"] == "bfloat16"
+
+
+def test_two_devices_give_a_comparison(capsys, tiny_gpt2):
+    rc, out, _ = run(capsys, "estimate", "--hf-config", tiny_gpt2, "--batch", "1", "--seq", "128",
+                     "--predictor", "roofline", "--device", "a100_sxm4_80gb", "--device", "l4",
+                     "--dtype", "bf16")
+    assert rc == 0
+    assert "a100_sxm4_80gb" in out and "l4" in out and "speedup" in out and "top layers" in out
+
+
+def test_callable_model_source(capsys, tmp_path, monkeypatch):
+    (tmp_path / "mlp_models.py").write_text(textwrap.dedent("""
+        import torch
+
+        def build(batch=4):
+            model = torch.nn.Sequential(torch.nn.Linear(1000, 4000), torch.nn.GELU(),
+                                        torch.nn.Linear(4000, 1000))
+            return model, (torch.ones(batch, 1000),)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    rc, out, _ = run(capsys, "estimate", "mlp_models:build", "--batch", "16",
+                     "--predictor", "roofline", "--device", "a100_sxm4_80gb", "--dtype", "fp16")
+    assert rc == 0
+    # 16 tokens through Linear(1000, 4000): B×M×N×K = 1×16×4000×1000
+    assert "1×16×4000×1000" in out and "1×16×1000×4000" in out
