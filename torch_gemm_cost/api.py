@@ -1,0 +1,176 @@
+"""The public entry points: ``estimate``, ``annotate`` and ``compare``.
+
+Each one runs the pipeline capture -> gemms -> predict -> report; arguments are checked here,
+at the boundary, before anything is traced.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+
+from .capture import CAPTURE_METHODS, Captured, capture, unwrap_model
+from .devices import DeviceSpec, get_device
+from .dtypes import ComputeDtype, resolve_dtype
+from .gemms import GemmSite, OtherOp, extract
+from .predict import GemmBatch, Predictor, default_predictor
+from .report import CostReport, GemmEstimate, OpEstimate
+
+__all__ = ["estimate", "annotate", "compare", "MODES"]
+
+MODES: tuple[str, ...] = ("inference", "train")
+
+def estimate(
+    model: torch.nn.Module,
+    args: Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    device: str | DeviceSpec,
+    dtype: str | torch.dtype | ComputeDtype | None = None,
+    mode: str = "inference",
+    predictor: Predictor | None = None,
+    optimizer: Any = None,
+    capture_method: str = "auto",
+) -> CostReport:
+    """Predict the GPU time of ``model(*args, **kwargs)`` on ``device``, GEMM by GEMM.
+
+    ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
+    ``mode="train"`` adds the backward pass. ``optimizer`` is passed to the non-GEMM cost model.
+    ``capture_method`` is ``"auto"`` (export, then the dispatch recorder), ``"export"`` or
+    ``"dispatch"``. The model is never run on real data and is left as it was.
+    """
+    return compare(
+        model, args, kwargs, devices=[device], dtypes=[dtype], mode=mode, predictor=predictor,
+        optimizer=optimizer, capture_method=capture_method,
+    )[0]
+
+
+def annotate(
+    model: torch.nn.Module,
+    args: Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    device: str | DeviceSpec,
+    dtype: str | torch.dtype | ComputeDtype | None = None,
+    mode: str = "inference",
+    capture_method: str = "auto",
+) -> torch.fx.GraphModule:
+    """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
+    ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
+    get_device(device)
+    _check_mode(mode)
+    _check_method(capture_method)
+    native = _model_dtype(model)
+    cd = resolve_dtype(dtype if dtype is not None else native)
+    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
+    extract(captured, cd, mode=mode, native_dtype=native)
+    return captured.graph_module
+
+
+def compare(
+    model: torch.nn.Module,
+    args: Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    devices: Iterable[str | DeviceSpec],
+    dtypes: Iterable[str | torch.dtype | ComputeDtype | None] = (None,),
+    mode: str = "inference",
+    predictor: Predictor | None = None,
+    optimizer: Any = None,
+    capture_method: str = "auto",
+) -> list[CostReport]:
+    """One report per (device, dtype), devices outer, from a single capture of the model."""
+    specs = [get_device(d) for d in _as_list(devices, "devices")]
+    native = _model_dtype(model)
+    cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
+    _check_mode(mode)
+    _check_method(capture_method)
+    predictor = predictor or default_predictor()
+    if not callable(getattr(predictor, "predict", None)):
+        raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
+    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
+    records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
+    for cd in cds:
+        if cd.name not in records:
+            records[cd.name] = extract(captured, cd, mode=mode, native_dtype=native)
+    return [
+        _report(captured, *records[cd.name], spec, cd, mode, predictor, optimizer)
+        for spec, cd in itertools.product(specs, cds)
+    ]
+
+
+def _report(
+    captured: Captured,
+    sites: tuple[GemmSite, ...],
+    others: tuple[OtherOp, ...],
+    device: DeviceSpec,
+    cd: ComputeDtype,
+    mode: str,
+    predictor: Predictor,
+    optimizer: Any,
+) -> CostReport:
+    gemms: tuple[GemmEstimate, ...] = ()
+    if sites:
+        pred = predictor.predict(GemmBatch.from_sites(sites), device)  # one call per report
+        times = pred.time_ms.tolist()
+        bound = pred.compute_bound.tolist()
+        gemms = tuple(
+            GemmEstimate(s, float(t), "compute" if b else "memory")
+            for s, t, b in zip(sites, times, bound)
+        )
+    return CostReport(
+        model=captured.model_name,
+        device=device,
+        dtype=cd.name,
+        mode=mode,
+        predictor=getattr(predictor, "name", type(predictor).__name__),
+        predictor_version=str(getattr(predictor, "version", "")),
+        gemms=gemms,
+        others=_cost_other_ops(others, device, mode, optimizer),
+    )
+
+
+def _cost_other_ops(
+    others: Sequence[OtherOp], device: DeviceSpec, mode: str, optimizer: Any
+) -> tuple[OpEstimate, ...]:
+    """Times of the non-GEMM ops. NB: not modelled yet; each op is listed with no time."""
+    return tuple(OpEstimate(op, None) for op in others)
+
+
+def _model_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The most common floating dtype among the parameters (float32 when there are none)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    counts: dict[torch.dtype, int] = {}
+    for p in unwrap_model(model).parameters():
+        if p.dtype.is_floating_point:
+            counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    return max(counts, key=counts.__getitem__) if counts else torch.float32
+
+
+def _check_choice(what: str, value: Any, choices: Sequence[str]) -> None:
+    if value in choices:
+        return
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.3)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"{what} must be one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
+
+
+def _check_mode(mode: str) -> None:
+    _check_choice("mode", mode, MODES)
+
+
+def _check_method(method: str) -> None:
+    _check_choice("capture_method", method, CAPTURE_METHODS)
+
+
+def _as_list(values: Any, what: str) -> list[Any]:
+    if isinstance(values, (str, DeviceSpec, torch.dtype, ComputeDtype)) or values is None:
+        return [values]
+    out = list(values)
+    if not out:
+        raise ValueError(f"{what} is empty; give at least one")
+    return out
