@@ -5,9 +5,11 @@
     print(report)
 """
 
+from .api import annotate, compare, estimate
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
 from .gemms import GemmSite, OtherOp
+from .predict.query import explain, predict_gemm_ms
 from .report import CostReport, GemmEstimate, OpEstimate
 
 __version__ = "0.1.0"
@@ -19,7 +21,12 @@ __all__ = [
     "GemmSite",
     "OpEstimate",
     "OtherOp",
+    "annotate",
+    "compare",
+    "estimate",
+    "explain",
     "get_device",
     "list_devices",
+    "predict_gemm_ms",
     "resolve_dtype",
 ]
