@@ -5,12 +5,13 @@
     print(report)
 """
 
+from .advise import PaddingAdvice
 from .api import annotate, compare, estimate
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
 from .gemms import GemmSite, OtherOp
 from .predict.query import explain, predict_gemm_ms
-from .report import CostReport, GemmEstimate, OpEstimate
+from .report import CostReport, GemmEstimate, OpEstimate, format_advice, format_comparison
 
 __version__ = "0.1.0"
 
@@ -21,10 +22,13 @@ __all__ = [
     "GemmSite",
     "OpEstimate",
     "OtherOp",
+    "PaddingAdvice",
     "annotate",
     "compare",
     "estimate",
     "explain",
+    "format_advice",
+    "format_comparison",
     "get_device",
     "list_devices",
     "predict_gemm_ms",
