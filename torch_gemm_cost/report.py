@@ -160,6 +160,23 @@ class CostReport:
     config: Mapping[str, int] = field(default_factory=dict, compare=False)
     module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
+    def with_model(self, model: Any, predictor: "Predictor | None" = None) -> "CostReport":
+        """A copy with what only the model knows filled in where missing: each module's class
+        name (names blocks in ``table(depth=N)``), its config dims (maps padding advice to config
+        fields) and, when given, the predictor object."""
+        from dataclasses import replace
+
+        from .advise import config_dims
+
+        extra: dict[str, Any] = {}
+        if not self.module_types:
+            extra["module_types"] = module_types_of(model)
+        if not self.config:
+            extra["config"] = config_dims(getattr(model, "config", None))
+        if self.predictor_impl is None and predictor is not None:
+            extra["predictor_impl"] = predictor
+        return replace(self, **extra) if extra else self
+
     # ------------------------------------------------------------------ totals
 
     @property
@@ -573,11 +590,15 @@ def format_comparison(reports: Sequence[CostReport], top: int = 5, depth: int | 
         layer_body.append([label] + [p[key]["time_ms"] if key in p else None for p in per])
     layers = tabulate(
         layer_body,
-        headers=["top layers (ms)"] + [f"{r.device.id} {r.dtype}" for r in reports],
+        headers=["top layers (ms)"] + [f"{r.device.id} {_SHORT.get(r.dtype, r.dtype)}"
+                                       for r in reports],
         floatfmt=".4f",
         missingval="-",
     )
     return f"{totals}\n\n{layers}"
+
+
+_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
 
 
 def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -217,7 +217,6 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
     from ..advise import config_dims
     from ..devices import get_device
     from ..dtypes import resolve_dtype
-    from ..report import module_types_of
 
     _check_args(args)
     dtype = resolve_dtype(args.dtype)
@@ -242,14 +241,10 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
         with _stage(f"estimating {type(model).__name__} on {dev.id}"):
             report = tgc.estimate(model, margs, kwargs=kwargs, device=dev, dtype=dtype.name,
                                   mode=args.mode, predictor=predictor)
-        extra: dict[str, Any] = {}
-        if report.predictor_impl is None:
-            extra["predictor_impl"] = predictor
-        if not report.module_types:
-            extra["module_types"] = module_types_of(model)
+        report = report.with_model(model, predictor)
         if not report.config and config is not None:
-            extra["config"] = config_dims(config)
-        reports.append(dataclasses.replace(report, **extra) if extra else report)
+            report = dataclasses.replace(report, config=config_dims(config))
+        reports.append(report)
     return reports
 
 
