@@ -531,9 +531,9 @@ def extract(
                     records.append(soft)
                     fwd_others.append(soft)
                     if train and requires[node]:
-                        back.append(_backward_other(soft))
-                if train:
-                    back.extend(_backward_sites(f, site))
+                        back[:0] = [_backward_other(soft)]
+                if train:  # within a node too, backward runs in reverse
+                    back[:0] = _backward_sites(f, site)
         else:
             other = _other(node, name, inputs, out_tensors, ctx, module, module_type)
             records.append(other)

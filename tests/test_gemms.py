@@ -1,0 +1,291 @@
+"""GEMM extraction: every spelling with hand-worked shapes, layouts, bytes and the backward pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers.pytorch_utils import Conv1D
+
+from torch_gemm_cost.capture import capture
+from torch_gemm_cost.gemms import META_KEY, causal_kept_entries, einsum_gemms, extract
+
+METHODS = ("dispatch", "export")
+
+
+class AllSpellings(nn.Module):
+    """Uses every GEMM spelling once; x is (2, 4, 8)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 16)
+        self.w2 = nn.Parameter(torch.randn(12, 16))
+        self.c1d = Conv1D(24, 16)  # HF Conv1D(nf=24, nx=16): addmm with W (16, 24)
+        self.w = nn.Parameter(torch.randn(16, 16))
+        self.w3 = nn.Parameter(torch.randn(3, 16, 5))
+        self.b16 = nn.Parameter(torch.randn(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)  # (2, 4, 16)
+        f = F.linear(h, self.w2)  # (2, 4, 12)
+        c = self.c1d(h)  # (2, 4, 24)
+        h2 = h.reshape(8, 16)
+        a = torch.addmm(self.b16, h2, self.w)
+        m = torch.mm(h2, self.w.t())
+        ht = h.transpose(1, 2)  # (2, 16, 4)
+        b = torch.bmm(h, ht)
+        bb = torch.baddbmm(b, h, ht)
+        m1 = h @ self.w  # ND·2-D
+        m2 = torch.matmul(h, ht)  # ND·ND
+        m3 = h.unsqueeze(1) @ self.w3  # (2, 1, 4, 16)·(3, 16, 5): broadcast to (2, 3)
+        v = h[0, 0]  # (16,)
+        m4 = v @ self.w  # 1-D·2-D
+        m5 = self.w @ v  # 2-D·1-D
+        m6 = v @ v  # dot
+        m7 = v @ ht  # 1-D·ND
+        e1 = torch.einsum("bik,kj->bij", h, self.w)
+        q = h.reshape(2, 4, 2, 8).transpose(1, 2)  # (2, 2, 4, 8)
+        e2 = torch.einsum("bhqd,bhkd->bhqk", q, q)
+        o = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        outs = (f, c, a, m, bb, m1, m2, m3, m4, m5, m6, m7, e1, e2, o)
+        return sum(t.sum() for t in outs)
+
+
+# (module, op, batch, m, n, k): worked by hand from the shapes in forward()
+ALL_EXPECTED = [
+    ("lin", "linear", 1, 8, 16, 8),  # (2·4 tokens, 8) · W(16, 8)ᵀ
+    ("", "linear", 1, 8, 12, 16),
+    ("c1d", "conv1d", 1, 8, 24, 16),  # x.view(8, 16) · W(16, 24)
+    ("", "addmm", 1, 8, 16, 16),
+    ("", "mm", 1, 8, 16, 16),
+    ("", "bmm", 2, 4, 4, 16),
+    ("", "baddbmm", 2, 4, 4, 16),
+    ("", "matmul", 1, 8, 16, 16),  # leading dims fold into m: 2·4
+    ("", "matmul", 2, 4, 4, 16),
+    ("", "matmul", 6, 4, 5, 16),  # batch broadcast (2, 1) with (3,) -> 2·3
+    ("", "matmul", 1, 1, 16, 16),
+    ("", "matmul", 1, 16, 1, 16),
+    ("", "matmul", 1, 1, 1, 16),
+    ("", "matmul", 2, 1, 4, 16),
+    ("", "einsum", 1, 8, 16, 16),  # b, i -> m = 2·4; j -> n; k reduced
+    ("", "einsum", 4, 4, 4, 8),  # b, h -> batch 2·2
+    ("", "sdpa_qk", 4, 4, 4, 8),  # (B·H, L, S, E)
+    ("", "sdpa_pv", 4, 4, 8, 4),  # (B·H, L, Ev, S)
+]
+
+
+@pytest.fixture(scope="module")
+def spelling_model() -> AllSpellings:
+    torch.manual_seed(0)
+    return AllSpellings()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_spelling_yields_its_gemm(spelling_model: AllSpellings, method: str) -> None:
+    captured = capture(spelling_model, (torch.randn(2, 4, 8),), method=method)
+    sites, _ = extract(captured, torch.float32)
+    got = [(s.module, s.op, s.batch, s.m, s.n, s.k) for s in sites]
+    assert got == ALL_EXPECTED
+    by_op: dict = {}
+    for s in sites:
+        by_op.setdefault(s.op, s)  # the first of each op
+    assert by_op["linear"].module_type == "Linear" and by_op["conv1d"].module_type == "Conv1D"
+    assert by_op["linear"].bias and by_op["conv1d"].bias and by_op["addmm"].bias
+    assert by_op["baddbmm"].bias and not by_op["mm"].bias
+    # a Linear weight (n, k) is read transposed; mm(h, w.t()) too; Conv1D's (k, n) weight is not
+    assert by_op["linear"].b_transposed and not by_op["linear"].a_transposed
+    assert by_op["mm"].b_transposed and not by_op["conv1d"].b_transposed
+    assert by_op["bmm"].b_transposed  # h.transpose(1, 2)
+    assert all(s.phase == "forward" and s.dtype == "float32" for s in sites)
+
+
+def test_sdpa_is_two_gemms_and_a_softmax_with_causal_flops(spelling_model: AllSpellings) -> None:
+    captured = capture(spelling_model, (torch.randn(2, 4, 8),))
+    sites, others = extract(captured, torch.float32)
+    qk, pv = [s for s in sites if s.op.startswith("sdpa")]
+    # causal 4×4 scores keep 1+2+3+4 = 10 of 16; QKᵀ: 2·(B·H=4)·(E=8)·10 = 640 of 2·4·4·4·8 = 1024
+    assert qk.causal and pv.causal
+    assert (qk.flops, qk.dense_flops) == (640, 1024)
+    assert (pv.flops, pv.dense_flops) == (640, 1024)
+    soft = [o for o in others if o.op == "aten.scaled_dot_product_attention"]
+    assert len(soft) == 1 and soft[0].op_class == "softmax" and soft[0].numel == 4 * 10
+    # fused kernel bytes, fp32: QKᵀ reads Q and K = 2·(4·4·8)·4 B = 1024; PV reads V, writes O
+    assert qk.dram_bytes == 1024 and pv.dram_bytes == 1024
+    node = next(n for n in captured.graph_module.graph.nodes if n.name == qk.node)
+    assert node.meta[META_KEY] == (qk, soft[0], pv)
+
+
+def test_every_gemm_node_is_annotated(spelling_model: AllSpellings) -> None:
+    captured = capture(spelling_model, (torch.randn(2, 4, 8),))
+    sites, others = extract(captured, "bf16")
+    annotated = [r for n in captured.graph_module.graph.nodes for r in n.meta.get(META_KEY, ())]
+    assert set(sites) | set(others) == set(annotated)
+    assert all(s.dtype == "bfloat16" and s.out_dtype == "bfloat16" for s in sites)
+
+
+def test_einsum_decomposition_by_hand() -> None:
+    # matrix chain, left to right: (2×3)(3×4) then (2×4)(4×5)
+    assert einsum_gemms("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]) == [(1, 2, 4, 3), (1, 2, 5, 4)]
+    # ellipsis batch dims; implicit output
+    assert einsum_gemms("...ij,...jk", [(7, 2, 3), (7, 3, 4)]) == [(7, 2, 4, 3)]
+    # a letter only in A and not kept is summed away before the GEMM: m = i only
+    assert einsum_gemms("ijx,jk->ik", [(2, 3, 9), (3, 4)]) == [(1, 2, 4, 3)]
+    # outer product: no reduction letter, k = 1
+    assert einsum_gemms("i,j->ij", [(3,), (5,)]) == [(1, 3, 5, 1)]
+
+
+def test_causal_kept_entries() -> None:
+    assert causal_kept_entries(3, 3) == 6  # 1 + 2 + 3
+    assert causal_kept_entries(4, 2) == 7  # 1 + 2 + 2 + 2
+    assert causal_kept_entries(2, 4) == 3  # top-left: 1 + 2
+    assert causal_kept_entries(2, 4, bottom_right=True) == 7  # 3 + 4
+
+
+class Misaligned(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(64, 50257, bias=False)  # GPT-2's unpadded vocabulary
+        self.odd = nn.Linear(63, 8)
+        self.w = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        a = self.head(x)  # x (4, 64)
+        b = self.odd(y)  # y (4, 63)
+        c = z[:, 8:16] @ self.w  # z (4, 24): rows 24 apart, starts 8 elements in
+        d = z[:, 1:9] @ self.w  # starts 1 element in
+        return a.sum() + b.sum() + c.sum() + d.sum()
+
+
+def test_alignment_bytes_of_each_operand() -> None:
+    with torch.device("meta"):
+        model = Misaligned()
+    args = (torch.ones(4, 64, device="meta"), torch.ones(4, 63, device="meta"),
+            torch.ones(4, 24, device="meta"))
+    head, odd, c, d = extract(capture(model, args), "bf16")[0]
+    # bf16: C row 50257·2 = 100514 B = 2·50257 -> 2-byte loads; W rows 64·2 = 128 B -> 16
+    assert (head.a_align_bytes, head.b_align_bytes, head.c_align_bytes) == (16, 16, 2)
+    # k = 63: 126 B rows -> 2; the (8, 63) weight too; C rows 8·2 = 16 B -> 16
+    assert (odd.a_align_bytes, odd.b_align_bytes, odd.c_align_bytes) == (2, 2, 16)
+    # z[:, 8:16]: rows 24·2 = 48 B (16-aligned), offset 8·2 = 16 B -> 16
+    assert c.a_align_bytes == 16 and not c.a_transposed
+    # z[:, 1:9]: offset 1·2 = 2 B -> 2
+    assert d.a_align_bytes == 2
+    # compulsory bytes of the head, bf16: (4·64 + 64·50257 + 4·50257)·2
+    assert head.dram_bytes == (4 * 64 + 64 * 50257 + 4 * 50257) * 2
+
+
+def test_requested_dtype_sets_sizes_not_the_models() -> None:
+    model = nn.Linear(16, 32)  # float32 weights
+    sites32, others32 = extract(capture(model, (torch.ones(8, 16),)), torch.float32)
+    sites16, _ = extract(capture(model, (torch.ones(8, 16),)), torch.bfloat16)
+    # (8·16 + 16·32 + 8·32) elements = 896; 4 B each in fp32, 2 B in bf16
+    assert sites32[0].dram_bytes == 896 * 4 and sites16[0].dram_bytes == 896 * 2
+    fp8, _ = extract(capture(model, (torch.ones(8, 16),)), "fp8")
+    # fp8 in (1 B), 16-bit out: (8·16 + 16·32)·1 + 8·32·2 = 640 + 512
+    assert fp8[0].dtype == "float8_e4m3fn" and fp8[0].out_dtype == "bfloat16"
+    assert fp8[0].dram_bytes == 1152
+
+
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_backward_gemms_of_an_mlp_by_hand(method: str) -> None:
+    x = torch.ones(32, 8)  # no grad: fc1 needs no dX
+    sites, others = extract(capture(Mlp(), (x,), train=True, method=method), "float32",
+                            mode="train")
+    got = [(s.module, s.phase, s.batch, s.m, s.n, s.k, s.flops) for s in sites]
+    assert got == [
+        ("fc1", "forward", 1, 32, 16, 8, 8192),  # 2·32·16·8
+        ("fc2", "forward", 1, 32, 4, 16, 4096),  # 2·32·4·16
+        # backward in reverse order; dX (32, 16) = dY (32, 4) · W2 (4, 16): k = 4
+        ("fc2", "backward_dx", 1, 32, 16, 4, 4096),
+        # dW2 (4, 16) = dYᵀ (4, 32) · H (32, 16): k = 32 tokens
+        ("fc2", "backward_dw", 1, 4, 16, 32, 4096),
+        # dW1 (16, 8) = dHᵀ (16, 32) · X (32, 8)
+        ("fc1", "backward_dw", 1, 16, 8, 32, 8192),
+    ]
+    dw2 = sites[3]
+    assert dw2.a_transposed and not dw2.b_transposed  # dYᵀ read transposed, H row-major
+    relu_back = [o for o in others if o.phase == "backward"]
+    relu = [o for o in others if o.phase == "forward" and o.op == "aten.relu"]
+    assert len(relu) == 1 and relu_back and relu_back[0].dram_bytes == 2 * relu[0].dram_bytes
+
+
+def test_backward_follows_requires_grad() -> None:
+    mlp = Mlp()
+    mlp.fc1.requires_grad_(False)
+    x = torch.ones(32, 8, requires_grad=True)
+    sites, _ = extract(capture(mlp, (x,), train=True), "float32", mode="train")
+    # frozen fc1 still passes dX back to the input that wants it; it has no dW
+    assert [(s.module, s.phase) for s in sites] == [
+        ("fc1", "forward"), ("fc2", "forward"),
+        ("fc2", "backward_dx"), ("fc2", "backward_dw"), ("fc1", "backward_dx"),
+    ]
+    # inference mode: no backward at all
+    sites, _ = extract(capture(mlp, (x,)), "float32", mode="inference")
+    assert all(s.phase == "forward" for s in sites)
+
+
+def test_attention_backward_keeps_the_causal_discount() -> None:
+    q = torch.ones(1, 2, 4, 8, requires_grad=True)
+
+    class Attn(nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    sites, _ = extract(capture(Attn(), (q,), train=True), "float32", mode="train")
+    back = [(s.op, s.phase, s.batch, s.m, s.n, s.k, s.flops) for s in sites if s.phase != "forward"]
+    # every backward GEMM touches the (4, 4) score matrix: 10 kept scores, 2·2·8·10 = 320
+    assert back == [
+        ("sdpa_pv", "backward_dx", 2, 4, 4, 8, 320),  # dP = dO·Vᵀ
+        ("sdpa_pv", "backward_dw", 2, 4, 8, 4, 320),  # dV = Pᵀ·dO
+        ("sdpa_qk", "backward_dx", 2, 4, 8, 4, 320),  # dQ = dS·K
+        ("sdpa_qk", "backward_dw", 2, 8, 4, 4, 320),  # dKᵀ (8, 4) = Qᵀ·dS, as bmm's backward
+    ]
+
+
+def test_other_ops_classes_and_bytes() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(100, 16)
+            self.norm = nn.LayerNorm(16)
+            self.bias = nn.Parameter(torch.zeros(16))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h = self.emb(ids)  # (2, 8, 16)
+            h = h + self.bias
+            h = self.norm(h).view(16, 16)
+            return torch.softmax(h, dim=-1)
+
+    _, others = extract(capture(Net(), (torch.zeros(2, 8, dtype=torch.long),)), "float32")
+    by_class = {}
+    for o in others:
+        by_class.setdefault(o.op_class, []).append(o)
+    emb = by_class["embedding"][0]
+    # ids 2·8·8 B = 128, rows read and written 2·(2·8·16·4 B) = 2048
+    assert emb.dram_bytes == 128 + 2048 and emb.module == "emb" and emb.dtype == "float32"
+    add = next(o for o in by_class["elementwise"] if o.op == "aten.add")
+    # x 2·8·16·4 = 1024, bias 16·4 = 64, out 1024
+    assert add.dram_bytes == 2112
+    assert by_class["norm"][0].module == "norm"
+    assert all(o.dram_bytes == 0 for o in by_class["view"])
+    assert by_class["softmax"][0].dram_bytes == 2 * 16 * 16 * 4
+    _, others16 = extract(capture(Net(), (torch.zeros(2, 8, dtype=torch.long),)), "bf16")
+    emb16 = next(o for o in others16 if o.op_class == "embedding")
+    assert emb16.dram_bytes == 128 + 1024 and emb16.dtype == "bfloat16"  # int ids keep 8 B
+
+
+def test_bad_mode_is_named() -> None:
+    captured = capture(nn.Linear(2, 2), (torch.ones(1, 2),))
+    with pytest.raises(ValueError, match="'training'"):
+        extract(captured, "fp32", mode="training")
