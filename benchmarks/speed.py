@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import platform
 import statistics
 import sys
@@ -40,7 +41,8 @@ def random_gemms(size: int, seed: int = 0) -> GemmBatch:
     g = torch.Generator().manual_seed(seed)
 
     def log_uniform(hi: float) -> list[int]:
-        return torch.exp(torch.rand(size, generator=g) * torch.log(torch.tensor(hi))).round().long().tolist()
+        u = torch.rand(size, generator=g, dtype=torch.float64)
+        return torch.exp(u * math.log(hi)).round().long().tolist()
 
     op = [OPS[i] for i in torch.randint(len(OPS), (size,), generator=g).tolist()]
     batch = [b if o == "bmm" else 1 for o, b in zip(op, log_uniform(64.0))]

@@ -1,4 +1,4 @@
-"""The command line as a user runs it: bad arguments and files exit 2 with one line, no traceback."""
+"""The command line as a user runs it: bad arguments and files exit 2, one line, no traceback."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def _files(tmp: Path) -> None:
     (tmp / "good.csv").write_text(GOOD)
     (tmp / "unknown_gpu.csv").write_text(GOOD + "h100_sxm,matmul,bf16,1,8,8,8\n")
-    (tmp / "bad_dim.csv").write_text(GOOD + GOOD.splitlines()[1] + "\nl4,matmul,fp16,1,8,8,eight\n")
+    bad_dim = GOOD + GOOD.splitlines()[1] + "\nl4,matmul,fp16,1,8,8,eight\n"
+    (tmp / "bad_dim.csv").write_text(bad_dim)
     (tmp / "no_columns.csv").write_text("gpu,op,m\nl4,matmul,8\n")
     (tmp / "fake.csv.gz").write_text(GOOD)  # not gzip inside
     (tmp / "binary.csv").write_bytes(gzip.compress(GOOD.encode()))  # gzip, wrong name
@@ -32,7 +33,8 @@ def _files(tmp: Path) -> None:
 # (arguments, what the one-line message must contain)
 CASES = [
     (["predict-csv", "unknown_gpu.csv", "--out", "o.csv"],
-     "unknown_gpu.csv line 3: column 'gpu': unknown device 'h100_sxm'. Close matches: 'h100_sxm5_80gb'"),
+     "unknown_gpu.csv line 3: column 'gpu': unknown device 'h100_sxm'. "
+     "Close matches: 'h100_sxm5_80gb'"),
     (["predict-csv", "bad_dim.csv", "--out", "o.csv"], "bad_dim.csv line 4: column 'k'"),
     (["predict-csv", "no_columns.csv", "--out", "o.csv"], "missing column(s) dtype, batch, n, k"),
     (["predict-csv", "missing.csv", "--out", "o.csv"], "missing.csv: no such file"),

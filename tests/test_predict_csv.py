@@ -16,9 +16,10 @@ from torch_gemm_cost.cli import main
 from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
 from torch_gemm_cost.predict.query import predict_gemm_ms
 
-HEADER = ["gpu", "gpu_name", "op", "dtype", "batch", "m", "n", "k", "bias", "note", "latency_ms"]
+HEADER = ["gpu", "gpu_name", "op", "dtype", "batch", "m", "n", "k", "bias", "note",
+          "latency_ms"]
 ROWS = [
-    ["tesla_t4", "Tesla T4", "linear", "float16", "1", "128", "4096", "4096", "1", "q, k, v", "0.2"],
+    ["tesla_t4", "Tesla T4", "linear", "float16", "1", "128", "4096", "4096", "1", "q, k", "0.2"],
     ["h100_sxm5_80gb", "", "matmul", "bfloat16", "2", "4096", "4096", "4096", "0", "", "0.3"],
     ["T4", "Tesla T4", "bmm", "float32", "8", "64", "64", "64", "0", "alias", "0.01"],
     ["a100_pcie_40gb", "", "gemm_TN", "float16", "1", "1760", "128", "1760", "0", "x", "0.05"],
@@ -216,3 +217,22 @@ def test_unknown_timing_names_line_and_column(tmp_path, capsys):
     assert "line 2: column 'timing': unknown 'evnt'; known: event, kernel, table" in (
         capsys.readouterr().err
     )
+
+
+def test_empty_file(tmp_path, capsys):
+    (tmp_path / "in.csv").write_text("")
+    assert main(["predict-csv", str(tmp_path / "in.csv"), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "in.csv: empty file; expected a header naming gpu, op, dtype" in capsys.readouterr().err
+
+
+def test_non_finite_prediction_is_an_internal_error_naming_the_line(tmp_path, monkeypatch):
+    class _Broken(_Counting):
+        def predict(self, gemms, device):
+            out = super().predict(gemms, device)
+            return GemmPrediction(out.time_ms * float("nan"), out.compute_bound)
+
+    monkeypatch.setattr(predict_pkg, "default_predictor", _Broken)
+    src = _write(tmp_path / "in.csv", HEADER, ROWS[:2])
+    with pytest.raises(RuntimeError, match="non-finite time for .*in.csv line 2"):
+        main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")])
+    assert not (tmp_path / "o.csv").exists()

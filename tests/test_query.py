@@ -244,3 +244,13 @@ def test_explain_time_matches_predict_gemm_ms_for_default_predictor():
     rows = explain("h100_sxm5_80gb", **kw)
     assert [r["time_ms"] for r in rows] == times.tolist()
     assert all(r["bound"] in ("compute", "memory") for r in rows)
+
+
+def test_driver_names_with_a_slash_are_devices_not_paths():
+    a = predict_gemm_ms("AMD Instinct MI250X / MI250", m=64, n=64, k=64)
+    assert a == predict_gemm_ms("mi250", m=64, n=64, k=64)
+
+
+def test_device_of_the_wrong_type():
+    with pytest.raises(TypeError, match="device must be a catalog id.*got 3"):
+        predict_gemm_ms(3, m=8, n=8, k=8)

@@ -2,8 +2,9 @@
 
 Every input column and the row order are kept. Rows are grouped by ``gpu`` (and by ``timing``
 and ``source`` where the file has them and the predictor takes them: launch overhead depends on
-how the time was measured), and each group is predicted in one batched call. A malformed row stops the run with the line and column named
-(exit 2); with ``--skip-bad`` it gets an ``error`` column instead and no prediction.
+how the time was measured), and each group is predicted in one batched call. A malformed row
+stops the run with the line and column named (exit 2); with ``--skip-bad`` it gets an ``error``
+column instead and no prediction. Rows with ``batch`` 0 cost 0 ms.
 """
 
 from __future__ import annotations
@@ -18,15 +19,20 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Union
 
 import torch
 
 from . import UsageError
 
+if TYPE_CHECKING:
+    from ..devices import DeviceSpec
+    from ..predict.base import GemmBatch, Predictor
+
 logger = logging.getLogger(__name__)
 
 REQUIRED: tuple[str, ...] = ("gpu", "op", "dtype", "batch", "m", "n", "k")
+_NAMES = ", ".join(REQUIRED)
 TIMINGS: tuple[str, ...] = ("", "event", "kernel", "table")  # DATA.md; "" = predictor's default
 
 
@@ -74,13 +80,13 @@ def _read(path: Path) -> _Table:
             reader = csv.reader(fh)
             header = next(reader, None)
             if not header:
-                raise UsageError(f"{path}: empty file, expected a header line with {', '.join(REQUIRED)}")
+                raise UsageError(f"{path}: empty file; expected a header naming {_NAMES}")
             header = [h.strip() for h in header]
             missing = [c for c in REQUIRED if c not in header]
             if missing:
                 raise UsageError(
                     f"{path} line 1: missing column(s) {', '.join(missing)}; "
-                    f"required: {', '.join(REQUIRED)}"
+                    f"required: {_NAMES}"
                 )
             line = reader.line_num + 1
             for row in reader:
@@ -89,30 +95,31 @@ def _read(path: Path) -> _Table:
                     lines.append(line)
                 line = reader.line_num + 1
     except (UnicodeDecodeError, EOFError, OSError, csv.Error) as e:
-        raise UsageError(f"{path} line {line}: unreadable as CSV text ({type(e).__name__}: {e})") from None
+        raise UsageError(
+            f"{path} line {line}: unreadable as CSV text ({type(e).__name__}: {e})"
+        ) from None
     return _Table(header, rows, lines)
 
 
+_Target = tuple["DeviceSpec", Union["Predictor", None]]
+
+
 class _Targets:
-    """gpu column value -> (DeviceSpec, Predictor | None), with the profile's device first."""
+    """gpu column value -> (DeviceSpec, Predictor | None); a profile's device names win."""
 
     def __init__(self, profile: str | None) -> None:
         from ..predict.query import resolve_target
 
-        self._cache: dict[str, object] = {}
-        self._profile_names: set[str] = set()
-        self._profile = None
+        self._cache: dict[str, _Target | str] = {}
         if profile is not None:
             spec, pred = resolve_target(Path(profile))
-            self._profile = (spec, pred)
-            self._profile_names = {spec.id, spec.name, *spec.aliases}
+            for name in (spec.id, spec.name, *spec.aliases):
+                self._cache[name] = (spec, pred)
 
-    def get(self, gpu: str):
-        """(spec, predictor) or a ValueError message naming the bad device."""
+    def get(self, gpu: str) -> _Target | str:
+        """(spec, predictor), or the catalog's error message for an unknown device."""
         from ..devices import get_device
 
-        if gpu in self._profile_names:
-            return self._profile
         hit = self._cache.get(gpu)
         if hit is None:
             try:
@@ -129,9 +136,9 @@ _Key = tuple[str, str, str]
 
 def _group_rows(
     table: _Table, targets: _Targets, errors: dict[int, str]
-) -> dict[_Key, list[int]]:
+) -> dict[_Key, tuple[_Target, list[int]]]:
     col = {c: table.header.index(c) for c in ("gpu", "timing", "source") if c in table.header}
-    groups: dict[_Key, list[int]] = {}
+    groups: dict[_Key, tuple[_Target, list[int]]] = {}
     for i, row in enumerate(table.rows):
         if len(row) != len(table.header):
             errors[i] = f"expected {len(table.header)} fields, got {len(row)}"
@@ -145,11 +152,11 @@ def _group_rows(
             errors[i] = f"column 'timing': unknown {timing!r}; known: {', '.join(TIMINGS[1:])}"
             continue
         source = row[col["source"]].strip() if "source" in col else ""
-        groups.setdefault((hit[0].id, timing, source), []).append(i)
+        groups.setdefault((hit[0].id, timing, source), (hit, []))[1].append(i)
     return groups
 
 
-def _context(predictor, timing: str, source: str) -> dict[str, str]:
+def _context(predictor: Predictor, timing: str, source: str) -> dict[str, str]:
     """The ``timing``/``source`` keywords the predictor's ``predict`` takes, where given."""
     params = inspect.signature(predictor.predict).parameters
     given = {"timing": timing, "source": source}
@@ -157,16 +164,16 @@ def _context(predictor, timing: str, source: str) -> dict[str, str]:
 
 
 def _columns(table: _Table, idx: list[int]) -> dict[str, list[str]]:
+    """The GEMM columns of rows ``idx``, as ``gemm_batch_from_columns`` takes them."""
     cols = {}
-    for name in (*REQUIRED, "layout", "bias"):
+    for name in ("op", "dtype", "batch", "m", "n", "k", "layout", "bias"):
         if name in table.header:
             j = table.header.index(name)
             cols[name] = [table.rows[i][j] for i in idx]
-    cols.pop("gpu")
     return cols
 
 
-def _check_group(table: _Table, idx: list[int], spec):
+def _check_group(table: _Table, idx: list[int], spec: DeviceSpec) -> GemmBatch:
     """A GemmBatch of rows ``idx`` on ``spec``, or a ValueError for the first bad row."""
     from ..dtypes import resolve_dtype
     from ..measurements import gemm_batch_from_columns
@@ -192,7 +199,9 @@ def _check_group(table: _Table, idx: list[int], spec):
     return gemms
 
 
-def _good_rows(table: _Table, idx: list[int], spec, errors: dict[int, str]) -> list[int]:
+def _good_rows(
+    table: _Table, idx: list[int], spec: DeviceSpec, errors: dict[int, str]
+) -> list[int]:
     """Rows of ``idx`` that pass ``_check_group``; each bad row's message goes to ``errors``.
 
     Bisects failing groups, so a few bad rows in a large file cost a few dozen batched checks.
@@ -205,33 +214,32 @@ def _good_rows(table: _Table, idx: list[int], spec, errors: dict[int, str]) -> l
             errors[idx[0]] = str(e).removeprefix(f"line {table.lines[idx[0]]}, ")
             return []
     half = len(idx) // 2
-    return _good_rows(table, idx[:half], spec, errors) + _good_rows(table, idx[half:], spec, errors)
+    left = _good_rows(table, idx[:half], spec, errors)
+    return left + _good_rows(table, idx[half:], spec, errors)
 
 
 def _predict_groups(
-    table: _Table, targets: _Targets, weights_predictor, skip_bad: bool, path: Path
+    table: _Table, targets: _Targets, weights_predictor: Predictor | None, skip_bad: bool,
+    path: Path,
 ) -> tuple[list[float | None], dict[int, str]]:
     from ..predict import default_predictor
     from ..predict.base import GemmBatch
 
     errors: dict[int, str] = {}
     times: list[float | None] = [None] * len(table.rows)
-    gpu_col = table.header.index("gpu")
-    batches = {}
-    for key, idx in _group_rows(table, targets, errors).items():
-        spec = targets.get(table.rows[idx[0]][gpu_col])[0]
+    batches: dict[_Key, tuple[_Target, list[int], GemmBatch]] = {}
+    for key, (target, idx) in _group_rows(table, targets, errors).items():
         try:
-            batches[key] = (idx, _check_group(table, idx, spec))
+            batches[key] = (target, idx, _check_group(table, idx, target[0]))
         except ValueError:
-            good = _good_rows(table, idx, spec, errors)
+            good = _good_rows(table, idx, target[0], errors)
             if good:
-                batches[key] = (good, _check_group(table, good, spec))
+                batches[key] = (target, good, _check_group(table, good, target[0]))
     if errors and not skip_bad:
         first = min(errors)
         raise UsageError(f"{path} line {table.lines[first]}: {errors[first]}")
     fallback = weights_predictor or default_predictor()
-    for (_, timing, source), (idx, gemms) in batches.items():
-        spec, profile_predictor = targets.get(table.rows[idx[0]][gpu_col])
+    for (_, timing, source), ((spec, profile_predictor), idx, gemms) in batches.items():
         predictor = weights_predictor or profile_predictor or fallback
         context = _context(predictor, timing, source)
         live = gemms.batch > 0  # (N,) zero-size batches cost nothing
@@ -241,12 +249,20 @@ def _predict_groups(
         elif bool(live.any()):
             sub = GemmBatch(**{f: getattr(gemms, f)[live] for f in gemms.__dataclass_fields__})
             time_ms[live] = predictor.predict(sub, spec, **context).time_ms.to(torch.float64)
+        if not bool(torch.isfinite(time_ms).all()):
+            bad = idx[int(torch.nonzero(~torch.isfinite(time_ms))[0])]
+            raise RuntimeError(
+                f"predictor {predictor.name} gave a non-finite time for {path} line "
+                f"{table.lines[bad]}"
+            )
         for i, t in zip(idx, time_ms.tolist()):
             times[i] = t
     return times, errors
 
 
-def _rows_out(table: _Table, times, errors, skip_bad: bool) -> Iterator[list[str]]:
+def _rows_out(
+    table: _Table, times: list[float | None], errors: dict[int, str], skip_bad: bool
+) -> Iterator[list[str]]:
     header = list(table.header)
     extra = ["predicted_ms"] + (["error"] if skip_bad else [])
     slots = []
@@ -288,9 +304,11 @@ def run(args: argparse.Namespace) -> int:
     tmp = out_path.with_name(out_path.name + ".tmp")
     try:
         with _open_text(tmp, "w", out_path.name.endswith(".gz")) as fh:
-            csv.writer(fh, lineterminator="\n").writerows(_rows_out(table, times, errors, args.skip_bad))
+            rows = _rows_out(table, times, errors, args.skip_bad)
+            csv.writer(fh, lineterminator="\n").writerows(rows)
         os.replace(tmp, out_path)
     except OSError as e:
+        tmp.unlink(missing_ok=True)
         raise UsageError(f"--out {out_path}: cannot write ({e.strerror or e})") from None
     logger.info("%s: %d rows predicted -> %s", path, len(table.rows) - len(errors), out_path)
     return 0

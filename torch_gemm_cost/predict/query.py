@@ -44,24 +44,30 @@ def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
     """
     if isinstance(device, DeviceSpec):
         return device, None
-    if isinstance(device, os.PathLike) or (
-        isinstance(device, str) and (device.endswith(".json") or os.sep in device)
-    ):
-        path = Path(device)
-        if not path.is_file():
-            raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
+    if not isinstance(device, (str, os.PathLike)):
+        raise TypeError(
+            f"device must be a catalog id, a driver name or a profile path, got {device!r}"
+        )
+    if isinstance(device, str) and not device.endswith(".json"):
         try:
-            from ..calibrate import load_profile
-        except ModuleNotFoundError as e:
-            if e.name != "torch_gemm_cost.calibrate":
+            return get_device(device), None
+        except ValueError:
+            if not Path(device).is_file():  # not a profile either: the catalog's error
                 raise
-            raise ValueError(
-                f"cannot read calibration profile {str(path)!r}: this installation has no "
-                "torch_gemm_cost.calibrate; pass a catalog device id instead"
-            ) from None
-        spec, predictor = load_profile(path)
-        return spec, predictor
-    return get_device(device), None
+    path = Path(device)
+    if not path.is_file():
+        raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
+    try:
+        from ..calibrate import load_profile
+    except ModuleNotFoundError as e:
+        if e.name != "torch_gemm_cost.calibrate":
+            raise
+        raise ValueError(
+            f"cannot read calibration profile {str(path)!r}: this installation has no "
+            "torch_gemm_cost.calibrate; pass a catalog device id instead"
+        ) from None
+    spec, predictor = load_profile(path)
+    return spec, predictor
 
 
 def load_weights(path: str | os.PathLike[str]) -> Predictor:
@@ -111,7 +117,9 @@ def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
     try:
         t = torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{name} must be an integer or an array of integers, got {value!r}") from None
+        raise ValueError(
+            f"{name} must be an integer or an array of integers, got {value!r}"
+        ) from None
     if t.dtype == torch.bool or t.is_complex():
         raise ValueError(f"{name} must be an integer or an array of integers, got {value!r}")
     t64 = t.to(torch.float64)
