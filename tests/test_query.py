@@ -8,7 +8,11 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import torch_gemm_cost as tgc
+from torch_gemm_cost.dtypes import DTYPES
 from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
 from torch_gemm_cost.predict.query import explain, predict_gemm_ms, resolve_target
 
@@ -254,3 +258,48 @@ def test_driver_names_with_a_slash_are_devices_not_paths():
 def test_device_of_the_wrong_type():
     with pytest.raises(TypeError, match="device must be a catalog id.*got 3"):
         predict_gemm_ms(3, m=8, n=8, k=8)
+
+
+# ---- property: any shape, dtype and device -------------------------------------------------
+
+def _runnable(device, dtype: str) -> bool:
+    try:
+        device.peak_flops_per_s(dtype)
+        return True
+    except ValueError:
+        return False
+
+
+_PAIRS = [(d.id, name) for d in tgc.list_devices() for name in DTYPES if _runnable(d, name)]
+_DIM = st.integers(min_value=1, max_value=2**17)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=st.sampled_from(_PAIRS), m=_DIM, n=_DIM, k=_DIM,
+       batch=st.integers(min_value=0, max_value=512), op=st.sampled_from(["matmul", "linear"]))
+def test_any_gemm_is_finite_deterministic_and_above_the_physical_floor(pair, m, n, k, batch, op):
+    device, dtype = pair
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bf16/tf32 on devices without them warn, by design
+        t = predict_gemm_ms(device, m=m, n=n, k=k, batch=batch, dtype=dtype, op=op)
+        again = predict_gemm_ms(device, m=m, n=n, k=k, batch=batch, dtype=dtype, op=op)
+    assert t == again
+    assert math.isfinite(t) and t >= 0.0
+    if batch == 0:
+        assert t == 0.0
+        return
+    spec, cd = tgc.get_device(device), DTYPES[dtype]
+    flops = 2.0 * batch * m * n * k
+    dram = batch * ((m * k + k * n) * cd.in_bytes + m * n * cd.out_bytes)
+    floor_ms = max(flops / spec.peak_flops_per_s(dtype), dram / spec.dram_bw_bytes_per_s) * 1e3
+    assert t >= floor_ms * (1 - 1e-9)
+
+
+def test_threads_get_identical_results():
+    from concurrent.futures import ThreadPoolExecutor
+
+    kw = dict(m=[1, 77, 4096, 50257], n=4096, k=[4096, 11008, 128, 768], dtype="bf16")
+    ref = predict_gemm_ms("h100_sxm5_80gb", **kw)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(lambda _: predict_gemm_ms("h100_sxm5_80gb", **kw), range(16)))
+    assert all(torch.equal(o, ref) for o in outs)
