@@ -59,12 +59,15 @@ def gpt2_sites(tokens: int = 8192, layers: int = 12, vocab: int = 50257) -> list
     return sites
 
 
-GPT2_TYPES = {
-    "": "GPT2LMHeadModel", "transformer": "GPT2Model", "transformer.h": "ModuleList",
+GPT2_TYPES = {  # in named_modules() order
+    "": "GPT2LMHeadModel", "transformer": "GPT2Model", "transformer.wte": "Embedding",
+    "transformer.h": "ModuleList",
+    **{
+        f"transformer.h.{i}{sub}": kind
+        for i in range(12)
+        for sub, kind in (("", "GPT2Block"), (".attn", "GPT2Attention"), (".mlp", "GPT2MLP"))
+    },
     "lm_head": "Linear",
-    **{f"transformer.h.{i}": "GPT2Block" for i in range(12)},
-    **{f"transformer.h.{i}.attn": "GPT2Attention" for i in range(12)},
-    **{f"transformer.h.{i}.mlp": "GPT2MLP" for i in range(12)},
 }
 
 

@@ -250,7 +250,10 @@ class CostReport:
             "rows": self.rows(),
         }
         if advice and self.predictor_object() is not None:
-            out["padding_advice"] = [asdict(a) for a in self.padding_advice()]
+            out["padding_advice"] = [
+                {**asdict(a), "saving_ms": a.saving_ms, "saving_pct": a.saving_pct}
+                for a in self.padding_advice()
+            ]
         return out
 
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
@@ -344,6 +347,9 @@ class CostReport:
             tmpl, _ = _template(path)
             merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
         total = self.total_ms or 1.0
+        # at a finite depth, rows follow module definition order (close to execution order), so
+        # rows of non-GEMM ops fall in place; ops of the top-level module come last
+        rank = {p: i for i, p in enumerate(self.module_types) if p} if depth is not None else {}
         out = []
         for (tmpl, extra, _), rows in merged.items():
             paths = [r.paths[0] for r in rows]
@@ -365,7 +371,7 @@ class CostReport:
                 "bound": "-" if not first.gemms else (
                     "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
                 ),
-                "first": min(r.first for r in rows),
+                "first": (rank.get(paths[0], len(rank)), min(r.first for r in rows)),
             }
             if depth is None and extra != "other":
                 op, phase, shape, dtype, _ = extra
@@ -426,7 +432,7 @@ class CostReport:
         return (
             f"{self.model} on {self.device.name} ({self.device.id}), {self.dtype}, {self.mode}: "
             f"total {self.total_ms:.3f} ms (GEMM {self.gemm_ms:.3f} ms in {len(self.gemms)} GEMMs, "
-            f"other {self.other_ms:.3f} ms), {self.achieved_tflops:.1f} TFLOP/s achieved; "
+            f"other {self.other_ms:.3f} ms), {self.achieved_tflops:.1f} TFLOP/s achieved\n"
             f"predictor {self.predictor} v{self.predictor_version}; "
             f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "")
         )
