@@ -129,3 +129,15 @@ def test_callable_model_source(capsys, tmp_path, monkeypatch):
     assert rc == 0
     # 16 tokens through Linear(1000, 4000): B×M×N×K = 1×16×4000×1000
     assert "1×16×4000×1000" in out and "1×16×1000×4000" in out
+
+
+def test_devices_lists_peaks_and_bandwidths(capsys):
+    rc, out, _ = run(capsys, "devices", "a100_sxm4_80gb")
+    assert rc == 0
+    [row] = [line.split() for line in out.splitlines() if line.startswith("a100_sxm4_80gb")]
+    # fp16 312 TF over 2039 GB/s: ridge 312e12 / 2.039e12 = 153 FLOP/B
+    assert "312" in row and "2039" in row and row[-1] == "153"
+    rc, _, err = run(capsys, "devices", "zzz")
+    assert rc == 2 and "no catalog device matches 'zzz'" in err
+    rc, out, _ = run(capsys, "devices", "mi300x", "--json")
+    assert json.loads(out)[0]["peak_flops"]["fp8"] == pytest.approx(2614.9e12)
