@@ -96,8 +96,11 @@ def compare(
     for cd in cds:
         if cd.name not in records:
             records[cd.name] = extract(captured, cd, mode=mode, native_dtype=native)
+    inner = unwrap_model(model)
     return [
-        _report(captured, *records[cd.name], spec, cd, mode, predictor, optimizer)
+        _report(captured, *records[cd.name], spec, cd, mode, predictor, optimizer).with_model(
+            inner, predictor  # module class names, config dims and the predictor, for advice
+        )
         for spec, cd in itertools.product(specs, cds)
     ]
 

@@ -263,13 +263,18 @@ _COMPOSITES: dict[Callable[..., Any], tuple[Any, Callable[[tuple, dict], tuple]]
 class _Recorder:
     """Builds an FX graph from the ops it is shown, mapping tensors to the nodes that made them."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        params: dict[int, tuple[str, bool]],
+        buffers: dict[int, str],
+    ) -> None:
         self.graph = torch.fx.Graph()
         self.nodes: dict[int, torch.fx.Node] = {}
         self.keep: list[torch.Tensor] = []  # keeps ids unique while the map lives
         self.requires_grad: dict[str, bool] = {}
-        self.params = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
-        self.buffers = {id(b): name for name, b in model.named_buffers(remove_duplicate=False)}
+        self.params = params  # id of the traced tensor -> (name, requires_grad)
+        self.buffers = buffers
         self.module_names = {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
         self.stack: list[tuple[str, str]] = [("", _type_name(type(model)))]
         self.suppress = 0
@@ -299,7 +304,8 @@ class _Recorder:
         if node is not None:
             return node
         if id(t) in self.params:
-            name, grad = "p_" + self.params[id(t)], t.requires_grad
+            name, grad = self.params[id(t)]
+            name = "p_" + name
         elif id(t) in self.buffers:
             name, grad = "b_" + self.buffers[id(t)], False
         else:
@@ -407,19 +413,36 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict) -> Capt
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-    rec = _Recorder(model)
+    # Fake tensors for every model, meta ones too: no real kernels run, and libraries that skip
+    # value checks while tracing (transformers' is_tracing) recognise them. Parameters, buffers
+    # and inputs are swapped for fake copies, so in-place ops (BatchNorm's running stats)
+    # touch the copies, not the user's tensors.
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def fake(x: Any) -> Any:
+        return fake_mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
+
+    params = dict(model.named_parameters(remove_duplicate=False))
+    buffers = dict(model.named_buffers(remove_duplicate=False))
+    state = {name: fake(t) for name, t in {**params, **buffers}.items()}
+    fake_args, fake_kwargs = torch.utils._pytree.tree_map(fake, (args, kwargs))
+    rec = _Recorder(
+        model,
+        params={id(state[n]): (n, p.requires_grad) for n, p in params.items()},
+        buffers={id(state[n]): n for n in buffers},
+    )
     try:
         with ExitStack() as stack:
             pre = register_module_forward_pre_hook(rec.pre_hook)
             stack.callback(pre.remove)
             post = register_module_forward_hook(rec.post_hook, always_call=True)
             stack.callback(post.remove)
-            # fake tensors for every model (meta ones too): no real kernels, and libraries that
-            # skip value checks while tracing (transformers' is_tracing) recognise them
-            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            stack.enter_context(fake_mode)
             stack.enter_context(_DispatchRecorder(rec))
             stack.enter_context(_FunctionRecorder(rec))
-            out = model(*args, **kwargs)
+            out = torch.func.functional_call(
+                model, state, fake_args, fake_kwargs, tie_weights=True, strict=False
+            )
     except Exception as e:
         e._tgc_node = rec.current  # type: ignore[attr-defined]
         raise
