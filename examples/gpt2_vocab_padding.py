@@ -28,9 +28,8 @@ def gpt2_report(vocab_size: int, args: argparse.Namespace, predictor: Predictor)
     with torch.device("meta"):
         model = GPT2LMHeadModel(config)  # built on meta: no weights allocated
     ids = torch.ones(args.batch, args.seq, dtype=torch.long, device="meta")
-    report = tgc.estimate(model, (ids,), kwargs={"use_cache": False}, device=args.device,
-                          dtype=torch.float16, predictor=predictor)
-    return report.with_model(model, predictor)  # module names and config fields for advice
+    return tgc.estimate(model, (ids,), kwargs={"use_cache": False}, device=args.device,
+                        dtype=torch.float16, predictor=predictor)
 
 
 def main(argv: list[str] | None = None, predictor: Predictor | None = None) -> int:

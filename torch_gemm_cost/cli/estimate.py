@@ -241,7 +241,6 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
         with _stage(f"estimating {type(model).__name__} on {dev.id}"):
             report = tgc.estimate(model, margs, kwargs=kwargs, device=dev, dtype=dtype.name,
                                   mode=args.mode, predictor=predictor)
-        report = report.with_model(model, predictor)
         if not report.config and config is not None:
             report = dataclasses.replace(report, config=config_dims(config))
         reports.append(report)
