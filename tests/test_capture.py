@@ -1,0 +1,126 @@
+"""Capture: both paths give graphs with shapes and module paths; fallback and errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from torch_gemm_cost.capture import CaptureError, capture, unwrap_model
+
+
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.proj(x))
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+        self.scale = nn.Parameter(torch.ones(4), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": self.inner(x) * self.scale}
+
+
+def call_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("method", ["dispatch", "export"])
+def test_graph_has_shapes_and_module_paths(method: str) -> None:
+    captured = capture(Outer(), (torch.ones(3, 8),), method=method)
+    assert captured.method == method and captured.model_name == "Outer"
+    linear = next(n for n in call_nodes(captured.graph_module) if "linear" in str(n.target))
+    assert tuple(linear.meta["val"].shape) == (3, 4)
+    path, typ = list(linear.meta["nn_module_stack"].values())[-1]
+    assert path == "inner.proj" and str(typ).endswith("Linear")
+    relu = next(n for n in call_nodes(captured.graph_module) if "relu" in str(n.target))
+    assert list(relu.meta["nn_module_stack"].values())[-1][0] == "inner"
+    # gradients: the trainable weight and bias, not the frozen scale or the input
+    grads = {name for name, g in captured.requires_grad.items() if g}
+    assert len(grads) == 2 and all("proj" in g for g in grads)
+
+
+def test_meta_model_takes_cpu_inputs() -> None:
+    with torch.device("meta"):
+        model = Outer()
+    captured = capture(model, (torch.ones(3, 8),))  # the input is moved to meta, not the model
+    assert all(p.is_meta for p in model.parameters())
+    assert any("linear" in str(n.target) for n in call_nodes(captured.graph_module))
+
+
+class ExportOnly(nn.Module):
+    """Reads a value unless exporting: only torch.export takes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_exporting() and bool((x > 0).all()):
+            x = x * 2
+        return self.fc(x)
+
+
+def test_auto_falls_back_to_export() -> None:
+    captured = capture(ExportOnly(), (torch.ones(2, 4),))
+    assert captured.method == "export"
+
+
+class ValueDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Inner()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.block.proj(x)
+        return h * 2 if h.sum().item() > 0 else h
+
+
+def test_error_names_stage_node_and_what_to_try() -> None:
+    with pytest.raises(CaptureError) as info:
+        capture(ValueDependent(), (torch.ones(2, 8),))
+    text = str(info.value)
+    assert "'dispatch' failed at node aten." in text  # the recorder names the ATen op
+    assert "'export' failed" in text
+    assert "Try:" in text and "ValueDependent" in text
+    assert isinstance(info.value.__cause__, Exception)
+    with pytest.raises(CaptureError, match="capture_method='export'"):
+        capture(ValueDependent(), (torch.ones(2, 8),), method="dispatch")
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="'exprt'"):
+        capture(Outer(), (torch.ones(3, 8),), method="exprt")
+    with pytest.raises(TypeError, match="function"):
+        capture(lambda x: x, (torch.ones(1),))  # type: ignore[arg-type]
+
+
+def test_unwrap_compiled() -> None:
+    model = Outer()
+    assert unwrap_model(torch.compile(model)) is model
+    assert unwrap_model(model) is model
+
+
+def test_tied_weights_and_single_tensor_args() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 8)
+            self.head = nn.Linear(8, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.emb(ids))
+
+    captured = capture(Tied(), torch.zeros(2, 3, dtype=torch.long))  # a bare tensor is one arg
+    heads = [n for n in call_nodes(captured.graph_module) if "linear" in str(n.target)]
+    weight = heads[0].args[1]
+    emb = next(n for n in call_nodes(captured.graph_module) if "embedding" in str(n.target))
+    assert emb.args[0] is weight  # one placeholder for the shared weight

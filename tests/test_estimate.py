@@ -1,0 +1,207 @@
+"""estimate(), annotate() and compare() on real model families, against FlopCounterMode."""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
+
+import torch_gemm_cost as tgc
+from torch_gemm_cost import api
+from torch_gemm_cost.capture import capture
+from torch_gemm_cost.gemms import META_KEY, extract
+from torch_gemm_cost.predict import RooflinePredictor
+
+transformers = pytest.importorskip("transformers")
+
+
+def ids(batch: int, seq: int) -> torch.Tensor:
+    return torch.ones(batch, seq, dtype=torch.long, device="meta")
+
+
+def gpt2() -> nn.Module:
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def bert() -> nn.Module:
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=1000)
+    return transformers.BertForSequenceClassification(cfg)
+
+
+def llama() -> nn.Module:
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def t5() -> nn.Module:
+    cfg = transformers.T5Config(num_layers=2, num_decoder_layers=2, d_model=64, d_kv=16,
+                                num_heads=4, d_ff=128, vocab_size=1000)
+    return transformers.T5ForConditionalGeneration(cfg)
+
+
+MODELS: dict[str, tuple[Callable[[], nn.Module], dict[str, Any]]] = {
+    "gpt2": (gpt2, {}),
+    "bert": (bert, {}),
+    "llama": (llama, {}),
+    "t5": (t5, {"decoder_input_ids": ids(2, 8)}),
+}
+
+
+def build(name: str) -> tuple[nn.Module, dict[str, Any]]:
+    make, kwargs = MODELS[name]
+    with torch.device("meta"):
+        model = make()
+    return model.eval(), dict(kwargs)
+
+
+def flop_counter_total(model: nn.Module, args: tuple, kwargs: dict) -> int:
+    """The oracle: FlopCounterMode over the same meta model (fake tensors, so library code that
+    skips value checks while tracing does so here too). It counts every GEMM densely, SDPA as
+    its two batched GEMMs."""
+    with FakeTensorMode(allow_non_fake_inputs=True), FlopCounterMode(display=False) as counter:
+        model(*args, **kwargs)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("method", ["dispatch", "export"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_gemm_flops_equal_flop_counter(name: str, method: str) -> None:
+    model, kwargs = build(name)
+    kwargs["use_cache"] = False  # export refuses transformers' cache objects as outputs
+    args = (ids(2, 16),)
+    sites, _ = extract(capture(model, args, kwargs, method=method), "float32")
+    assert sum(s.dense_flops for s in sites) == flop_counter_total(model, args, kwargs)
+    assert {"linear" if name != "gpt2" else "conv1d", "sdpa_qk", "sdpa_pv"} <= {s.op for s in sites}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_estimate_runs_with_default_kwargs(name: str) -> None:
+    model, kwargs = build(name)
+    report = tgc.estimate(model, (ids(2, 16),), kwargs, device="a100_sxm4_80gb")
+    assert report.model == type(model).__name__ and report.dtype == "float32"
+    assert report.gemm_ms > 0 and report.total_ms >= report.gemm_ms
+    rows = report.to_dict()["rows"]
+    assert rows and {"module", "op", "batch", "m", "n", "k", "dtype", "flops", "time_ms"} <= set(rows[0])
+    assert "% total" in str(report)
+    assert {"elementwise", "view"} <= {o.op.op_class for o in report.others}
+    assert {o.op.phase for o in report.others} == {"forward"}
+
+
+def test_causal_attention_flops_halved_in_llama() -> None:
+    model, _ = build("llama")
+    report = tgc.estimate(model, (ids(1, 16),), {"use_cache": False}, device="h100_sxm5_80gb")
+    qk = [g.site for g in report.gemms if g.site.op == "sdpa_qk"]
+    # 16×16 causal scores keep 16·17/2 = 136; batch 1·4 heads, head dim 16: 2·4·16·136
+    assert all(s.causal and s.flops == 2 * 4 * 16 * 136 for s in qk)
+    bert_model, _ = build("bert")
+    report = tgc.estimate(bert_model, (ids(1, 16),), device="h100_sxm5_80gb")
+    assert not any(g.site.causal for g in report.gemms)  # an encoder attends both ways
+
+
+def test_train_mode_adds_backward_gemms() -> None:
+    model, kwargs = build("gpt2")
+    report = tgc.estimate(model, (ids(2, 16),), kwargs, device="h100_sxm5_80gb", mode="train")
+    phases = {g.site.phase for g in report.gemms}
+    assert phases == {"forward", "backward_dx", "backward_dw"}
+    fwd = sum(g.site.dense_flops for g in report.gemms if g.site.phase == "forward")
+    bwd = sum(g.site.dense_flops for g in report.gemms if g.site.phase != "forward")
+    # every GEMM but the first (its input, the embeddings' sum, needs grad too) has dX and dW,
+    # so backward is about 2× forward; wte is tied to lm_head, whose dW exists
+    assert 1.8 * fwd < bwd <= 2 * fwd
+    assert any(o.op.phase == "backward" for o in report.others)
+
+
+class CountingPredictor(RooflinePredictor):
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def predict(self, gemms, device):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return super().predict(gemms, device)
+
+
+def test_compare_captures_once_and_predicts_once_per_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, kwargs = build("bert")
+    captures = []
+
+    def counting_capture(*a: Any, **kw: Any) -> Any:
+        captures.append(1)
+        return capture(*a, **kw)
+
+    monkeypatch.setattr(api, "capture", counting_capture)
+    predictor = CountingPredictor()
+    reports = tgc.compare(model, (ids(2, 16),), kwargs, devices=["h100_sxm5_80gb", "l4"],
+                          dtypes=[torch.bfloat16, "fp8"], predictor=predictor)
+    assert len(captures) == 1 and predictor.calls == 4
+    assert [(r.device.id, r.dtype) for r in reports] == [
+        ("h100_sxm5_80gb", "bfloat16"), ("h100_sxm5_80gb", "float8_e4m3fn"),
+        ("l4", "bfloat16"), ("l4", "float8_e4m3fn"),
+    ]
+    assert reports[0].predictor == "counting"
+    # fp8 halves the bytes, and on the same GPU the total cannot grow
+    assert reports[1].total_ms <= reports[0].total_ms
+
+
+def test_annotate_returns_the_graph_with_records() -> None:
+    model, kwargs = build("llama")
+    gm = tgc.annotate(model, (ids(1, 8),), {"use_cache": False}, device="h100_sxm5_80gb",
+                      dtype="bf16")
+    assert isinstance(gm, torch.fx.GraphModule)
+    linear = [n for n in gm.graph.nodes if "linear" in str(n.target)]
+    site = linear[0].meta[META_KEY][0]
+    assert isinstance(site, tgc.GemmSite) and site.dtype == "bfloat16"
+    assert site.module == "model.layers.0.self_attn.q_proj"
+
+
+def test_dtype_defaults_to_the_models() -> None:
+    with torch.device("meta"):
+        model = nn.Linear(16, 16).to(torch.float16)
+    report = tgc.estimate(model, (torch.ones(4, 16, dtype=torch.float16),), device="t4")
+    assert report.dtype == "float16"
+
+
+def test_arguments_checked_at_the_boundary() -> None:
+    model = nn.Linear(4, 4)
+    x = (torch.ones(1, 4),)
+    with pytest.raises(ValueError, match="h100"):
+        tgc.estimate(model, x, device="h100_sxm")
+    with pytest.raises(ValueError, match="'bf61'"):
+        tgc.estimate(model, x, device="t4", dtype="bf61")
+    with pytest.raises(ValueError, match="'training'.*did you mean 'train'"):
+        tgc.estimate(model, x, device="t4", mode="training")
+    with pytest.raises(ValueError, match="capture_method"):
+        tgc.estimate(model, x, device="t4", capture_method="fx")
+    with pytest.raises(ValueError, match="devices is empty"):
+        tgc.compare(model, x, devices=[])
+
+
+@pytest.mark.slow
+def test_llama_7b_geometry() -> None:
+    cfg = transformers.LlamaConfig()  # Llama-2-7B: 32 layers, 4096 hidden, 11008 MLP
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg)
+    tokens = 2048
+    start = time.perf_counter()
+    report = tgc.estimate(model, (ids(1, tokens),), {"use_cache": False}, device="h100_sxm5_80gb",
+                          dtype=torch.bfloat16)
+    elapsed_s = time.perf_counter() - start
+    peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    projections = [g.site for g in report.gemms if g.site.op == "linear"]
+    attention = [g.site for g in report.gemms if g.site.op.startswith("sdpa")]
+    assert len(projections) == 7 * 32 + 1 == 225
+    h, f, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    proj_params = 32 * (4 * h * h + 3 * h * f) + h * v
+    assert sum(s.flops for s in projections) == pytest.approx(2 * tokens * proj_params, rel=0.01)
+    assert len(attention) == 64 and all(s.causal for s in attention)
+    assert elapsed_s < 20 and peak_rss_gb < 4
