@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.device("meta"):
         model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=args.layers))
     ids = torch.ones(args.batch, args.seq, dtype=torch.long, device="meta")
-    common = dict(kwargs={"use_cache": False}, predictor=predictor)
+    common = {"kwargs": {"use_cache": False}, "predictor": predictor}
 
     reports = tgc.compare(model, (ids,), devices=DEVICES, dtypes=["bf16"], **common)
     fp8 = [d for d in DEVICES if tgc.get_device(d).supports("fp8")]

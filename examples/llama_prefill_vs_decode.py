@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     predictor = RooflinePredictor() if args.predictor == "roofline" else default_predictor()
     model = build(args.layers)
-    common = dict(device=args.device, dtype=torch.bfloat16, predictor=predictor)
+    common = {"device": args.device, "dtype": torch.bfloat16, "predictor": predictor}
 
     rows = []
     ids = torch.ones(1, args.prompt, dtype=torch.long, device="meta")

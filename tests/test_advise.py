@@ -9,12 +9,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_report import gpt2_sites, linear_site, make_report
 
 from torch_gemm_cost.advise import PaddingAdvice, config_dims, padded_size, padding_advice
 from torch_gemm_cost.gemms import alignment_bytes
 from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
-
-from test_report import gpt2_sites, linear_site, make_report
 
 
 class AlignmentRoofline:
@@ -162,3 +161,41 @@ def test_advice_needs_the_predictor():
                                  predictor="mystery")
     with pytest.raises(ValueError, match="re-runs the predictor"):
         padding_advice(report)
+
+
+class TileChoiceRoofline:
+    """Test double for wave quantization: 128×64 tiles when n is a multiple of 64, else 128×16
+    tiles at a quarter of the efficiency (16/64); one tile per SM per wave, time = full waves."""
+
+    name = "tile-choice"
+    version = "test"
+
+    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+        tile_n = torch.where(gemms.n % 64 == 0, 64.0, 16.0).to(torch.float64)  # (N,)
+        tiles = gemms.batch * torch.ceil(gemms.m / 128) * torch.ceil(gemms.n / tile_n)
+        waves = tiles / device.sm_count
+        eff = tile_n / 64
+        wave_ms = 2 * 128 * tile_n * gemms.k / (312e12 / device.sm_count * eff) * 1e3
+        time = torch.ceil(waves) * wave_ms
+        return GemmPrediction(time, torch.ones_like(time, dtype=torch.bool), {
+            "waves": waves, "last_wave_fill": waves - torch.ceil(waves) + 1.0,
+            "tile_m": torch.full_like(waves, 128.0), "tile_n": tile_n})
+
+
+def test_wave_quantization_cause_by_hand():
+    # n = 1000 on 108 SMs: 128×16 tiles, ⌈4096/128⌉·⌈1000/16⌉ = 32·63 = 2016 tiles = 18.67 waves,
+    # 19 waves × (2·128·16·4096 / (312e12/108 · 0.25)) = 19 · 0.0232 ms = 0.4412 ms.
+    # n = 1024 (next multiple of 32): 128×64 tiles, 32·16 = 512 tiles = 4.74 waves,
+    # 5 × (2·128·64·4096 / (312e12/108)) = 5 · 0.0232 ms = 0.1161 ms. 1008 (multiple of 8, 16)
+    # keeps 16-wide tiles and 2016 tiles: no saving.
+    sites = [linear_site("proj", 4096, 1000, 4096)]
+    [advice] = make_report(sites, TileChoiceRoofline(), config={}).padding_advice()
+    wave_ms = 2 * 128 * 64 * 4096 / (312e12 / 108) * 1e3
+    assert (advice.suggested, advice.multiple) == (1024, 32)
+    assert advice.gemm_ms_before == pytest.approx(19 * wave_ms, rel=1e-9)
+    assert advice.gemm_ms_after == pytest.approx(5 * wave_ms, rel=1e-9)
+    assert advice.cause_kind == "wave quantization"
+    assert "18.67 waves: the last wave is 67% full" in advice.cause
+    assert "4.74 waves, the last 74% full" in advice.cause
+    # 1000 -> 1024: 2.4% more FLOPs
+    assert advice.extra_flops_pct == pytest.approx(2.4)

@@ -13,10 +13,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from test_advise import AlignmentRoofline
 
 from torch_gemm_cost.predict import default_predictor
-
-from test_advise import AlignmentRoofline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -107,7 +106,7 @@ def test_readme_quick_start_runs_as_a_command():
     cmd = [sys.executable, "-m", "torch_gemm_cost", "estimate", "--hf-config",
            str(EXAMPLES / "gpt2.json"), "--device", "a100_sxm4_80gb", "--dtype", "fp16",
            "--batch", "1", "--seq", "128", "--predictor", "roofline"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "transformer.h.{0-11}.mlp.c_fc" in done.stdout
     assert "1×128×50257×768" in done.stdout

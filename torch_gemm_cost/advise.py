@@ -14,8 +14,10 @@ re-costed; the extra FLOPs and time counted are those of the GEMMs.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,7 +27,7 @@ from .predict.base import DTYPE_NAMES, GemmBatch, GemmPrediction
 if TYPE_CHECKING:
     from .report import CostReport
 
-__all__ = ["PaddingAdvice", "config_dims", "padding_advice", "padded_size"]
+__all__ = ["PaddingAdvice", "config_dims", "padded_size", "padding_advice"]
 
 MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
 _AXES = ("m", "n", "k")
@@ -148,7 +150,7 @@ class _Candidate:
     mask: torch.Tensor  # (c, 3) which of m, n, k equal ``value``
 
 
-def _candidates(report: "CostReport", dims: torch.Tensor) -> list[_Candidate]:
+def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
     from .report import _template
 
     sites = [g.site for g in report.gemms]
@@ -177,11 +179,11 @@ def _candidates(report: "CostReport", dims: torch.Tensor) -> list[_Candidate]:
 
 
 def padding_advice(
-    report: "CostReport",
+    report: CostReport,
     *,
     multiples: Sequence[int] = MULTIPLES,
     min_saving_pct: float = 0.01,
-) -> list["PaddingAdvice"]:
+) -> list[PaddingAdvice]:
     """Ranked padding advice for a report, best whole-model saving first.
 
     Uses the predictor that made the report (``report.predictor_object()``). Only changes the predictor
@@ -239,8 +241,9 @@ def padding_advice(
     t = pred.time_ms.to(torch.float64)
 
     model_before = report.total_ms
-    best: dict[int, tuple[float, PaddingAdvice]] = {}
-    for ci, (c, size, mult, lo, hi) in enumerate(blocks):
+    best: dict[int, tuple[float, PaddingAdvice]] = {}  # candidate's index -> its best padding
+    index = {id(c): i for i, c in enumerate(cands)}
+    for c, size, mult, lo, hi in blocks:
         before = float(t[c.idx].sum())
         after = float(t[lo:hi].sum())
         saving = before - after
@@ -249,13 +252,15 @@ def padding_advice(
         old = dims[c.idx].to(torch.float64)
         new = torch.stack([batch.m[lo:hi], batch.n[lo:hi], batch.k[lo:hi]], dim=1)
         extra = float((flops[c.idx] * (new.prod(1) / old.prod(1) - 1)).sum())
-        advice = _make_advice(report, c, size, mult, before, after, extra / float(flops[c.idx].sum()),
-                              pred, lo, batch)
-        key = id(c)
-        prev = best.get(key)
+        extra_frac = extra / float(flops[c.idx].sum())
+        advice = _make_advice(report, c, size, mult, before, after, extra_frac, pred, lo, batch)
+        ci = index[id(c)]
+        prev = best.get(ci)
         # within 1% of the best saving, the smaller padding wins
-        if prev is None or saving > prev[0] * 1.01 or (saving >= prev[0] * 0.99 and size < prev[1].suggested):
-            best[key] = (saving, advice)
+        if prev is None or saving > prev[0] * 1.01 or (
+            saving >= prev[0] * 0.99 and size < prev[1].suggested
+        ):
+            best[ci] = (saving, advice)
     return sorted((a for _, a in best.values()), key=lambda a: -a.saving_ms)
 
 
@@ -266,7 +271,7 @@ def _role(site: Any, axis: int) -> str:
 
 
 def _make_advice(
-    report: "CostReport",
+    report: CostReport,
     c: _Candidate,
     size: int,
     mult: int,
@@ -293,6 +298,12 @@ def _make_advice(
     def d(name: str, i: int) -> float | None:
         return float(det[name][i]) if name in det else None
 
+    # (waves before, waves after, last-wave fill before, after) when the predictor reports them
+    wave = None
+    if "waves" in det and "last_wave_fill" in det:
+        waves, fill = det["waves"], det["last_wave_fill"]
+        wave = (float(waves[gi]), float(waves[pi]), float(fill[gi]), float(fill[pi]))
+    tile = d(("tile_m", "tile_n")[axis], gi) if axis < 2 else None  # k is stepped, not tiled
     if new_align > old_align:
         kind = "alignment"
         cause = (
@@ -301,19 +312,16 @@ def _make_advice(
             "tensor-core path); "
             f"{size} allows {new_align:.0f}-byte loads"
         )
-    elif d("waves", gi) is not None and d("last_wave_fill", gi) is not None and (
-        (d("last_wave_fill", pi) or 0) > (d("last_wave_fill", gi) or 0)
-    ):
+    elif wave is not None and (wave[3] > wave[2] or math.ceil(wave[1]) < math.ceil(wave[0])):
         kind = "wave quantization"
         cause = (
-            f"{d('waves', gi):.2f} waves: the last wave is {100 * d('last_wave_fill', gi):.0f}% full; "
-            f"at {size}: {d('waves', pi):.2f} waves, last {100 * d('last_wave_fill', pi):.0f}% full"
+            f"{wave[0]:.2f} waves: the last wave is {100 * wave[2]:.0f}% full; at {size}: "
+            f"{wave[1]:.2f} waves, the last {100 * wave[3]:.0f}% full"
         )
-    elif d("tile_m", gi) is not None and d("tile_n", gi) is not None:
+    elif tile is not None and tile >= 1:
         kind = "tile quantization"
-        tile = d(("tile_m", "tile_n", "tile_n")[axis], gi) or 1.0
-        fill = c.value / (padded_size(c.value, int(tile)) or 1)
-        cause = f"{c.value} fills {100 * fill:.0f}% of its last {tile:.0f}-wide tile"
+        tile_fill = c.value / padded_size(c.value, int(tile))
+        cause = f"{c.value} fills {100 * tile_fill:.0f}% of its last {tile:.0f}-wide tile"
     else:
         kind = "kernel choice"
         cause = f"the predictor's cost for {size} is lower than for {c.value}"

@@ -10,16 +10,16 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .devices import DeviceSpec
 from .gemms import GemmSite, OtherOp
 
 if TYPE_CHECKING:
-    import torch
 
     from .advise import PaddingAdvice
     from .predict.base import Predictor
@@ -69,12 +69,12 @@ class GemmExplanation:
     def __str__(self) -> str:
         s = self.site
         ai = s.flops / s.dram_bytes if s.dram_bytes else float("nan")
+        loads = f"{s.a_align_bytes}/{s.b_align_bytes}/{s.c_align_bytes} B"
         lines = [
-            f"{s.module or '(top)'} [{s.module_type}] {s.op} {s.phase}: "
-            f"B×M×N×K = {s.batch}×{s.m}×{s.n}×{s.k} {s.dtype} on {self.device}",
-            f"  {s.flops / 1e9:.3f} GFLOP, {s.dram_bytes / 1e6:.3f} MB compulsory, "
-            f"{ai:.1f} FLOP/byte; loads of {s.a_align_bytes}/{s.b_align_bytes}/{s.c_align_bytes} B "
-            "for A/B/C",
+            (f"{s.module or '(top)'} [{s.module_type}] {s.op} {s.phase}: "
+             f"B×M×N×K = {s.batch}×{s.m}×{s.n}×{s.k} {s.dtype} on {self.device}"),
+            (f"  {s.flops / 1e9:.3f} GFLOP, {s.dram_bytes / 1e6:.3f} MB compulsory, "
+             f"{ai:.1f} FLOP/byte; loads of {loads} for A/B/C"),
             f"  predicted {self.time_ms:.4f} ms, {self.bound}-bound ({self.predictor})",
         ]
         lines += [f"  {name} = {value:.4g}" for name, value in self.details.items()]
@@ -156,11 +156,11 @@ class CostReport:
     predictor_version: str
     gemms: tuple[GemmEstimate, ...]
     others: tuple[OpEstimate, ...] = ()
-    predictor_impl: "Predictor | None" = field(default=None, compare=False, repr=False)
+    predictor_impl: Predictor | None = field(default=None, compare=False, repr=False)
     config: Mapping[str, int] = field(default_factory=dict, compare=False)
     module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
-    def with_model(self, model: Any, predictor: "Predictor | None" = None) -> "CostReport":
+    def with_model(self, model: Any, predictor: Predictor | None = None) -> CostReport:
         """A copy with what only the model knows filled in where missing: each module's class
         name (names blocks in ``table(depth=N)``), its config dims (maps padding advice to config
         fields) and, when given, the predictor object."""
@@ -446,16 +446,16 @@ class CostReport:
     # ------------------------------------------------------------------ advice and explanation
 
     @cached_property
-    def _advice(self) -> "tuple[PaddingAdvice, ...]":
+    def _advice(self) -> tuple[PaddingAdvice, ...]:
         from .advise import padding_advice
 
         return tuple(padding_advice(self))
 
-    def padding_advice(self) -> "list[PaddingAdvice]":
+    def padding_advice(self) -> list[PaddingAdvice]:
         """Padding suggestions ranked by predicted whole-model saving (see ``advise``)."""
         return list(self._advice)
 
-    def predictor_object(self) -> "Predictor | None":
+    def predictor_object(self) -> Predictor | None:
         """The predictor that made this report: ``predictor_impl``, or else the default or roofline
         predictor when its name and version match the report's; None when neither does."""
         if self.predictor_impl is not None:
@@ -550,7 +550,7 @@ class CostReport:
         return out
 
 
-def format_advice(advice: Iterable["PaddingAdvice"]) -> str:
+def format_advice(advice: Iterable[PaddingAdvice]) -> str:
     """Padding advice as numbered lines, best first."""
     items = list(advice)
     if not items:
