@@ -139,8 +139,28 @@ def _report(
 def _cost_other_ops(
     others: Sequence[OtherOp], device: DeviceSpec, mode: str, optimizer: Any
 ) -> tuple[OpEstimate, ...]:
-    """Times of the non-GEMM ops. NB: not modelled yet; each op is listed with no time."""
-    return tuple(OpEstimate(op, None) for op in others)
+    """Times of the non-GEMM ops (``predict.memory``); ops of class ``other`` keep None.
+
+    ``optimizer`` (train only): a ``torch.optim.AdamW``/``Adam`` instance adds its update over
+    the parameters it holds. NB: the name ``"adamw"`` needs the model's parameters, which do not
+    reach this function yet.
+    """
+    from .predict.memory import adamw_ops, op_times_ms
+
+    ops = tuple(others)
+    if optimizer is not None:
+        if mode != "train":
+            raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
+        if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
+            raise ValueError(
+                f"optimizer must be a torch.optim.AdamW or Adam instance, got {optimizer!r}; "
+                "e.g. torch.optim.AdamW(model.parameters())"
+            )
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        dtype = str(params[0].dtype).removeprefix("torch.") if params else "float32"
+        ops += adamw_ops(sum(p.numel() for p in params), len(params), dtype)
+    times = op_times_ms(ops, device)
+    return tuple(OpEstimate(op, t) for op, t in zip(ops, times))
 
 
 def _model_dtype(model: torch.nn.Module) -> torch.dtype:

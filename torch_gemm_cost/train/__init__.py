@@ -1,0 +1,1 @@
+"""Fitting the predictors on measured data."""
