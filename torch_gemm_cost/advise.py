@@ -270,6 +270,11 @@ def _role(site: Any, axis: int) -> str:
     return "dim"
 
 
+def tile_fill(dim: int, tile: float) -> float:
+    """Share of the tiles covering ``dim`` that holds real data: 1000 in 16-wide tiles -> 0.992."""
+    return dim / padded_size(dim, int(tile))
+
+
 def _make_advice(
     report: CostReport,
     c: _Candidate,
@@ -295,15 +300,16 @@ def _make_advice(
     numbers = f"padded GEMMs {before:.4f} -> {after:.4f} ms"
     det = pred.details
 
-    def d(name: str, i: int) -> float | None:
-        return float(det[name][i]) if name in det else None
-
     # (waves before, waves after, last-wave fill before, after) when the predictor reports them
     wave = None
     if "waves" in det and "last_wave_fill" in det:
         waves, fill = det["waves"], det["last_wave_fill"]
         wave = (float(waves[gi]), float(waves[pi]), float(fill[gi]), float(fill[pi]))
-    tile = d(("tile_m", "tile_n")[axis], gi) if axis < 2 else None  # k is stepped, not tiled
+    # the tile width along the padded axis, before and after (k is stepped through, not tiled)
+    tile_key = ("tile_m", "tile_n", "")[axis]
+    tile = None
+    if tile_key in det and float(det[tile_key][gi]) >= 1 and float(det[tile_key][pi]) >= 1:
+        tile = (float(det[tile_key][gi]), float(det[tile_key][pi]))
     if new_align > old_align:
         kind = "alignment"
         cause = (
@@ -318,10 +324,12 @@ def _make_advice(
             f"{wave[0]:.2f} waves: the last wave is {100 * wave[2]:.0f}% full; at {size}: "
             f"{wave[1]:.2f} waves, the last {100 * wave[3]:.0f}% full"
         )
-    elif tile is not None and tile >= 1:
+    elif tile is not None and tile_fill(c.value, tile[0]) < tile_fill(size, tile[1]):
         kind = "tile quantization"
-        tile_fill = c.value / padded_size(c.value, int(tile))
-        cause = f"{c.value} fills {100 * tile_fill:.0f}% of its last {tile:.0f}-wide tile"
+        cause = (
+            f"{c.value} fills {100 * tile_fill(c.value, tile[0]):.0f}% of its {tile[0]:.0f}-wide "
+            f"tiles; {size} fills {100 * tile_fill(size, tile[1]):.0f}% of {tile[1]:.0f}-wide tiles"
+        )
     else:
         kind = "kernel choice"
         cause = f"the predictor's cost for {size} is lower than for {c.value}"
