@@ -84,15 +84,28 @@ class ValueDependent(nn.Module):
 
 
 def test_error_names_stage_node_and_what_to_try() -> None:
+    with torch.device("meta"):
+        model = ValueDependent()
     with pytest.raises(CaptureError) as info:
-        capture(ValueDependent(), (torch.ones(2, 8),))
+        capture(model, (torch.ones(2, 8),))
     text = str(info.value)
-    assert "'dispatch' failed at node aten." in text  # the recorder names the ATen op
-    assert "'export' failed" in text
-    assert "Try:" in text and "ValueDependent" in text
+    # the recorder names the ATen op and the module; both name the line of the model's code
+    assert "'dispatch' failed at node aten._local_scalar_dense.default in module '(top)'" in text
+    assert "(forward at " in text and "'export' failed in forward at " in text
+    assert "Try:" in text and "real (non-meta) model" in text and "ValueDependent" in text
     assert isinstance(info.value.__cause__, Exception)
     with pytest.raises(CaptureError, match="capture_method='export'"):
-        capture(ValueDependent(), (torch.ones(2, 8),), method="dispatch")
+        capture(model, (torch.ones(2, 8),), method="dispatch")
+    with pytest.raises(ValueError, match="not on the meta device"):
+        capture(model, (torch.ones(2, 8),), method="eager")
+
+
+def test_value_dependent_real_model_is_captured_eagerly() -> None:
+    model = ValueDependent()
+    captured = capture(model, (torch.ones(2, 8),))
+    assert captured.method == "eager"
+    linear = next(n for n in call_nodes(captured.graph_module) if "linear" in str(n.target))
+    assert list(linear.meta["nn_module_stack"].values())[-1][0] == "block.proj"
 
 
 def test_bad_arguments_are_named() -> None:

@@ -1,30 +1,37 @@
 """Capture: a model and example inputs in, an FX graph with shapes and module paths out.
 
-Two capture paths produce the same kind of graph: ATen-level ``call_function`` nodes whose
-``meta["val"]`` holds the output's meta or fake tensor and whose ``meta["nn_module_stack"]``
+Every capture path produces the same kind of graph: ATen-level ``call_function`` nodes whose
+``meta["val"]`` holds the output's fake (or meta) tensor and whose ``meta["nn_module_stack"]``
 maps to ``(module path, module type)`` pairs, outermost first. GEMM-like composites
 (``aten.linear``, ``aten.matmul``, ``aten.einsum``, ``aten.scaled_dot_product_attention``) stay
-whole in both, so the next stage sees every spelling as written.
+whole, so the next stage sees every spelling as written.
 
 - ``"dispatch"``: a recorder made of a ``TorchFunctionMode`` (keeps the composites whole), a
   ``TorchDispatchMode`` (everything else) under ``FakeTensorMode``, and global module hooks for
   the module paths, removed on exit.
 - ``"export"``: ``torch.export.export(..., strict=False)``, which records ``nn_module_stack``
   itself and takes code paths that check ``torch.compiler.is_exporting()``.
+- ``"eager"``: the recorder without fake tensors, for a real model and real inputs only. It
+  runs the model's kernels on their own device (under ``no_grad``, on cloned buffers and
+  inputs), so value-dependent code such as mixture-of-experts routing can be captured.
 
-``"auto"`` tries the recorder, then export. The recorder is the default because it is faster
-and takes more models: on Llama-2-7B geometry at 2048 tokens it captures in about 2 s against
-about 8 s for export (two CPU cores), with the same GEMMs, and it accepts outputs export
-refuses (transformers' KV-cache objects when ``use_cache`` is left on).
+``"auto"`` tries the recorder, then export, then (real model and inputs only) eager. The
+recorder comes first because it is faster and takes more models: on Llama-2-7B geometry at
+2048 tokens it captures in under 2 s against about 8 s for export (two CPU cores), with the
+same GEMMs, and it accepts outputs export refuses (transformers' KV-cache objects when
+``use_cache`` is left on).
 
-Weights are never allocated. The model is left as it was: per-module training flags are set
-for the capture and restored, also on failure.
+No weights are allocated (a meta model stays meta). The model is left as it was: per-module
+training flags are set for the capture and restored, also on failure.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
+import os
+import re
+import traceback
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -39,7 +46,7 @@ __all__ = ["Captured", "CaptureError", "capture", "unwrap_model", "CAPTURE_METHO
 
 log = logging.getLogger(__name__)
 
-CAPTURE_METHODS: tuple[str, ...] = ("auto", "export", "dispatch")
+CAPTURE_METHODS: tuple[str, ...] = ("auto", "dispatch", "export", "eager")
 
 
 class CaptureError(RuntimeError):
@@ -76,7 +83,8 @@ def capture(
     train: bool = False,
     method: str = "auto",
 ) -> Captured:
-    """Trace ``model(*args, **kwargs)`` into an FX graph without running real kernels.
+    """Trace ``model(*args, **kwargs)`` into an FX graph; only ``method="eager"`` (or ``"auto"``
+    once both fake-tensor paths failed on a real model) runs real kernels.
 
     ``train`` sets every module's training flag for the trace (dropout appears, for instance);
     the flags are restored afterwards.
@@ -92,19 +100,34 @@ def capture(
     if _all_meta(model):
         args, kwargs = _to_meta((args, kwargs))
 
-    methods = ("dispatch", "export") if method == "auto" else (method,)
+    if method != "auto":
+        methods: tuple[str, ...] = (method,)
+    elif _has_meta(model, (args, kwargs)):
+        methods = ("dispatch", "export")
+    else:
+        methods = ("dispatch", "export", "eager")
     failures: list[tuple[str, str, BaseException]] = []
     for name in methods:
+        if name == "eager":
+            if _has_meta(model, (args, kwargs)):
+                raise ValueError("capture_method='eager' runs the model for real: it needs a "
+                                 "model and example inputs that are not on the meta device")
+            log.warning("fake-tensor capture failed; running %s eagerly on its own device",
+                        type(model).__name__)
         try:
             with _training_flags(model, train):
                 if name == "export":
                     return _capture_export(model, args, kwargs)
-                return _capture_dispatch(model, args, kwargs)
+                return _capture_dispatch(model, args, kwargs, fake=name != "eager")
         except Exception as e:  # noqa: BLE001 - reported below, chained
-            node = getattr(e, "_tgc_node", None) or _node_from_export_error(e)
+            op, frame = getattr(e, "_tgc_node", None), _user_frame(e)
+            if op:
+                node = f"at node {op}" + (f" ({frame})" if frame else "")
+            else:
+                node = f"in {frame}" if frame else "at an unknown node"
             failures.append((name, node, e))
-            log.info("capture via %s failed at %s: %s", name, node, _first_line(e))
-    raise _capture_error(failures, model) from failures[-1][2]
+            log.info("capture via %s failed %s: %s", name, node, _first_line(e))
+    raise _capture_error(failures, model, (args, kwargs)) from failures[-1][2]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -115,30 +138,44 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def _node_from_export_error(e: BaseException) -> str:
-    # export errors carry the user frame in their text; keep the first "File ..." or op mention
-    for line in str(e).splitlines():
-        line = line.strip()
-        if line.startswith("File ") or "aten." in line:
-            return line[:200]
-    return "?"
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
 
 
-def _capture_error(failures: list[tuple[str, str, BaseException]], model: torch.nn.Module) -> CaptureError:
-    parts = [f"stage {name!r} failed at node {node}: {_first_line(e)}" for name, node, e in failures]
+def _user_frame(e: BaseException) -> str | None:
+    """The innermost frame of the model's own code (not torch, not this package)."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith(_LIBRARY_DIRS)]
+    if not frames:
+        return None
+    f = frames[-1]
+    return f"{f.name} at {f.filename}:{f.lineno}"
+
+
+def _capture_error(
+    failures: list[tuple[str, str, BaseException]], model: torch.nn.Module, inputs: Any
+) -> CaptureError:
+    parts = [f"stage {name!r} failed {node}: {_first_line(e)}" for name, node, e in failures]
     tried = {name for name, _, _ in failures}
     hints = []
-    if _all_meta(model):
-        hints.append("a model whose code reads tensor values needs real (non-meta) example inputs")
+    if _has_meta(model, inputs):
+        hints.append("code that reads tensor values needs a real (non-meta) model and example "
+                     "inputs, which capture_method='eager' runs for real")
+    elif "eager" not in tried:
+        hints.append("capture_method='eager' runs value-dependent code for real")
     else:
-        hints.append("check the example inputs run the model eagerly")
+        hints.append("check that model(*args, **kwargs) runs as given")
     other = [m for m in ("dispatch", "export") if m not in tried]
     if other:
-        hints.append(f"try capture_method={other[0]!r}")
+        hints.append(f"capture_method={other[0]!r}")
     hints.append("or make the value-dependent branch static (e.g. pass the kwargs that select it)")
     return CaptureError(
         f"could not capture {type(model).__name__}: " + "; ".join(parts) + ". Try: " + "; ".join(hints)
     )
+
+
+def _has_meta(model: torch.nn.Module, inputs: Any) -> bool:
+    tensors = [*model.parameters(), *model.buffers(), *_tensor_leaves(inputs)]
+    return any(t.is_meta for t in tensors)
 
 
 def _all_meta(model: torch.nn.Module) -> bool:
@@ -409,7 +446,7 @@ class _DispatchRecorder(TorchDispatchMode):
         return out
 
 
-def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict) -> Captured:
+def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
@@ -417,15 +454,22 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict) -> Capt
     # value checks while tracing (transformers' is_tracing) recognise them. Parameters, buffers
     # and inputs are swapped for fake copies, so in-place ops (BatchNorm's running stats)
     # touch the copies, not the user's tensors.
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    # Eager (``fake=False``) runs real kernels: parameters are used as they are, buffers and
+    # inputs are cloned so in-place ops leave the user's tensors alone.
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
 
-    def fake(x: Any) -> Any:
-        return fake_mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
+    def copy(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        if fake_mode is not None:
+            return fake_mode.from_tensor(x, static_shapes=True)
+        return x.detach().clone().requires_grad_(x.requires_grad)
 
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
-    state = {name: fake(t) for name, t in {**params, **buffers}.items()}
-    fake_args, fake_kwargs = torch.utils._pytree.tree_map(fake, (args, kwargs))
+    state = {n: p if fake_mode is None else copy(p) for n, p in params.items()}
+    state.update({n: copy(b) for n, b in buffers.items()})
+    fake_args, fake_kwargs = torch.utils._pytree.tree_map(copy, (args, kwargs))
     rec = _Recorder(
         model,
         params={id(state[n]): (n, p.requires_grad) for n, p in params.items()},
@@ -437,7 +481,10 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict) -> Capt
             stack.callback(pre.remove)
             post = register_module_forward_hook(rec.post_hook, always_call=True)
             stack.callback(post.remove)
-            stack.enter_context(fake_mode)
+            if fake_mode is not None:
+                stack.enter_context(fake_mode)
+            else:
+                stack.enter_context(torch.no_grad())
             stack.enter_context(_DispatchRecorder(rec))
             stack.enter_context(_FunctionRecorder(rec))
             out = torch.func.functional_call(
@@ -447,5 +494,6 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict) -> Capt
         e._tgc_node = rec.current  # type: ignore[attr-defined]
         raise
     return Captured(
-        rec.finish(out), "dispatch", type(model).__name__, rec.requires_grad, _causal_modules(model)
+        rec.finish(out), "dispatch" if fake else "eager", type(model).__name__, rec.requires_grad,
+        _causal_modules(model),
     )
