@@ -39,8 +39,9 @@ def estimate(
 
     ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
     ``mode="train"`` adds the backward pass. ``optimizer`` is passed to the non-GEMM cost model.
-    ``capture_method`` is ``"auto"`` (export, then the dispatch recorder), ``"export"`` or
-    ``"dispatch"``. The model is never run on real data and is left as it was.
+    ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then, for
+    a real model with real inputs only, an eager run), or one of ``"dispatch"``, ``"export"``,
+    ``"eager"`` (see ``capture``). The model is left as it was.
     """
     return compare(
         model, args, kwargs, devices=[device], dtypes=[dtype], mode=mode, predictor=predictor,
