@@ -251,3 +251,12 @@ def test_existing_constructor_still_valid():
                    (GemmEstimate(site, 0.5, "memory"),))
     assert isinstance(r.predictor_object(), RooflinePredictor)
     assert "padding advice: none" in str(r)
+
+
+def test_rows_of_free_ops_are_left_out():
+    view = OtherOp("transformer.drop", "Dropout", "aten.view", "view", "forward", "view",
+                   "float16", 10, 0)
+    r = make_report(gpt2_sites(layers=1), others=[OpEstimate(view, 0.0)])
+    assert "transformer.drop" not in [row["module"] for row in r.module_rows(2)]
+    unmodelled = make_report(gpt2_sites(layers=1), others=[OpEstimate(view, None)])
+    assert "transformer.drop" in [row["module"] for row in unmodelled.module_rows(2)]

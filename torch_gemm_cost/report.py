@@ -131,6 +131,7 @@ class _Row:
     gemm_ms: float = 0.0
     other_ms: float = 0.0
     compute_ms: float = 0.0
+    unmodelled: int = 0
     sig: list[Any] = field(default_factory=list)
 
     @property
@@ -297,7 +298,8 @@ class CostReport:
         """Times aggregated by the module tree, cut at ``depth`` levels, repeats collapsed.
 
         ``depth=None`` gives one row per GEMM. Non-GEMM ops count towards their module at a
-        finite depth, and towards one ``(non-GEMM ops)`` row otherwise. Each row's ``time_ms`` sums
+        finite depth, and towards one ``(non-GEMM ops)`` row otherwise. Rows holding only free ops
+        (views) are left out. Each row's ``time_ms`` sums
         every repeat, so the rows sum to ``total_ms``.
         """
         if depth is not None and depth < 1:
@@ -339,6 +341,7 @@ class CostReport:
                 row.sig.append((o.op.module[len(row.paths[0]):], o.op.op, o.op.numel))
             order += 1
             row.other_ms += o.time_ms or 0.0
+            row.unmodelled += o.time_ms is None
 
         # collapse rows whose paths differ only in container indices and whose contents match
         merged: dict[Any, list[_Row]] = {}
@@ -352,6 +355,8 @@ class CostReport:
         rank = {p: i for i, p in enumerate(self.module_types) if p} if depth is not None else {}
         out = []
         for (tmpl, extra, _), rows in merged.items():
+            if not any(r.gemms or r.unmodelled or r.time_ms for r in rows):
+                continue  # only free ops (views, metadata): nothing to show
             paths = [r.paths[0] for r in rows]
             name = _collapsed_name(tmpl, [_template(p)[1] for p in paths]) if len(rows) > 1 else paths[0]
             gemm_ms = sum(r.gemm_ms for r in rows)
