@@ -260,3 +260,12 @@ def test_rows_of_free_ops_are_left_out():
     assert "transformer.drop" not in [row["module"] for row in r.module_rows(2)]
     unmodelled = make_report(gpt2_sites(layers=1), others=[OpEstimate(view, None)])
     assert "transformer.drop" in [row["module"] for row in unmodelled.module_rows(2)]
+
+
+def test_comparison_prints_side_by_side():
+    from torch_gemm_cost.report import Comparison
+
+    reports = Comparison([make_report(gpt2_sites(layers=1)),
+                          make_report(gpt2_sites(layers=1), device="l4")])
+    assert str(reports) == format_comparison(list(reports))
+    assert reports[1].device.id == "l4"

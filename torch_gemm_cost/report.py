@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .predict.base import Predictor
 
 __all__ = [
+    "Comparison",
     "CostReport",
     "GemmEstimate",
     "GemmExplanation",
@@ -569,6 +570,16 @@ def format_advice(advice: Iterable[PaddingAdvice]) -> str:
             f"(-{a.saving_pct:.1f}%), {a.extra_flops_pct:+.2f}% FLOPs there. {a.cause}"
         )
     return "\n".join(lines)
+
+
+class Comparison(list):  # type: ignore[type-arg]
+    """Reports of one model on several devices or dtypes; prints them side by side."""
+
+    def table(self, top: int = 5, depth: int | None = None) -> str:
+        return format_comparison(self, top=top, depth=depth)
+
+    def __str__(self) -> str:
+        return self.table()
 
 
 def format_comparison(reports: Sequence[CostReport], top: int = 5, depth: int | None = None) -> str:
