@@ -1,0 +1,223 @@
+"""Memory-bound op costs: hand-worked times, backward and optimizer traffic, attention both ways,
+and the fitter on synthetic and measured ops."""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_gemm_cost import get_device
+from torch_gemm_cost.api import estimate
+from torch_gemm_cost.gemms import OtherOp
+from torch_gemm_cost.predict.memory import (
+    OP_CLASSES, OpCostModel, adamw_ops, load_op_costs, memory_time_ms, op_times_ms,
+)
+from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec
+
+V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
+
+# round constants, so the arithmetic below is checkable by hand
+TABLE = OpCostModel.from_dict({
+    "classes": {c: {"eta": 0.9, "floor_ms": 0.03} for c in OP_CLASSES if c not in ("view", "other")}
+    | {"norm": {"eta": 0.5, "floor_ms": 0.045}},
+    "launch_ms": 0.005,
+})
+
+
+def op(name: str, cls: str, numel: int, dram_bytes: int, phase: str = "forward",
+       node: str = "n0", flops: int = 0) -> OtherOp:
+    return OtherOp(module="m", module_type="M", op=name, node=node, phase=phase, op_class=cls,
+                   dtype="float32", numel=numel, dram_bytes=dram_bytes, flops=flops)
+
+
+def test_layer_norm_hand_worked():
+    # LayerNorm over (8, 512, 1024) fp32 = 4096 rows of 1024:
+    #   x read 16,777,216 B + y written 16,777,216 B + mean, rstd 2·4096·4 = 32,768 B
+    #   + weight, bias 2·1024·4 = 8,192 B -> 33,595,392 B
+    # 33,595,392 / (0.5 · 900e9 B/s) = 74.656 µs, plus one launch of 5 µs -> 0.079656 ms
+    ln = op("aten.native_layer_norm", "norm", 4096 * 1024, 33_595_392)
+    (t,) = op_times_ms([ln], V100, TABLE)
+    assert t == pytest.approx(0.079656, rel=1e-5)
+    # backward: dx (reads dy, x; writes dx) and dγ/dβ (reads dy, x): 2.5x the bytes, 2 kernels
+    # 2.5 · 33,595,392 = 83,988,480 B / 450e9 = 186.641 µs + 2 · 5 µs -> 0.196641 ms
+    (tb,) = op_times_ms([ln, op("aten.native_layer_norm", "norm", 4096 * 1024, 67_190_784,
+                                "backward")], V100, TABLE)[1:]
+    assert tb == pytest.approx(0.196641, rel=1e-5)
+
+
+def test_layer_norm_through_estimate_uses_shipped_constants():
+    with torch.device("meta"):
+        ln = nn.LayerNorm(1024)
+    report = estimate(ln, (torch.ones(8, 512, 1024, device="meta"),), device=V100)
+    (rec,) = [o for o in report.others if o.op.op_class == "norm"]
+    assert rec.op.dram_bytes == 33_595_392  # as worked out above
+    table = load_op_costs()
+    eta = table.eta[OP_CLASSES.index("norm")]
+    assert rec.time_ms == pytest.approx(table.launch_ms + 33_595_392 / (eta * 900e9) * 1e3)
+
+
+def test_gelu_hand_worked():
+    # GELU on (4096, 4096) fp32: read 67,108,864 B, write 67,108,864 B = 134,217,728 B
+    # 134,217,728 / (0.9 · 900e9) = 165.701 µs + 5 µs launch -> 0.170701 ms
+    # backward reads dy and x, writes dx: 1.5x = 201,326,592 B -> 248.551 µs + 5 µs
+    fwd = op("aten.gelu", "elementwise", 4096 * 4096, 134_217_728)
+    bwd = op("aten.gelu", "elementwise", 4096 * 4096, 268_435_456, "backward")
+    t_fwd, t_bwd = op_times_ms([fwd, bwd], V100, TABLE)
+    assert t_fwd == pytest.approx(0.170701, rel=1e-5)
+    assert t_bwd == pytest.approx(0.253551, rel=1e-5)
+
+
+def test_views_free_unmodelled_none_and_counted():
+    view = op("aten.view", "view", 1 << 20, 0)
+    odd = op("aten.my_custom_op", "other", 1 << 20, 8 << 20, node="n1")
+    assert op_times_ms([view, odd], V100, TABLE) == [0.0, None]
+    with torch.device("meta"):
+        lin = nn.Linear(16, 16)
+    report = estimate(lin, (torch.ones(4, 16, device="meta"),), device=V100)
+    assert all(o.time_ms is not None for o in report.others)
+    assert report.unmodelled == ()
+
+
+def test_residual_add_backward_sums_grads_mask_add_passes_through():
+    n = 1 << 20
+    residual = op("aten.add", "elementwise", n, 3 * 4 * n, node="a")  # x + y, both full
+    masked = op("aten.add", "elementwise", n, 2 * 4 * n + 4 * 1024, node="b")  # + broadcast mask
+    ops = [residual, masked, op("aten.add", "elementwise", n, 2 * residual.dram_bytes, "backward", "a"),
+           op("aten.add", "elementwise", n, 2 * masked.dram_bytes, "backward", "b")]
+    t = op_times_ms(ops, V100, TABLE)
+    assert t[2] == pytest.approx(t[0])  # read 2 grads, write 1: the forward's traffic
+    assert t[3] == 0.0
+
+
+def test_two_layer_mlp_train_op_counts():
+    with torch.device("meta"):
+        mlp = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 10))
+    opt = torch.optim.AdamW(mlp.parameters())
+    report = estimate(mlp, (torch.ones(32, 64, device="meta"),), device=V100, mode="train",
+                      optimizer=opt)
+    phases = [g.site.phase for g in report.gemms]
+    # 2 forward GEMMs; backward: layer 2 needs dX and dW, layer 1 only dW (x needs no grad)
+    assert phases.count("forward") == 2
+    assert phases.count("backward_dx") == 1
+    assert phases.count("backward_dw") == 2
+    by_phase = {p: [o for o in report.others if o.op.phase == p]
+                for p in ("forward", "backward", "optimizer")}
+    assert [o.op.op for o in by_phase["forward"]] == ["aten.gelu"]
+    assert [o.op.op for o in by_phase["backward"]] == ["aten.gelu"]
+    # AdamW over 64·128 + 128 + 128·10 + 10 = 9,610 parameters in 4 tensors: 8 foreach kernels
+    # moving 2+3+2+3+2+2+2+4 = 20 passes · 4 B = 80 B per parameter = 768,800 B
+    adam = by_phase["optimizer"]
+    assert len(adam) == 8
+    assert sum(o.op.dram_bytes for o in adam) == 768_800
+    assert all(o.time_ms and o.time_ms > 0 for o in report.others if o.op.op_class != "view")
+    assert report.unmodelled == ()
+
+
+def test_optimizer_boundary_errors():
+    with torch.device("meta"):
+        lin = nn.Linear(8, 8)
+    x = torch.ones(2, 8, device="meta")
+    with pytest.raises(ValueError, match="mode='train'"):
+        estimate(lin, (x,), device=V100, optimizer=torch.optim.AdamW(lin.parameters()))
+    with pytest.raises(ValueError, match="AdamW"):
+        estimate(lin, (x,), device=V100, mode="train", optimizer=torch.optim.SGD(lin.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="n_params"):
+        adamw_ops(-1, 1)
+
+
+def test_adamw_ops_split_over_launches():
+    ops = adamw_ops(1000, 220)  # 220 tensors: 2 launches of at most 110 per foreach op
+    assert len(ops) == 16
+    assert sum(o.numel for o in ops) == 8 * 1000
+
+
+def test_dropout_priced_as_the_fused_gpu_kernel():
+    report = estimate(nn.Dropout(0.1), (torch.ones(64, 256, requires_grad=True),), device=V100,
+                      mode="train")
+    kernels = [o for o in report.others if o.time_ms]
+    # 16,384 elements: native_dropout reads x (4 B), writes y (4 B) and a bool mask (1 B):
+    # 147,456 B; its backward reads dy and the mask, writes dx: the same 147,456 B
+    assert [o.op.phase for o in kernels] == ["forward", "backward"]
+    eta = load_op_costs().eta[OP_CLASSES.index("elementwise")]
+    expected = load_op_costs().launch_ms + 147_456 / (eta * 900e9) * 1e3
+    assert [o.time_ms for o in kernels] == pytest.approx([expected, expected])
+
+
+class _Attention(nn.Module):
+    def __init__(self, sdpa: bool) -> None:
+        super().__init__()
+        self.sdpa = sdpa
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.sdpa:
+            return F.scaled_dot_product_attention(q, k, v)
+        scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5  # (B, H, S, S)
+        return torch.softmax(scores, dim=-1) @ v
+
+
+def test_attention_eager_vs_sdpa():
+    q = torch.ones(2, 4, 128, 32)  # (B, H, S, d): 8 heads of 128x128 scores
+    eager = estimate(_Attention(False), (q, q, q), device=V100)
+    fused = estimate(_Attention(True), (q, q, q), device=V100)
+    assert [g.site.op for g in eager.gemms] == ["matmul", "matmul"]
+    assert [g.site.op for g in fused.gemms] == ["sdpa_qk", "sdpa_pv"]
+    table = load_op_costs()
+    eta = table.eta[OP_CLASSES.index("softmax")]
+    # eager: the scores are materialized; softmax reads and writes 8·128·128·4 B = 524,288 B each
+    (soft,) = [o for o in eager.others if o.op.op_class == "softmax"]
+    assert soft.time_ms == pytest.approx(table.launch_ms + 1_048_576 / (eta * 900e9) * 1e3)
+    # SDPA: inside the fused kernel, no launch and no score traffic; 5 FLOPs per score on the
+    # fp32 vector units: 5 · 131,072 = 655,360 / 14e12 = 0.0468 µs
+    (inner,) = [o for o in fused.others if o.op.op_class == "softmax"]
+    assert inner.op.dram_bytes == 0
+    assert inner.time_ms == pytest.approx(655_360 / V100.peak("fp32") * 1e3)
+    assert fused.other_ms < eager.other_ms / 100
+
+
+def test_memory_time_is_batched_and_nan_for_unmodelled():
+    t = memory_time_ms(torch.tensor([9e8, 9e8]), torch.tensor([1.0, 0.0]),
+                       torch.tensor([0.5, float("nan")]), 0.005, 900e9)
+    # 9e8 B / (0.5 · 900e9) = 2 ms, + 5 µs
+    assert t[0].item() == pytest.approx(2.005)
+    assert math.isnan(t[1].item())
+
+
+def test_shipped_table_credits_neusight_and_covers_every_class():
+    doc = json.loads(resources.files("torch_gemm_cost").joinpath("data/op_costs.json").read_text())
+    assert "NeuSight" in doc["provenance"]["data"] and "MIT" in doc["provenance"]["data"]
+    table = load_op_costs()
+    for c, eta in zip(OP_CLASSES, table.eta):
+        if c == "other":
+            assert math.isnan(eta)
+        else:
+            assert 0.2 < eta <= 1.0, c
+    assert 0 < table.launch_ms < table.floor_ms[OP_CLASSES.index("elementwise")]
+
+
+def test_fit_class_recovers_known_constants():
+    # synthetic rows from eta = 0.7, floor = 0.02 ms on a 900 GB/s part, 1 KB .. 1 GB
+    rows = []
+    for i in range(40):
+        dram = 1e3 * 10 ** (6 * i / 39)
+        rows.append(VecRow("g", "s", "add", "elementwise", 1, 1, dram, 900e9,
+                           0.02 + dram / (0.7 * 900e9) * 1e3))
+    eta, floor = fit_class(rows, steps=1500, lr=0.05)
+    assert eta == pytest.approx(0.7, rel=0.02)
+    assert floor == pytest.approx(0.02, rel=0.02)
+
+
+def test_fit_on_measured_layer_norm_leaving_a_gpu_out(data_dir):
+    rows = [r for r in load_vec(data_dir) if r.op_class == "norm"]
+    train = [r for r in rows if r.gpu not in ("tesla_t4", "a100_pcie_80gb")][::4]
+    eta, floor = fit_class(train, steps=300)
+    held = [r for r in rows if r.gpu == "tesla_t4"]
+    pred = [floor + r.dram_bytes / (eta * r.bw_bytes_per_s) * 1e3 for r in held]
+    mape = sum(abs(p - r.latency_ms) / r.latency_ms for p, r in zip(pred, held)) / len(held)
+    assert 0.3 < eta < 0.8 and 0.02 < floor < 0.08
+    assert mape < 0.2  # 11% when fitted on all rows (see train/ops.py's evaluation)
