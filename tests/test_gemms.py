@@ -289,3 +289,37 @@ def test_bad_mode_is_named() -> None:
     captured = capture(nn.Linear(2, 2), (torch.ones(1, 2),))
     with pytest.raises(ValueError, match="'training'"):
         extract(captured, "fp32", mode="training")
+
+
+class VectorsAndTorchModules(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.w = nn.Parameter(torch.randn(5, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (2, 5, 16)
+        a = self.mha(x, x, x, need_weights=False)[0]
+        v = x[0, 0]
+        b = torch.mv(self.w, v)  # (5, 16)·(16,)
+        c = torch.dot(v, v)
+        d = torch.addbmm(torch.zeros(5, 5), x, x.transpose(1, 2))
+        return a.sum() + b.sum() + c + d.sum()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_vector_spellings_and_multihead_attention(method: str) -> None:
+    model = VectorsAndTorchModules().eval()
+    sites, _ = extract(capture(model, (torch.randn(2, 5, 16),), method=method), "float32")
+    got = [(s.module, s.batch, s.m, s.n, s.k) for s in sites]
+    # the recorder sees MHA's projections as t + mm/addmm (F.multi_head_attention_forward is
+    # Python and calls linear inside), export as linear: the GEMMs are the same
+    assert got == [
+        ("mha", 1, 10, 48, 16),  # packed q/k/v projection of 2·5 tokens
+        ("mha", 4, 5, 5, 8),  # scores: batch 2·2 heads, head dim 16 / 2
+        ("mha", 4, 5, 8, 5),
+        ("mha", 1, 10, 16, 16),  # out_proj
+        ("", 1, 5, 1, 16),  # mv
+        ("", 1, 1, 1, 16),  # dot
+        ("", 2, 5, 5, 16),  # addbmm
+    ]
+    assert [s.op for s in sites][4:] == ["mv", "dot", "addbmm"]

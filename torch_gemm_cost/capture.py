@@ -419,6 +419,9 @@ class _FunctionRecorder(TorchFunctionMode):
         kwargs = kwargs or {}
         entry = _COMPOSITES.get(func) if self.rec.suppress == 0 else None
         if entry is None:
+            # NB: the mode is off inside its handler, so composites that a Python-level torch
+            # function calls (F.multi_head_attention_forward) reach the dispatch recorder in
+            # pieces (t + addmm, the fused SDPA kernels); gemms.py reads those too
             return func(*args, **kwargs)
         op, binder = entry
         self.rec.current = self.rec.where(op)

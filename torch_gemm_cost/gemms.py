@@ -365,7 +365,7 @@ def _gemm_sdpa(b: dict, env: _Env) -> list[_Fwd]:
     kept = None
     if b.get("is_causal"):
         kept = causal_kept_entries(q_len, kv_len)
-    elif env.module_causal and b.get("attn_mask") is not None and q_len > 1:
+    elif env.module_causal and b.get("attn_mask", b.get("attn_bias")) is not None and q_len > 1:
         # transformers materialises the causal mask while tracing; eagerly it passes is_causal
         kept = causal_kept_entries(q_len, kv_len, bottom_right=True)
     g_q, g_k, g_v = rg(b["query"]), rg(b["key"]), rg(b["value"])
@@ -376,8 +376,25 @@ def _gemm_sdpa(b: dict, env: _Env) -> list[_Fwd]:
     return [qk, pv]
 
 
+def _gemm_vector(op: str, a_key: str, b_key: str, bias_key: str | None):
+    """mv (m, k)·(k,) and dot (k,)·(k,): GEMMs with n = 1 (and m = 1)."""
+    def handler(b: dict, env: _Env) -> list[_Fwd]:
+        x, y = env.val(b[a_key]), env.val(b[b_key])
+        m = int(x.shape[0]) if x.dim() == 2 else 1
+        k = int(y.shape[0])
+        return [_Fwd(op, 1, m, 1, k, _matrix(x, env.elem), _matrix(y, env.elem, as_rows=False),
+                     bias=bias_key is not None, grad_a=env.rg(b[a_key]), grad_b=env.rg(b[b_key]))]
+    return handler
+
+
 _GEMM_HANDLERS: dict[str, Callable[..., list[_Fwd]]] = {
     "linear": _gemm_linear,
+    "mv": _gemm_vector("mv", "self", "vec", None),
+    "addmv": _gemm_vector("addmv", "mat", "vec", "self"),
+    "dot": _gemm_vector("dot", "self", "tensor", None),
+    "vdot": _gemm_vector("dot", "self", "other", None),
+    # NB: addbmm also sums the batch of products; that reduction is not costed
+    "addbmm": _gemm_2d("addbmm", "batch1", "batch2", "self"),
     "addmm": _gemm_2d("addmm", "mat1", "mat2", "self"),
     "mm": _gemm_2d("mm", "self", "mat2", None),
     "bmm": _gemm_2d("bmm", "self", "mat2", None),
@@ -385,6 +402,11 @@ _GEMM_HANDLERS: dict[str, Callable[..., list[_Fwd]]] = {
     "matmul": _gemm_matmul,
     "einsum": _gemm_einsum,
     "scaled_dot_product_attention": _gemm_sdpa,
+    # the fused kernels SDPA dispatches to, where a graph holds them directly
+    "_scaled_dot_product_flash_attention": _gemm_sdpa,
+    "_scaled_dot_product_flash_attention_for_cpu": _gemm_sdpa,
+    "_scaled_dot_product_efficient_attention": _gemm_sdpa,
+    "_scaled_dot_product_cudnn_attention": _gemm_sdpa,
 }
 
 # --- non-GEMM op classes, by ATen op name (trailing "_" of in-place ops stripped)
@@ -404,6 +426,8 @@ _CLASSES: dict[str, tuple[str, ...]] = {
     "norm": ("native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm", "group_norm",
              "native_group_norm", "batch_norm", "native_batch_norm", "_native_batch_norm_legit",
              "_native_batch_norm_legit_no_training", "instance_norm"),
+    "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout",
+                    "bernoulli"),
     "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"),
     "reduction": ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "var",
                   "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "cumsum", "cumprod",
@@ -615,7 +639,7 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
 
 def _sdpa_softmax(node: Any, f: _Fwd, ctx: _Ctx, module: str, module_type: str) -> OtherOp:
     b = _bind(node)
-    mask = b.get("attn_mask")
+    mask = b.get("attn_mask", b.get("attn_bias"))
     mask_val = mask.meta.get("val") if hasattr(mask, "meta") else None
     mask_bytes = ctx.tensor_bytes(mask_val) if isinstance(mask_val, torch.Tensor) else 0
     scores = f.batch * (f.kept if f.kept is not None else f.m * f.n)
