@@ -199,3 +199,20 @@ def test_wave_quantization_cause_by_hand():
     assert "4.74 waves, the last 74% full" in advice.cause
     # 1000 -> 1024: 2.4% more FLOPs
     assert advice.extra_flops_pct == pytest.approx(2.4)
+
+
+def test_training_pads_every_phase_of_the_vocab_gemm():
+    transformers = pytest.importorskip("transformers")
+    import torch_gemm_cost as tgc
+
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1))
+    ids = torch.ones(1, 128, dtype=torch.long, device="meta")
+    predictor = AlignmentRoofline()
+    report = tgc.estimate(model, (ids,), kwargs={"use_cache": False}, device="a100_sxm4_80gb",
+                          dtype="fp16", mode="train", predictor=predictor)
+    top = next(a for a in report.padding_advice() if a.config_field == "vocab_size")
+    # forward (n = vocab), dX (k = vocab) and dW (m = vocab) of lm_head all change
+    assert top.gemms == 3 and top.current == 50257
+    phases = {g.site.phase for g in report.gemms if 50257 in g.site.shape}
+    assert phases == {"forward", "backward_dx", "backward_dw"}

@@ -300,8 +300,8 @@ class CostReport:
 
         ``depth=None`` gives one row per GEMM. Non-GEMM ops count towards their module at a
         finite depth, and towards one ``(non-GEMM ops)`` row otherwise. Rows holding only free ops
-        (views) are left out. Each row's ``time_ms`` sums
-        every repeat, so the rows sum to ``total_ms``.
+        (views) are left out. A collapsed row's ``time_ms`` sums every repeat, so the rows sum to
+        ``total_ms``.
         """
         if depth is not None and depth < 1:
             raise ValueError(f"depth must be a positive number of module levels, got {depth}; try 1")
