@@ -51,14 +51,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attn", choices=("eager", "sdpa"), default="eager",
                    help="attention implementation for --hf-config (default: eager)")
     p.add_argument("--device", action="append", metavar="ID",
-                   help="catalog id or GPU name; repeat to compare devices (see `devices`)")
+                   help="catalog id or GPU name; repeat to compare devices (see `devices`; "
+                   "default h100_sxm5_80gb)")
     p.add_argument("--dtype", default="bf16", help="compute dtype, e.g. fp16, bf16, fp8, float32")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"default {DEFAULT_BATCH}")
     p.add_argument("--seq", type=int, default=None,
                    help=f"tokens per sequence (default: {DEFAULT_SEQ} or the model's maximum)")
     p.add_argument("--mode", choices=("inference", "train"), default="inference")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
-                   help="the shipped hybrid predictor (default) or the pure roofline")
+                   help="the package's default predictor, or the pure roofline (a floor)")
     p.add_argument("--depth", type=int, default=None,
                    help="aggregate the table by the module tree, cut at this many levels")
     p.add_argument("--top", type=int, default=None, help="show only the costliest rows")
