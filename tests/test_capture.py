@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 
 from torch_gemm_cost.capture import CaptureError, capture, unwrap_model
 

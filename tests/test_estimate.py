@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import resource
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -154,7 +155,7 @@ def test_compare_captures_once_and_predicts_once_per_report(monkeypatch: pytest.
 
 
 def test_annotate_returns_the_graph_with_records() -> None:
-    model, kwargs = build("llama")
+    model, _ = build("llama")
     gm = tgc.annotate(model, (ids(1, 8),), {"use_cache": False}, device="h100_sxm5_80gb",
                       dtype="bf16")
     assert isinstance(gm, torch.fx.GraphModule)

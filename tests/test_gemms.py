@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from torch_gemm_cost.capture import capture
@@ -177,7 +177,7 @@ def test_alignment_bytes_of_each_operand() -> None:
 
 def test_requested_dtype_sets_sizes_not_the_models() -> None:
     model = nn.Linear(16, 32)  # float32 weights
-    sites32, others32 = extract(capture(model, (torch.ones(8, 16),)), torch.float32)
+    sites32, _ = extract(capture(model, (torch.ones(8, 16),)), torch.float32)
     sites16, _ = extract(capture(model, (torch.ones(8, 16),)), torch.bfloat16)
     # (8·16 + 16·32 + 8·32) elements = 896; 4 B each in fp32, 2 B in bf16
     assert sites32[0].dram_bytes == 896 * 4 and sites16[0].dram_bytes == 896 * 2

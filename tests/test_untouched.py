@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.modules.module as module_globals
+from torch import nn
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.capture import CaptureError

@@ -30,11 +30,11 @@ from __future__ import annotations
 import logging
 import operator
 import os
-import re
 import traceback
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["Captured", "CaptureError", "capture", "unwrap_model", "CAPTURE_METHODS"]
+__all__ = ["CAPTURE_METHODS", "CaptureError", "Captured", "capture", "unwrap_model"]
 
 log = logging.getLogger(__name__)
 
@@ -96,20 +96,20 @@ def capture(
     model = unwrap_model(model)
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)
-    kwargs = dict(kwargs or {})
+    kw: dict[str, Any] = dict(kwargs or {})
     if _all_meta(model):
-        args, kwargs = _to_meta((args, kwargs))
+        args, kw = _to_meta((args, kw))
 
     if method != "auto":
         methods: tuple[str, ...] = (method,)
-    elif _has_meta(model, (args, kwargs)):
+    elif _has_meta(model, (args, kw)):
         methods = ("dispatch", "export")
     else:
         methods = ("dispatch", "export", "eager")
     failures: list[tuple[str, str, BaseException]] = []
     for name in methods:
         if name == "eager":
-            if _has_meta(model, (args, kwargs)):
+            if _has_meta(model, (args, kw)):
                 raise ValueError("capture_method='eager' runs the model for real: it needs a "
                                  "model and example inputs that are not on the meta device")
             log.warning("fake-tensor capture failed; running %s eagerly on its own device",
@@ -117,8 +117,8 @@ def capture(
         try:
             with _training_flags(model, train):
                 if name == "export":
-                    return _capture_export(model, args, kwargs)
-                return _capture_dispatch(model, args, kwargs, fake=name != "eager")
+                    return _capture_export(model, args, kw)
+                return _capture_dispatch(model, args, kw, fake=name != "eager")
         except Exception as e:  # noqa: BLE001 - reported below, chained
             op, frame = getattr(e, "_tgc_node", None), _user_frame(e)
             if op:
@@ -127,7 +127,7 @@ def capture(
                 node = f"in {frame}" if frame else "at an unknown node"
             failures.append((name, node, e))
             log.info("capture via %s failed %s: %s", name, node, _first_line(e))
-    raise _capture_error(failures, model, (args, kwargs)) from failures[-1][2]
+    raise _capture_error(failures, model, (args, kw)) from failures[-1][2]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -451,7 +451,10 @@ class _DispatchRecorder(TorchDispatchMode):
 
 def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
 
     # Fake tensors for every model, meta ones too: no real kernels run, and libraries that skip
     # value checks while tracing (transformers' is_tracing) recognise them. Parameters, buffers

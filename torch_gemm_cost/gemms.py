@@ -7,16 +7,23 @@ reduction dim and FLOPs = 2·batch·m·n·k.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 
 from .dtypes import DTYPES, ComputeDtype, resolve_dtype
 
 __all__ = [
-    "GemmSite", "OtherOp", "alignment_bytes", "extract", "causal_kept_entries", "einsum_gemms",
-    "META_KEY", "PHASES",
+    "META_KEY",
+    "PHASES",
+    "GemmSite",
+    "OtherOp",
+    "alignment_bytes",
+    "causal_kept_entries",
+    "einsum_gemms",
+    "extract",
 ]
 
 
@@ -143,15 +150,15 @@ def einsum_gemms(equation: str, shapes: Sequence[Sequence[int]]) -> list[tuple[i
     letters: list[list[str]] = []
     for term, shape in zip(terms, shapes):
         n_ell = len(shape) - len(term.replace("...", ""))
-        names = list(term.replace("...", "\0"))
-        names = sum(([*ell[ell_ndim - n_ell:]] if c == "\0" else [c] for c in names), [])
+        names = [x for c in term.replace("...", "\0")
+                 for x in (ell[ell_ndim - n_ell:] if c == "\0" else [c])]
         if len(names) != len(shape):
             raise ValueError(f"einsum term {term!r} does not match operand shape {tuple(shape)}")
         for c, size in zip(names, shape):
             sizes[c] = max(sizes.get(c, 1), int(size))
         letters.append(names)
     if arrow:
-        out_letters = sum((ell if c == "\0" else [c] for c in out.replace("...", "\0")), [])
+        out_letters = [x for c in out.replace("...", "\0") for x in (ell if c == "\0" else [c])]
     else:
         counts: dict[str, int] = {}
         for names in letters:
@@ -255,8 +262,22 @@ def _out_dtype_name(cd: ComputeDtype) -> str:
 class _Fwd:
     """A forward GEMM before it becomes a record: dims, layouts and which operands need grad."""
 
-    __slots__ = ("op", "batch", "m", "n", "k", "a", "b", "bias", "kept", "qk_bytes", "grad_a",
-                 "grad_b", "weight_b", "extra_other")
+    __slots__ = (
+        "a",
+        "b",
+        "batch",
+        "bias",
+        "extra_other",
+        "grad_a",
+        "grad_b",
+        "k",
+        "kept",
+        "m",
+        "n",
+        "op",
+        "qk_bytes",
+        "weight_b",
+    )
 
     def __init__(self, op: str, batch: int, m: int, n: int, k: int, a: tuple[bool, int],
                  b: tuple[bool, int], *, bias: bool = False, grad_a: bool = False,
@@ -270,7 +291,7 @@ class _Fwd:
 class _Env:
     """What a GEMM handler may read besides the node's arguments."""
 
-    __slots__ = ("val", "rg", "elem", "module_causal")
+    __slots__ = ("elem", "module_causal", "rg", "val")
 
     def __init__(self, val: Callable[[Any], Any], rg: Callable[[Any], bool], elem: int,
                  module_causal: bool) -> None:
@@ -443,10 +464,10 @@ _FACTORY = {"arange", "zeros", "ones", "full", "empty", "new_ones", "new_zeros",
 
 
 def _op_name(target: Any) -> str:
-    """``aten.add_.Tensor`` -> ``add``; Python callables by their name."""
+    """``aten.add_.Tensor`` -> ``add_``; Python callables by their name."""
     packet = getattr(target, "_overloadpacket", None)
-    name = getattr(packet, "__name__", None) or getattr(target, "__name__", str(target))
-    return name.split(".")[-1]
+    name = getattr(packet, "__name__", None) or getattr(target, "__name__", None) or str(target)
+    return str(name).split(".")[-1]
 
 
 def _qualified(target: Any) -> str:
@@ -510,7 +531,7 @@ def extract(
     ctx = _Ctx(cd, native_dtype)
     graph = captured.graph_module.graph
     model_name = captured.model_name
-    causal_modules = getattr(captured, "causal_modules", frozenset())
+    causal_modules: frozenset[str] = getattr(captured, "causal_modules", frozenset())
     train = mode == "train"
     requires: dict[Any, bool] = {}
     fwd_gemms: list[GemmSite] = []
@@ -640,7 +661,7 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
 def _sdpa_softmax(node: Any, f: _Fwd, ctx: _Ctx, module: str, module_type: str) -> OtherOp:
     b = _bind(node)
     mask = b.get("attn_mask", b.get("attn_bias"))
-    mask_val = mask.meta.get("val") if hasattr(mask, "meta") else None
+    mask_val = getattr(mask, "meta", {}).get("val")
     mask_bytes = ctx.tensor_bytes(mask_val) if isinstance(mask_val, torch.Tensor) else 0
     scores = f.batch * (f.kept if f.kept is not None else f.m * f.n)
     return OtherOp(
