@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import itertools
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ from .gemms import GemmSite, OtherOp, extract
 from .predict import GemmBatch, Predictor, default_predictor
 from .report import CostReport, GemmEstimate, OpEstimate
 
-__all__ = ["estimate", "annotate", "compare", "MODES"]
+__all__ = ["MODES", "annotate", "compare", "estimate"]
 
 MODES: tuple[str, ...] = ("inference", "train")
 
