@@ -137,3 +137,33 @@ def test_tied_weights_and_single_tensor_args() -> None:
     weight = heads[0].args[1]
     emb = next(n for n in call_nodes(captured.graph_module) if "embedding" in str(n.target))
     assert emb.args[0] is weight  # one placeholder for the shared weight
+
+
+class Regions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = nn.Linear(4, 4)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            y = self.frozen(x)
+        with torch.autocast("cpu", enabled=False):
+            z = x @ x.t()
+        return self.fc(y) + z.sum()
+
+
+@pytest.mark.parametrize("method", ["dispatch", "export"])
+def test_no_grad_and_autocast_regions(method: str) -> None:
+    from torch_gemm_cost.gemms import extract
+
+    captured = capture(Regions(), (torch.ones(4, 4),), train=True, method=method)
+    sites, _ = extract(captured, "float32", mode="train")
+    # export wraps both regions in submodules; their GEMMs are inlined, and the no_grad one
+    # gets no backward although its weight requires grad
+    assert [(s.module, s.op, s.phase) for s in sites] == [
+        ("frozen", "linear", "forward"),
+        ("", "matmul", "forward"),
+        ("fc", "linear", "forward"),
+        ("fc", "linear", "backward_dw"),
+    ]

@@ -46,6 +46,7 @@ __all__ = ["CAPTURE_METHODS", "CaptureError", "Captured", "capture", "unwrap_mod
 
 log = logging.getLogger(__name__)
 
+NO_GRAD = "torch_gemm_cost_no_grad"  # node.meta key: recorded with grad disabled
 CAPTURE_METHODS: tuple[str, ...] = ("auto", "dispatch", "export", "eager")
 
 
@@ -115,7 +116,7 @@ def capture(
             log.warning("fake-tensor capture failed; running %s eagerly on its own device",
                         type(model).__name__)
         try:
-            with _training_flags(model, train):
+            with _training_flags(model, train), torch.set_grad_enabled(train or torch.is_grad_enabled()):
                 if name == "export":
                     return _capture_export(model, args, kw)
                 return _capture_dispatch(model, args, kw, fake=name != "eager")
@@ -232,6 +233,7 @@ def _capture_export(model: torch.nn.Module, args: tuple, kwargs: dict) -> Captur
 
     ep = torch.export.export(model, args, kwargs, strict=False)
     gm = ep.graph_module
+    _inline_wrapped_regions(gm)
     params = dict(model.named_parameters(remove_duplicate=False))
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     requires_grad: dict[str, bool] = {}
@@ -248,6 +250,48 @@ def _capture_export(model: torch.nn.Module, args: tuple, kwargs: dict) -> Captur
         else:
             requires_grad[name] = False
     return Captured(gm, "export", type(model).__name__, requires_grad, _causal_modules(model))
+
+
+_WRAPPERS = {"wrap_with_set_grad_enabled": 1, "wrap_with_autocast": 4}  # name -> submodule arg
+
+
+def _inline_wrapped_regions(gm: torch.fx.GraphModule) -> None:
+    """Inline the submodules export wraps ``no_grad`` and ``autocast`` regions in, so their
+    GEMMs are seen; nodes of a grad-disabled region are marked ``NO_GRAD``."""
+    graph = gm.graph
+    while True:
+        wrapper = next((n for n in graph.nodes if n.op == "call_function"
+                        and getattr(n.target, "__name__", "") in _WRAPPERS), None)
+        if wrapper is None:
+            break
+        at = _WRAPPERS[wrapper.target.__name__]
+        sub_node = wrapper.args[at]
+        sub = getattr(gm, sub_node.target)
+        no_grad = at == 1 and not wrapper.args[0]
+        env: dict[torch.fx.Node, Any] = {}
+        operands = iter(wrapper.args[at + 1:])
+        outputs: Any = ()
+        with graph.inserting_before(wrapper):
+            for sn in sub.graph.nodes:
+                if sn.op == "placeholder":
+                    env[sn] = next(operands)
+                elif sn.op == "output":
+                    outputs = torch.fx.node.map_arg(sn.args[0], env.__getitem__)
+                elif sn.op == "get_attr":  # a nested region: move its submodule up
+                    name = f"{sub_node.target}_{sn.target}"
+                    gm.add_submodule(name, getattr(sub, sn.target))
+                    env[sn] = graph.get_attr(name)
+                else:
+                    env[sn] = graph.node_copy(sn, env.__getitem__)
+                    if no_grad or sn.meta.get(NO_GRAD):
+                        env[sn].meta[NO_GRAD] = True
+        for user in list(wrapper.users):
+            user.replace_all_uses_with(outputs[user.args[1]])
+            graph.erase_node(user)
+        graph.erase_node(wrapper)
+        if not sub_node.users:
+            graph.erase_node(sub_node)
+    graph.lint()
 
 
 # ----------------------------------------------------------------------------- dispatch recorder
@@ -315,6 +359,7 @@ class _Recorder:
         self.module_names = {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
         self.stack: list[tuple[str, str]] = [("", _type_name(type(model)))]
         self.suppress = 0
+        self.track_grad_mode = True  # off for eager capture, which runs under no_grad
         self.names: dict[str, int] = {}
         self.current = "?"
 
@@ -378,6 +423,8 @@ class _Recorder:
         node = self.graph.call_function(target, self.arg(args), {k: self.arg(v) for k, v in kwargs.items()})
         node.meta["val"] = out
         node.meta["nn_module_stack"] = self.module_stack()
+        if self.track_grad_mode and not torch.is_grad_enabled():
+            node.meta[NO_GRAD] = True
         if isinstance(out, torch.Tensor):
             self.bind(out, node)
         elif isinstance(out, (list, tuple)):
@@ -481,6 +528,7 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
         params={id(state[n]): (n, p.requires_grad) for n, p in params.items()},
         buffers={id(state[n]): n for n in buffers},
     )
+    rec.track_grad_mode = fake
     try:
         with ExitStack() as stack:
             pre = register_module_forward_pre_hook(rec.pre_hook)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .capture import NO_GRAD
 from .dtypes import DTYPES, ComputeDtype, resolve_dtype
 
 __all__ = [
@@ -555,7 +556,8 @@ def extract(
         inputs = node.all_input_nodes
         out_tensors = _tensors(out_val)
         requires[node] = (
-            name.rstrip("_") not in _NO_GRAD
+            not node.meta.get(NO_GRAD)
+            and name.rstrip("_") not in _NO_GRAD
             and any(t.dtype.is_floating_point for t in out_tensors)
             and any(requires.get(i, False) for i in inputs)
         )
@@ -577,7 +579,7 @@ def extract(
                     fwd_others.append(soft)
                     if train and requires[node]:
                         back[:0] = [_backward_other(soft)]
-                if train:  # within a node too, backward runs in reverse
+                if train and not node.meta.get(NO_GRAD):  # backward runs in reverse, in a node too
                     back[:0] = _backward_sites(f, site)
         else:
             other = _other(node, name, inputs, out_tensors, ctx, module, module_type)
