@@ -84,6 +84,21 @@ def test_gemm_flops_equal_flop_counter(name: str, method: str) -> None:
     assert {"linear" if name != "gpt2" else "conv1d", "sdpa_qk", "sdpa_pv"} <= {s.op for s in sites}
 
 
+@pytest.mark.parametrize("method", ["dispatch", "export"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_train_gemm_flops_equal_flop_counter_with_backward(name: str, method: str) -> None:
+    model, kwargs = build(name)
+    model.train()
+    kwargs["use_cache"] = False
+    args = (ids(2, 16),)
+    with FakeTensorMode(allow_non_fake_inputs=True), FlopCounterMode(display=False) as counter:
+        model(*args, **kwargs).logits.sum().backward()  # autograd's dX/dW GEMMs, counted
+    sites, _ = extract(capture(model, args, kwargs, train=True, method=method), "float32",
+                       mode="train")
+    assert sum(s.dense_flops for s in sites) == counter.get_total_flops()
+    assert sum(s.phase != "forward" for s in sites) > sum(s.phase == "forward" for s in sites)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_estimate_runs_with_default_kwargs(name: str) -> None:
     model, kwargs = build(name)
