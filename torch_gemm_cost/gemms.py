@@ -511,6 +511,10 @@ def extract(
     (the model's own dtype; None: every floating tensor) are costed at that dtype's storage
     size, 16-bit for fp8/int8 compute; other tensors keep their own size.
 
+    A non-GEMM op moves each distinct input once plus its outputs (broadcast dims once);
+    views and no-op conversions move nothing; a gather (embedding, index) moves its indices and
+    the rows it reads and writes.
+
     SDPA becomes ``sdpa_qk`` (QKᵀ) and ``sdpa_pv`` (PV) with a ``softmax`` OtherOp between them.
     Its bytes follow a fused (flash) kernel: QKᵀ reads Q and K, PV reads V and writes O, and the
     scores never reach DRAM (only an explicit mask is read). Under ``is_causal`` both GEMMs are
