@@ -1,0 +1,90 @@
+"""The end-to-end benchmark: rows rebuilt as DATA.md says, whole-model records, MAPE tables."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_gemm_cost.api import estimate
+from torch_gemm_cost.predict import RooflinePredictor
+
+_spec = importlib.util.spec_from_file_location(
+    "e2e_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "e2e.py")
+e2e = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(e2e)
+
+
+def test_rows_leave_out_options_and_switch(data_dir):
+    rows = e2e.load_rows(data_dir)
+    assert len(rows) == 58  # 73 labels - 7 with an option - 8 more switch-transformer rows
+    assert not any(r["option"] for r in rows)
+    assert "switchxl4" not in {r["model"] for r in rows}
+    assert {r["gpu"] for r in rows} == {
+        "a100_pcie_40gb", "a100_pcie_80gb", "mi210", "tesla_p100_pcie_16gb", "tesla_p4",
+        "tesla_t4", "tesla_v100_pcie_32gb"}
+
+
+def test_build_follows_data_md(data_dir):
+    net, args, kwargs = e2e.build(data_dir, "bert_large", 2, 128, "inference")
+    assert type(net).__name__ == "BertForSequenceClassification"
+    assert net.config._attn_implementation == "eager"
+    assert all(p.is_meta and p.dtype == torch.float32 for p in net.parameters())
+    (ids,) = args
+    assert ids.shape == (2, 128) and ids.dtype == torch.int64
+    net, _, kwargs = e2e.build(data_dir, "bert_large", 2, 128, "train")
+    assert type(net).__name__ == "BertForPreTraining"
+    assert set(kwargs) == {"attention_mask", "labels", "next_sentence_label"}
+    net, _, kwargs = e2e.build(data_dir, "gpt2_large", 1, 64, "train")
+    assert type(net).__name__ == "GPT2LMHeadModel" and set(kwargs) == {"labels"}
+
+
+def test_bert_large_inference_records(data_dir):
+    net, args, kwargs = e2e.build(data_dir, "bert_large", 8, 512, "inference")
+    rep = estimate(net, args, kwargs, device="tesla_v100_pcie_32gb", predictor=RooflinePredictor())
+    # per layer: q, k, v, out, ffn in, ffn out (6 linear) + QKᵀ, PV (2 matmul); 24 layers,
+    # plus the pooler and the classifier: 24·8 + 2 = 194 GEMMs
+    assert len(rep.gemms) == 194
+    # eager attention materializes the (8, 16, 512, 512) scores: per layer one scale, one mask
+    # add and one softmax over 33,554,432 elements
+    big = [o for o in rep.others if o.op.numel == 8 * 16 * 512 * 512 and o.op.op_class != "view"]
+    assert sorted({o.op.op for o in big}) == ["aten._softmax", "aten.add", "aten.mul"]
+    assert len(big) == 3 * 24
+    assert rep.unmodelled == ()
+    assert rep.total_ms == pytest.approx(rep.gemm_ms + rep.other_ms)
+
+
+def test_train_row_prices_backward_and_fused_dropout(data_dir):
+    net, args, kwargs = e2e.build(data_dir, "bert_large", 2, 128, "train")
+    rep = estimate(net, args, kwargs, device="a100_pcie_80gb", mode="train",
+                   predictor=RooflinePredictor())
+    phases = {g.site.phase for g in rep.gemms}
+    assert phases == {"forward", "backward_dx", "backward_dw"}
+    back = [o for o in rep.others if o.op.phase == "backward" and o.time_ms]
+    assert back and sum(o.time_ms for o in back) > 0
+    # dropout captured off-GPU as bernoulli_/div_/mul: one fused kernel, so div_ costs nothing
+    divs = [o for o in rep.others if o.op.op == "aten.div_"]
+    assert divs and all(o.time_ms == 0.0 for o in divs)
+    assert rep.unmodelled == ()
+
+
+def test_render_mape_hand_worked():
+    def row(gpu: str, mode: str, meas: float, ours: float, ns: float) -> dict:
+        return {"gpu": gpu, "model": "m", "mode": mode, "seq": 1, "batch": 1,
+                "measured_ms": meas, "ours_ms": ours, "gemm_ms": ours * 0.75,
+                "other_ms": ours * 0.25, "unmodelled": 0, "gemm_cover_pct": 100.0,
+                "meas_gemm_total_ms": meas, "neusight_ms": ns, "n_gemms": 1, "n_others": 1}
+
+    results = [row("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
+               row("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
+               row("a100_pcie_40gb", "inf", 100.0, 50.0, 100.0)]
+    text = e2e.render(results, RooflinePredictor(), 1.0, "cmd")
+    # t4: MAPE (10 + 15) / 2 = 12.5, bias (-10 + 15) / 2 = 2.5, NeuSight (5 + 5) / 2 = 5.0
+    assert re.search(r"\| tesla_t4 +\| +inf +\| +2 \| +12\.5 \| +2\.5 \| +5\.0 \| +25\.0 \| +0\.0 \|", text)
+    # A100-40GB is kept out of the pooled line and reported on its own
+    assert re.search(r"\| all but A100-40GB +\| +inf +\| +2 \| +12\.5 \|", text)
+    apart = text.split("## A100-40GB")[1].split("## Rows")[0]
+    assert re.search(r"a100_pcie_40gb \| +inf \| +1 \| +50\.0 \|", apart)
