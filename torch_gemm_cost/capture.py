@@ -412,8 +412,10 @@ class _Recorder:
     def arg(self, x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             return self.node_for(x)
-        if isinstance(x, (list, tuple)):
-            return type(x)(self.arg(v) for v in x)
+        if isinstance(x, list):
+            return [self.arg(v) for v in x]
+        if isinstance(x, tuple):  # torch.Size and named tuples become plain tuples
+            return tuple(self.arg(v) for v in x)
         if x is None or isinstance(x, (bool, int, float, str, torch.dtype, torch.device,
                                        torch.layout, torch.memory_format)):
             return x
