@@ -236,3 +236,32 @@ def test_non_finite_prediction_is_an_internal_error_naming_the_line(tmp_path, mo
     with pytest.raises(RuntimeError, match="non-finite time for .*in.csv line 2"):
         main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")])
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch, counting):
+    # The profile's loader is stubbed: this checks the dispatch, not the calibration format.
+    calibrate = pytest.importorskip("torch_gemm_cost.calibrate")
+    from dataclasses import replace
+
+    from torch_gemm_cost.devices import get_device
+
+    local = replace(get_device("l4"), id="my_l4", name="My L4", aliases=())
+    profile_pred = _Counting()
+    seen: list[Path] = []
+
+    def load_profile(path):
+        seen.append(Path(path))
+        return local, profile_pred
+
+    monkeypatch.setattr(calibrate, "load_profile", load_profile)
+    (tmp_path / "p.json").write_text("{}")
+    header = ["gpu", "op", "dtype", "batch", "m", "n", "k"]
+    rows = [["my_l4", "mm", "fp16", "1", "8", "8", "8"], ["l4", "mm", "fp16", "1", "8", "8", "8"],
+            ["My L4", "mm", "fp16", "1", "9", "8", "8"]]
+    src = _write(tmp_path / "in.csv", header, rows)
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(src), "--out", str(out), "--device-profile",
+                 str(tmp_path / "p.json")]) == 0
+    assert seen == [tmp_path / "p.json"]
+    assert profile_pred.sizes == [2] and counting.sizes == [1]
+    assert len(_read(out)) == 4

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import warnings
 
@@ -157,13 +156,10 @@ def test_profile_path_that_does_not_exist(tmp_path):
         predict_gemm_ms(str(tmp_path / "missing.json"), m=8, n=8, k=8)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("torch_gemm_cost.calibrate") is not None,
-    reason="calibration profiles are readable in this installation",
-)
-def test_profile_without_calibration_support_names_the_file(tmp_path):
+def test_unreadable_profile_names_the_file(tmp_path):
+    # whether or not this installation reads profiles, the error names the file
     path = tmp_path / "profile.json"
-    path.write_text("{}")
+    path.write_text('{"format": 3')
     with pytest.raises(ValueError, match="profile.json"):
         predict_gemm_ms(path, m=8, n=8, k=8)
 
@@ -303,3 +299,18 @@ def test_threads_get_identical_results():
     with ThreadPoolExecutor(max_workers=4) as pool:
         outs = list(pool.map(lambda _: predict_gemm_ms("h100_sxm5_80gb", **kw), range(16)))
     assert all(torch.equal(o, ref) for o in outs)
+
+
+def test_profile_path_brings_its_device_and_predictor(tmp_path, monkeypatch):
+    calibrate = pytest.importorskip("torch_gemm_cost.calibrate")
+    rec = _Recorder()
+    spec = tgc.get_device("l4")
+    monkeypatch.setattr(calibrate, "load_profile", lambda path: (spec, rec))
+    path = tmp_path / "profile.json"
+    path.write_text("{}")
+    # _Recorder predicts m · 1e-3 ms
+    assert predict_gemm_ms(str(path), m=50, n=8, k=8) == pytest.approx(0.05)
+    assert predict_gemm_ms(path, m=70, n=8, k=8) == pytest.approx(0.07)
+    # an explicit predictor wins over the profile's
+    assert predict_gemm_ms(path, m=70, n=8, k=8, predictor=ROOF) == predict_gemm_ms(
+        "l4", m=70, n=8, k=8, predictor=ROOF)
