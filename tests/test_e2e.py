@@ -39,7 +39,7 @@ def test_build_follows_data_md(data_dir):
     assert type(net).__name__ == "BertForPreTraining"
     assert set(kwargs) == {"attention_mask", "labels", "next_sentence_label"}
     net, _, kwargs = e2e.build(data_dir, "gpt2_large", 1, 64, "train")
-    assert type(net).__name__ == "GPT2LMHeadModel" and set(kwargs) == {"labels"}
+    assert type(net).__name__ == "GPT2LMHeadModel" and set(kwargs) == {"labels", "use_cache"}
 
 
 def test_bert_large_inference_records(data_dir):
