@@ -17,6 +17,7 @@ from torch_gemm_cost.api import estimate
 from torch_gemm_cost.gemms import OtherOp
 from torch_gemm_cost.predict.memory import (
     OP_CLASSES, OpCostModel, adamw_ops, load_op_costs, memory_time_ms, op_times_ms,
+    optimizer_ops,
 )
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec
 
@@ -129,6 +130,18 @@ def test_optimizer_boundary_errors():
         estimate(lin, (x,), device=V100, mode="train", optimizer=torch.optim.SGD(lin.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="n_params"):
         adamw_ops(-1, 1)
+    with pytest.raises(ValueError, match="needs the model's parameters"):
+        optimizer_ops("adamw")
+
+
+def test_optimizer_by_name_counts_trained_parameters():
+    with torch.device("meta"):
+        lin = nn.Linear(100, 10)  # 1,000 weights + 10 biases
+    lin.bias.requires_grad_(False)
+    ops = optimizer_ops("adamw", lin.parameters())
+    # 1,000 trained elements · 20 passes · 4 B = 80,000 B over the 8 foreach kernels
+    assert sum(o.dram_bytes for o in ops) == 80_000
+    assert {o.numel for o in ops} == {1000}
 
 
 def test_adamw_ops_split_over_launches():

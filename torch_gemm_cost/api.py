@@ -147,20 +147,13 @@ def _cost_other_ops(
     the parameters it holds. NB: the name ``"adamw"`` needs the model's parameters, which do not
     reach this function yet.
     """
-    from .predict.memory import adamw_ops, op_times_ms
+    from .predict.memory import op_times_ms, optimizer_ops
 
     ops = tuple(others)
     if optimizer is not None:
         if mode != "train":
             raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
-        if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
-            raise ValueError(
-                f"optimizer must be a torch.optim.AdamW or Adam instance, got {optimizer!r}; "
-                "e.g. torch.optim.AdamW(model.parameters())"
-            )
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
-        dtype = str(params[0].dtype).removeprefix("torch.") if params else "float32"
-        ops += adamw_ops(sum(p.numel() for p in params), len(params), dtype)
+        ops += optimizer_ops(optimizer)
     times = op_times_ms(ops, device)
     return tuple(OpEstimate(op, t) for op, t in zip(ops, times))
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -33,8 +33,8 @@ from ..dtypes import DTYPES
 from ..gemms import OtherOp
 
 __all__ = [
-    "OP_CLASSES", "BACKWARD", "OpCostModel", "memory_time_ms", "op_times_ms", "adamw_ops",
-    "load_op_costs",
+    "OP_CLASSES", "BACKWARD", "OPTIMIZERS", "OpCostModel", "memory_time_ms", "op_times_ms",
+    "adamw_ops", "optimizer_ops", "load_op_costs",
 ]
 
 OP_CLASSES: tuple[str, ...] = (
@@ -268,3 +268,28 @@ def adamw_ops(n_params: int, n_tensors: int, dtype: str = "float32") -> tuple[Ot
                 dram_bytes=passes * share * elem,
             ))
     return tuple(out)
+
+
+OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
+
+
+def optimizer_ops(optimizer: Any, params: Iterable[torch.Tensor] | None = None) -> tuple[OtherOp, ...]:
+    """The update step of ``optimizer`` over ``params`` (those with ``requires_grad``).
+
+    ``optimizer`` is a name in ``OPTIMIZERS`` (then ``params`` is required) or a
+    ``torch.optim.AdamW`` / ``Adam`` instance (its own parameters). NB: Adam without weight
+    decay skips the first kernel; it is priced as AdamW.
+    """
+    if isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+    elif isinstance(optimizer, str) and optimizer.lower() in OPTIMIZERS:
+        if params is None:
+            raise ValueError(f"optimizer={optimizer!r} needs the model's parameters to size its update")
+    else:
+        raise ValueError(
+            f"unsupported optimizer {optimizer!r}; use one of {', '.join(map(repr, OPTIMIZERS))} "
+            "or a torch.optim.AdamW / Adam instance"
+        )
+    trained = [p for p in params if p.requires_grad]
+    dtype = str(trained[0].dtype).removeprefix("torch.") if trained else "float32"
+    return adamw_ops(sum(p.numel() for p in trained), len(trained), dtype)
