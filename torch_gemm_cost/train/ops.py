@@ -157,7 +157,7 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400) -> dict[str, Any]:
         "classes": classes,
         "launch_ms": LAUNCH_MS,
         "provenance": {
-            "data": "NeuSight vec/neusight.csv.gz (MIT License, Copyright (c) NeuSight authors): "
+            "data": "NeuSight vec/neusight.csv.gz (MIT License, Copyright (c) 2025 Georgia Institute of Technology and Microsoft Corporation): "
                     "float32 elementwise, layer norm and softmax latencies timed with CUDA events",
             "train_gpus": list(TRAIN_GPUS),
             "fit": f"Adam on squared log error, {steps} steps, per op class",
