@@ -167,3 +167,13 @@ def test_no_grad_and_autocast_regions(method: str) -> None:
         ("fc", "linear", "forward"),
         ("fc", "linear", "backward_dw"),
     ]
+
+
+@pytest.mark.parametrize("method", ["dispatch", "export"])
+def test_compiled_submodule_runs_eagerly_under_its_own_name(method: str) -> None:
+    from torch_gemm_cost.gemms import extract
+
+    model = Outer()
+    model.inner.proj = torch.compile(model.inner.proj)  # type: ignore[assignment]
+    sites, _ = extract(capture(model, (torch.ones(3, 8),), method=method), "float32")
+    assert [(s.module, s.module_type) for s in sites] == [("inner.proj", "Linear")]

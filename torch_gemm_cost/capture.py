@@ -537,6 +537,8 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
             stack.callback(pre.remove)
             post = register_module_forward_hook(rec.post_hook, always_call=True)
             stack.callback(post.remove)
+            if hasattr(torch.compiler, "set_stance"):  # torch.compile'd submodules run eagerly
+                stack.enter_context(torch.compiler.set_stance("force_eager"))
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
             else:

@@ -495,7 +495,9 @@ def _module_of(node: Any, model_name: str) -> tuple[str, str]:
         return "", model_name
     path, typ = list(stack.values())[-1]
     name = typ.__name__ if isinstance(typ, type) else str(typ).rsplit(".", 1)[-1]
-    return str(path), name
+    # a torch.compile'd submodule holds the real one as ``_orig_mod``: name it by its own path
+    path = ".".join(p for p in str(path).split(".") if p != "_orig_mod")
+    return path, name
 
 
 def extract(
