@@ -31,6 +31,7 @@ import logging
 import operator
 import os
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -539,6 +540,9 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
             stack.callback(post.remove)
             if hasattr(torch.compiler, "set_stance"):  # torch.compile'd submodules run eagerly
                 stack.enter_context(torch.compiler.set_stance("force_eager"))
+            stack.enter_context(warnings.catch_warnings())
+            # our global hooks see a compiled submodule twice (wrapper, _orig_mod); paths say so
+            warnings.filterwarnings("ignore", message=r".*global hooks on modules")
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
             else:
