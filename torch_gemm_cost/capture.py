@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import operator
 import os
+import sysconfig
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -140,7 +141,9 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+_LIBRARY_DIRS = (
+    os.path.dirname(torch.__file__), os.path.dirname(__file__), sysconfig.get_paths()["stdlib"]
+)
 
 
 def _user_frame(e: BaseException) -> str | None:
@@ -523,7 +526,16 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
 
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
-    state = {n: p if fake_mode is None else copy(p) for n, p in params.items()}
+    # fake parameters stay Parameters, so code that touches modules in forward (.to()) works;
+    # a tied parameter gets one copy under all its names
+    copies: dict[int, torch.Tensor] = {}
+    for p in params.values():
+        if id(p) not in copies:
+            copies[id(p)] = (
+                p if fake_mode is None
+                else torch.nn.Parameter(copy(p), requires_grad=p.requires_grad)
+            )
+    state = {n: copies[id(p)] for n, p in params.items()}
     state.update({n: copy(b) for n, b in buffers.items()})
     fake_args, fake_kwargs = torch.utils._pytree.tree_map(copy, (args, kwargs))
     rec = _Recorder(
