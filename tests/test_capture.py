@@ -177,3 +177,22 @@ def test_compiled_submodule_runs_eagerly_under_its_own_name(method: str) -> None
     model.inner.proj = torch.compile(model.inner.proj)  # type: ignore[assignment]
     sites, _ = extract(capture(model, (torch.ones(3, 8),), method=method), "float32")
     assert [(s.module, s.module_type) for s in sites] == [("inner.proj", "Linear")]
+
+
+def test_mixture_of_experts_routing_is_captured_eagerly() -> None:
+    transformers = pytest.importorskip("transformers")
+    from torch_gemm_cost.gemms import extract
+
+    cfg = transformers.SwitchTransformersConfig(
+        d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+        num_experts=4, vocab_size=100, encoder_sparse_step=1, decoder_sparse_step=1)
+    torch.manual_seed(0)
+    model = transformers.SwitchTransformersForConditionalGeneration(cfg).eval()
+    ids = torch.randint(0, 100, (2, 8))
+    # routing picks rows by value: only a real run knows each expert's token count
+    captured = capture(model, (ids,), {"decoder_input_ids": ids})
+    assert captured.method == "eager"
+    sites, _ = extract(captured, "float32")
+    experts = [s for s in sites if s.module.startswith("encoder.block.0.layer.1.mlp.experts.")
+               and s.module.endswith(".wi")]
+    assert sum(s.m for s in experts) == 2 * 8  # every token goes to exactly one expert
