@@ -24,6 +24,7 @@ __all__ = ["MODES", "annotate", "compare", "estimate"]
 
 MODES: tuple[str, ...] = ("inference", "train")
 
+
 def estimate(
     model: torch.nn.Module,
     args: Any = (),
@@ -90,6 +91,8 @@ def compare(
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
     _check_mode(mode)
     _check_method(capture_method)
+    for spec, cd in itertools.product(specs, cds):
+        spec.peak_flops_per_s(cd)  # a dtype the device cannot run: ValueError naming both
     predictor = predictor or default_predictor()
     if not callable(getattr(predictor, "predict", None)):
         raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
