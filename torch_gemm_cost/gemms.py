@@ -2,6 +2,12 @@
 
 Convention (standard BLAS): ``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]``; ``k`` is the
 reduction dim and FLOPs = 2·batch·m·n·k.
+
+``extract(captured, dtype, mode=...)`` walks a captured graph (see ``capture``) and returns its
+``GemmSite`` and ``OtherOp`` records in execution order, storing each node's records in
+``node.meta["torch_gemm_cost"]``. Every spelling counts: ``linear``, ``addmm`` (HF ``Conv1D``
+becomes ``conv1d``), ``mm``, ``bmm``, ``baddbmm``, ``addbmm``, ``mv``, ``dot``, ``matmul`` in
+every broadcast case, ``einsum`` (per pairwise contraction) and scaled-dot-product attention.
 """
 
 from __future__ import annotations
