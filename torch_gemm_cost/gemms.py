@@ -60,7 +60,8 @@ class GemmSite:
 
     module: str  # dotted module path, e.g. "model.layers.0.self_attn.q_proj"; "" at top level
     module_type: str  # class name of that module, e.g. "Linear"
-    op: str  # linear, addmm, mm, bmm, baddbmm, matmul, einsum, conv1d, sdpa_qk, sdpa_pv
+    op: str  # linear, addmm, mm, bmm, baddbmm, addbmm, mv, addmv, dot, matmul, einsum,
+    # conv1d (HF Conv1D), sdpa_qk, sdpa_pv
     node: str  # FX node name (or recorder op index) that produced it
     phase: str  # "forward", "backward_dx" or "backward_dw"
     batch: int
