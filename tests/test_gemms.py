@@ -323,3 +323,16 @@ def test_vector_spellings_and_multihead_attention(method: str) -> None:
         ("", 2, 5, 5, 16),  # addbmm
     ]
     assert [s.op for s in sites][4:] == ["mv", "dot", "addbmm"]
+
+
+def test_grouped_query_attention_reads_shared_keys_once() -> None:
+    class Gqa(nn.Module):
+        def forward(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+
+    q = torch.ones(1, 8, 16, 4)  # 8 query heads
+    kv = torch.ones(1, 2, 16, 4)  # 2 shared key/value heads
+    qk, pv = extract(capture(Gqa(), (q, kv)), "bf16")[0]
+    assert qk.shape == (8, 16, 16, 4) and pv.shape == (8, 16, 4, 16)
+    # bf16: Q 8·16·4 + K 2·16·4 = 640 elements read -> 1280 B; PV reads V (128), writes O (512)
+    assert qk.dram_bytes == 1280 and pv.dram_bytes == (128 + 512) * 2

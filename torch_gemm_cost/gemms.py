@@ -275,24 +275,23 @@ class _Fwd:
         "b",
         "batch",
         "bias",
-        "extra_other",
         "grad_a",
         "grad_b",
+        "io_elems",
         "k",
         "kept",
         "m",
         "n",
         "op",
-        "qk_bytes",
         "weight_b",
     )
 
     def __init__(self, op: str, batch: int, m: int, n: int, k: int, a: tuple[bool, int],
                  b: tuple[bool, int], *, bias: bool = False, grad_a: bool = False,
                  grad_b: bool = False, weight_b: bool = False, kept: int | None = None,
-                 qk_bytes: int | None = None) -> None:
+                 io_elems: tuple[int, int] | None = None) -> None:
         self.op, self.batch, self.m, self.n, self.k = op, batch, m, n, k
-        self.a, self.b, self.bias, self.kept, self.qk_bytes = a, b, bias, kept, qk_bytes
+        self.a, self.b, self.bias, self.kept, self.io_elems = a, b, bias, kept, io_elems
         self.grad_a, self.grad_b, self.weight_b = grad_a, grad_b, weight_b
 
 
@@ -398,10 +397,14 @@ def _gemm_sdpa(b: dict, env: _Env) -> list[_Fwd]:
         # transformers materialises the causal mask while tracing; eagerly it passes is_causal
         kept = causal_kept_entries(q_len, kv_len, bottom_right=True)
     g_q, g_k, g_v = rg(b["query"]), rg(b["key"]), rg(b["value"])
+    # fused kernel: QKᵀ reads Q and K, PV reads V and writes O; the scores stay on chip
+    # (K and V are read once even when grouped-query heads share them)
+    qk_io = (_unique_numel(q) + _unique_numel(k_), 0)
+    pv_io = (_unique_numel(v), batch * q_len * d_v)
     qk = _Fwd("sdpa_qk", batch, q_len, kv_len, d_qk, _matrix(q, elem), _matrix(k_, elem, swap=True),
-              grad_a=g_q, grad_b=g_k, kept=kept, qk_bytes=0)
+              grad_a=g_q, grad_b=g_k, kept=kept, io_elems=qk_io)
     pv = _Fwd("sdpa_pv", batch, q_len, d_v, kv_len, _layout(q_len, kv_len, kv_len, 1, 0, elem),
-              _matrix(v, elem), grad_a=g_q or g_k, grad_b=g_v, kept=kept, qk_bytes=1)
+              _matrix(v, elem), grad_a=g_q or g_k, grad_b=g_v, kept=kept, io_elems=pv_io)
     return [qk, pv]
 
 
@@ -624,10 +627,8 @@ def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmS
     else:  # kept scores of the (q_len, kv_len) matrix: qk is (m=q, n=kv), pv is (m=q, k=kv)
         kv = f.n if f.op == "sdpa_qk" else f.k
         flops = dense // (f.m * kv) * f.kept
-    if f.qk_bytes == 0:  # QKᵀ of a fused kernel: reads Q and K, scores stay on chip
-        dram = f.batch * (f.m * f.k + f.n * f.k) * cd.in_bytes
-    elif f.qk_bytes == 1:  # PV: reads V, writes O
-        dram = f.batch * f.k * f.n * cd.in_bytes + f.batch * f.m * f.n * cd.out_bytes
+    if f.io_elems is not None:  # elements read, elements written
+        dram = f.io_elems[0] * cd.in_bytes + f.io_elems[1] * cd.out_bytes
     else:
         dram = _gemm_bytes(f.batch, f.m, f.n, f.k, cd)
     op = "conv1d" if module_type == "Conv1D" and f.op == "addmm" else f.op
