@@ -1,0 +1,334 @@
+"""Calibration: sweep design, timing loop, the fitted CPU model, profile files and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_gemm_cost import calibrate as cal
+from torch_gemm_cost.calibrate import (
+    CSV_COLUMNS,
+    Calibration,
+    CalibratedPredictor,
+    CpuTimer,
+    Measurement,
+    SweepPoint,
+    design_sweep,
+    fit_profile,
+    load_profile,
+    read_measurements,
+    run_sweep,
+    save_profile,
+    sweep_dtypes,
+    time_runs,
+    write_measurements,
+)
+from torch_gemm_cost.cli import main
+from torch_gemm_cost.devices import DeviceSpec, get_device, host_cpu
+from torch_gemm_cost.predict.base import GemmBatch
+from torch_gemm_cost.predict.query import predict_gemm_ms
+
+
+def cpu_spec(**over: object) -> DeviceSpec:
+    """A 2-core AVX-512 CPU with bf16 dot products, described without probing the host."""
+    spec = DeviceSpec(
+        id="cpu", name="Test CPU", vendor="AMD", architecture="cpu", compute_capability="avx512",
+        sm_count=2, boost_clock_mhz=2600.0, tensor_cores_per_sm=0, mem_bytes=16e9,
+        dram_bw_bytes_per_s=20e9, l2_bytes=2 * 2**20, l3_bytes=32 * 2**20,
+        l1_bytes_per_sm=48 * 2**10, smem_bytes_per_sm=None, regfile_bytes_per_sm=2048.0,
+        peak_flops=(("bf16", 6.656e11), ("fp16", None), ("fp32", 3.328e11), ("fp32_matrix", None),
+                    ("fp64", 1.664e11), ("fp8", None), ("int8", None), ("tf32", None)),
+    )
+    return replace(spec, **over)
+
+
+# ------------------------------------------------------------------------------- sweep design
+def test_sweep_is_cheapest_first_and_spans_every_regime_and_dtype() -> None:
+    spec = cpu_spec()
+    points = design_sweep(spec)
+    est = [p.est_s for p in points]
+    assert est == sorted(est)
+    assert {p.dtype for p in points} == {"float32", "bfloat16"} == set(sweep_dtypes(spec))
+    assert {p.regime for p in points} == {"square", "skinny", "flat", "batched", "tile_edge",
+                                          "wave_edge", "random"}
+    # the first 10% of the sweep (what a tiny budget times) already holds both dtypes,
+    # memory-bound GEMVs and batched GEMMs
+    head = points[: len(points) // 10]
+    assert {p.dtype for p in head} == {"float32", "bfloat16"}
+    assert any(p.m == 1 for p in head) and any(p.batch > 1 for p in head)
+    assert len({p.shape + (p.dtype,) for p in points}) == len(points)  # no duplicates
+
+
+def test_sweep_has_aligned_and_misaligned_dims_and_tile_edges() -> None:
+    points = design_sweep(cpu_spec(), ["float32"])
+    dims = [(p.m, p.n, p.k) for p in points]
+    aligned = [d for d in dims if all(x % 16 == 0 for x in d)]
+    odd = [d for d in dims if all(x % 2 == 1 for x in d)]
+    assert len(aligned) > 50 and len(odd) > 20
+    # each register-tile edge T of the CPU is probed at T-1, T and T+1 along n
+    for t in (16, 32, 64):
+        assert {(512, t - 1, 512), (512, t, 512), (512, t + 1, 512)} <= set(dims)
+    # wave edge: 64-wide blocks over 2 cores -> m = 128 fills one wave, 129 spills into a second
+    assert {(128, 64, 256), (129, 64, 256)} <= set(dims)
+
+
+def test_sweep_dtypes_follow_the_isa() -> None:
+    no_bf16 = cpu_spec(peak_flops=(("fp32", 1e11), ("bf16", None), ("fp16", None)))
+    assert sweep_dtypes(no_bf16) == ("float32",)
+    assert sweep_dtypes(cpu_spec()) == ("float32", "bfloat16")
+    h100 = get_device("h100_sxm5_80gb")
+    assert sweep_dtypes(h100) == ("float32", "tf32", "float16", "bfloat16")
+
+
+def test_sweep_caps_cost_and_operand_size() -> None:
+    points = design_sweep(cpu_spec(), max_est_s=0.01)
+    assert points and max(p.est_s for p in points) <= 0.01
+    # 8192^3 fp32 at 25% of 333 GFLOP/s takes 13 s: never planned on this CPU by default
+    assert all(p.shape != (1, 8192, 8192, 8192) for p in design_sweep(cpu_spec()))
+
+
+# ------------------------------------------------------------------------------- timing
+class FlushRecorder(CpuTimer):
+    """A CPU timer that logs its calls, standing in for the GPU timer's flush-per-run."""
+
+    timing = "event"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def flush(self) -> None:
+        self.calls.append("flush")
+
+    def mark(self) -> float:
+        self.calls.append("mark")
+        return super().mark()
+
+
+def test_time_runs_flushes_before_every_run() -> None:
+    timer = FlushRecorder()
+    ran = []
+    times = time_runs(lambda: ran.append(1), 3, timer)
+    assert len(times) == 3 and all(t >= 0 for t in times) and len(ran) == 3
+    assert timer.calls == ["flush", "mark", "mark"] * 3
+
+
+@pytest.mark.parametrize(
+    "times, stalled",
+    [
+        ([1.0, 1.0, 1.0, 5.0, 5.0, 5.0, 5.0], True),  # median 5 ms: 4 ms (a tick) over the fastest
+        ([0.010, 0.020, 0.030], False),  # 2x spread, but 0.01 ms is no scheduler tick
+        ([10.0, 10.5, 11.0], False),  # 1.05x spread: physics
+    ],
+)
+def test_stalled_runs(times: list[float], stalled: bool) -> None:
+    assert cal._stalled(times) is stalled
+
+
+def test_run_sweep_stops_at_the_budget() -> None:
+    spec = cpu_spec()
+    points = design_sweep(spec, ["float32"])
+    clock_s = [0.0]
+
+    def clock() -> float:  # every call advances a fake clock by 10 ms
+        clock_s[0] += 0.01
+        return clock_s[0]
+
+    runs = run_sweep(points, "cpu", CpuTimer(), 1.0, reps=3, clock=clock)
+    assert 0 < len(runs) < len(points)
+    assert [r.point for r in runs] == points[: len(runs)]  # in order, small first
+    assert all(r.latency_ms > 0 and r.runs >= 3 for r in runs)
+
+
+# ------------------------------------------------------------------------------- the model
+def test_calibrated_model_hand_worked() -> None:
+    """One fp32 GEMM (1, 64, 17, 100) on 2 cores, Tn = 16, 64-wide blocks, every loss but tile
+    padding and wave fill switched off:
+        n padded to ⌈17/16⌉·16 = 32; output blocks ⌈64/64⌉·⌈17/64⌉ = 1 -> 1 wave, fill 1/2
+        compute = 2·64·32·100 / (1e11 · 0.5) = 409600 / 5e10 s = 8.192e-6 s = 0.008192 ms."""
+    model = CalibratedPredictor(tile_n=16, block=64)
+    model.dtypes_ = ("float32",)
+    tiny, huge = -60.0, 60.0
+    model.params_ = {
+        "log_peak": torch.tensor([math.log(1e11)], dtype=torch.float64),
+        "log_floor_ms": torch.tensor([tiny], dtype=torch.float64),
+        "log_floor_big_ms": torch.tensor([tiny], dtype=torch.float64),
+        "log_switch_flops": torch.tensor([0.0], dtype=torch.float64),
+        "log_m_half": torch.tensor([tiny], dtype=torch.float64),
+        "log_n_half": torch.tensor([tiny], dtype=torch.float64),
+        "log_k_half": torch.tensor([tiny], dtype=torch.float64),
+        "log_bw_dram": torch.tensor(huge, dtype=torch.float64),
+        "log_bw_llc": torch.tensor(huge, dtype=torch.float64),
+        "log_bw_out": torch.tensor(huge, dtype=torch.float64),
+        "log_par_flops": torch.tensor(tiny, dtype=torch.float64),  # every core from 1 FLOP
+        "pack": torch.tensor(0.0, dtype=torch.float64),
+        "roof_p": torch.tensor(10.0, dtype=torch.float64),
+    }
+    model.neighbour_x_ = torch.zeros((0, 4), dtype=torch.float64)
+    model.neighbour_dtype_ = torch.zeros(0, dtype=torch.long)
+    model.neighbour_log_ratio_ = torch.zeros(0, dtype=torch.float64)
+    g = GemmBatch.from_dims(m=torch.tensor([64.0]), n=torch.tensor([17.0]),
+                            k=torch.tensor([100.0]))
+    pred = model.predict(g, cpu_spec())
+    assert float(pred.time_ms[0]) == pytest.approx(0.008192, rel=1e-6)
+    assert float(pred.details["last_wave_fill"][0]) == 0.5
+    assert bool(pred.compute_bound[0])
+    with pytest.raises(ValueError, match="no bfloat16 measurements; calibrated dtypes: float32"):
+        model.predict(GemmBatch.from_dims(m=[8], n=[8], k=[8], dtype="bf16"), cpu_spec())
+
+
+def synthetic(spec: DeviceSpec, rows: int = 240, seed: int = 1) -> Calibration:
+    """Latencies of a known device: 1 µs floor, 100 GFLOP/s, 10 GB/s, ±5% noise."""
+    gen = torch.Generator().manual_seed(seed)
+    dims = torch.exp(torch.rand(rows, 3, generator=gen, dtype=torch.float64) * math.log(2048))
+    dims = torch.round(dims) + 1
+    g = GemmBatch.from_dims(m=dims[:, 0], n=dims[:, 1], k=dims[:, 2])
+    noise = 1 + 0.05 * (2 * torch.rand(rows, generator=gen, dtype=torch.float64) - 1)
+    ms = (1e-3 + torch.maximum(g.flops / 1e11, g.compulsory_bytes / 1e10) * 1e3) * noise
+    return Calibration(g, ms, spec.id, "wall")
+
+
+def test_fit_recovers_a_known_device() -> None:
+    spec = cpu_spec(dram_bw_bytes_per_s=1e10)
+    data = synthetic(spec)
+    model = CalibratedPredictor(steps=400).fit(data, spec)
+    consts = model.physical_constants()
+    # the sustained rate is recovered within 25% (par and half-dims trade off a little)
+    assert consts["sustained_flops_per_s"]["float32"] == pytest.approx(1e11, rel=0.25)
+    held = synthetic(spec, rows=60, seed=2)  # shapes the fit never saw
+    score = cal.ape_metrics(model.predict(held.gemms, spec).time_ms, held.latency_ms)
+    assert score["median_ape"] < 15.0
+
+
+# ------------------------------------------------------------------------------- files
+def test_measurements_round_trip_in_the_data_schema(tmp_path: Path) -> None:
+    spec = cpu_spec()
+    runs = [Measurement(SweepPoint(2, 3, 5, 7, "float32", "random"), 0.0123, 7),
+            Measurement(SweepPoint(1, 64, 64, 64, "bfloat16", "square"), 0.5, 7)]
+    path = write_measurements(tmp_path / "m.csv", spec, runs, "wall")
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    rec = dict(zip(rows[0], rows[1]))
+    assert (rec["gpu"], rec["source"], rec["timing"], rec["op"], rec["layout"]) == \
+        ("cpu", "calibrate", "wall", "bmm", "A@B")
+    back = read_measurements(path)
+    assert back.gemms.batch.tolist() == [2.0, 1.0] and back.gemms.k.tolist() == [7.0, 64.0]
+    assert back.latency_ms.tolist() == [0.0123, 0.5]
+    assert back.gemms.dtype_names() == ["float32", "bfloat16"]
+    # row 3 gets a bad latency: the error names file, line and column
+    text = path.read_text().splitlines()
+    text[2] = text[2].replace(",0.5,", ",-1,")
+    path.write_text("\n".join(text) + "\n")
+    with pytest.raises(ValueError, match=r"m.csv line 3, column 'latency_ms'"):
+        read_measurements(path)
+
+
+@pytest.fixture(scope="module")
+def profile_doc() -> dict:
+    spec = cpu_spec(dram_bw_bytes_per_s=1e10)
+    return fit_profile(spec, synthetic(spec, rows=120), steps=60)
+
+
+def test_profile_round_trips(tmp_path: Path, profile_doc: dict) -> None:
+    path = save_profile(tmp_path / "profile.json", profile_doc)
+    spec, predictor = load_profile(path)
+    assert spec.id == "cpu" and spec.sm_count == 2 and spec.architecture == "cpu"
+    ms = predict_gemm_ms(path, m=100, n=200, k=300)
+    assert isinstance(ms, float) and ms > 0
+    direct = predictor.predict(GemmBatch.from_dims(m=[100], n=[200], k=[300]), spec)
+    assert ms == pytest.approx(float(direct.time_ms[0]))
+    assert set(profile_doc["fit"]["holdout"]) == {"calibrated_n1", "calibrated_n16",
+                                                  "calibrated_n32"}
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(format="something.else"), "format is 'something.else'"),
+        (lambda d: d.update(version=99), "version is 99"),
+        (lambda d: d.pop("device"), "missing 'device'"),
+        (lambda d: d["device"].pop("sm_count"), "'device' lacks 'sm_count'"),
+        (lambda d: d["device"].update(sm_count="two"), "'device.sm_count' has type str"),
+        (lambda d: d["device"]["peak_flops_per_s"].update(fp32=-1),
+         "'device.peak_flops_per_s.fp32' must be a positive number"),
+        (lambda d: d["predictor"].update(kind="magic"), "predictor kind is 'magic'; known"),
+        (lambda d: d["predictor"]["params"].update(log_peak=[1.0, 2.0, 3.0]),
+         "parameter 'log_peak' has shape"),
+        (lambda d: d["predictor"]["params"].pop("roof_p"), "missing parameter 'roof_p'"),
+        (lambda d: d["predictor"]["hyperparameters"].update(tile_n=0), "'tile_n' must be"),
+        (lambda d: d["predictor"].update(dtypes=["float33"]), "unknown dtype 'float33'"),
+    ],
+)
+def test_bad_profile_errors_name_the_file_and_entry(tmp_path: Path, profile_doc: dict,
+                                                    mutate, message: str) -> None:
+    doc = json.loads(json.dumps(profile_doc))
+    mutate(doc)
+    path = save_profile(tmp_path / "bad.json", doc)
+    with pytest.raises(ValueError, match="bad.json") as err:
+        load_profile(path)
+    assert message in str(err.value)
+
+
+def test_unreadable_profiles(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        load_profile(tmp_path / "nope.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": ')
+    with pytest.raises(ValueError, match="broken.json.*not valid JSON"):
+        load_profile(broken)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="list.json.*format is 'list'"):
+        load_profile(listed)
+
+
+# ------------------------------------------------------------------------------- the CPU target
+def test_host_cpu_describes_this_machine() -> None:
+    spec = host_cpu()
+    assert spec.architecture == "cpu" and spec.sm_count == torch.get_num_threads()
+    assert spec.peak("fp32") > 0 and spec.peak("fp64") == spec.peak("fp32") / 2
+    assert 1e8 < spec.dram_bw_bytes_per_s < 1e13
+    assert spec.l2_bytes >= 0 and (spec.l3_bytes is None or spec.l3_bytes > spec.l2_bytes)
+
+
+def test_whole_loop_on_the_cpu_through_the_cli(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cal"
+    code = main(["calibrate", "--device", "cpu", "--budget-s", "4", "--out", str(out),
+                 "--reps", "3"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "calibrate [" in captured.err  # the progress bar
+    assert "held-out MAPE" in captured.out
+    data = read_measurements(out / "measurements.csv")
+    assert len(data) >= 50 and data.timing == "wall" and data.device_id == "cpu"
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["calibration"]["measured"] == len(data)
+    assert doc["calibration"]["elapsed_s"] < 4 * 3  # the fit stays within a few seconds here
+    spec, predictor = load_profile(out / "profile.json")
+    pred = predictor.predict(data.gemms, spec).time_ms
+    # on the rows it was fitted to, the profile is close for most GEMMs (noise and stalls aside)
+    assert cal.ape_metrics(pred, data.latency_ms)["median_ape"] < 35.0
+    ms = predict_gemm_ms(out / "profile.json", m=333, n=517, k=769)
+    assert 1e-4 < ms < 1e4
+
+
+def test_gpu_timing_path_runs_on_the_cpu(tmp_path: Path) -> None:
+    """The GPU path differs only in its timer: with a flushing timer the loop flushes before
+    every timed run and records the timer's method in the timing column."""
+    timer = FlushRecorder()
+    result = cal.calibrate("cpu", 1.5, tmp_path, dtypes=["float32"], reps=3, fit_steps=30,
+                           timer=timer)
+    assert timer.calls.count("flush") * 2 == timer.calls.count("mark") > 0
+    assert read_measurements(result.measurements_path).timing == "event"
+
+
+def test_cli_rejects_unknown_devices(tmp_path: Path, capsys) -> None:
+    assert main(["calibrate", "--device", "tpu", "--budget-s", "1", "--out", str(tmp_path),
+                 "--no-progress"]) == 2
+    assert "device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'" in capsys.readouterr().err
