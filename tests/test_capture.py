@@ -184,8 +184,17 @@ def test_mixture_of_experts_routing_is_captured_eagerly() -> None:
     from torch_gemm_cost.gemms import extract
 
     cfg = transformers.SwitchTransformersConfig(
-        d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-        num_experts=4, vocab_size=100, encoder_sparse_step=1, decoder_sparse_step=1)
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        num_experts=4,
+        vocab_size=100,
+        encoder_sparse_step=1,
+        decoder_sparse_step=1,
+    )
     torch.manual_seed(0)
     model = transformers.SwitchTransformersForConditionalGeneration(cfg).eval()
     ids = torch.randint(0, 100, (2, 8))
@@ -193,6 +202,9 @@ def test_mixture_of_experts_routing_is_captured_eagerly() -> None:
     captured = capture(model, (ids,), {"decoder_input_ids": ids})
     assert captured.method == "eager"
     sites, _ = extract(captured, "float32")
-    experts = [s for s in sites if s.module.startswith("encoder.block.0.layer.1.mlp.experts.")
-               and s.module.endswith(".wi")]
+    experts = [
+        s
+        for s in sites
+        if s.module.startswith("encoder.block.0.layer.1.mlp.experts.") and s.module.endswith(".wi")
+    ]
     assert sum(s.m for s in experts) == 2 * 8  # every token goes to exactly one expert

@@ -30,20 +30,38 @@ def gpt2() -> nn.Module:
 
 
 def bert() -> nn.Module:
-    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                  intermediate_size=128, vocab_size=1000)
+    cfg = transformers.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=1000,
+    )
     return transformers.BertForSequenceClassification(cfg)
 
 
 def llama() -> nn.Module:
-    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
+    cfg = transformers.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=1000,
+    )
     return transformers.LlamaForCausalLM(cfg)
 
 
 def t5() -> nn.Module:
-    cfg = transformers.T5Config(num_layers=2, num_decoder_layers=2, d_model=64, d_kv=16,
-                                num_heads=4, d_ff=128, vocab_size=1000)
+    cfg = transformers.T5Config(
+        num_layers=2,
+        num_decoder_layers=2,
+        d_model=64,
+        d_kv=16,
+        num_heads=4,
+        d_ff=128,
+        vocab_size=1000,
+    )
     return transformers.T5ForConditionalGeneration(cfg)
 
 
@@ -91,8 +109,9 @@ def test_train_gemm_flops_equal_flop_counter_with_backward(name: str, method: st
     args = (ids(2, 16),)
     with FakeTensorMode(allow_non_fake_inputs=True), FlopCounterMode(display=False) as counter:
         model(*args, **kwargs).logits.sum().backward()  # autograd's dX/dW GEMMs, counted
-    sites, _ = extract(capture(model, args, kwargs, train=True, method=method), "float32",
-                       mode="train")
+    sites, _ = extract(
+        capture(model, args, kwargs, train=True, method=method), "float32", mode="train"
+    )
     assert sum(s.dense_flops for s in sites) == counter.get_total_flops()
     assert sum(s.phase != "forward" for s in sites) > sum(s.phase == "forward" for s in sites)
 
@@ -104,7 +123,9 @@ def test_estimate_runs_with_default_kwargs(name: str) -> None:
     assert report.model == type(model).__name__ and report.dtype == "float32"
     assert report.gemm_ms > 0 and report.total_ms >= report.gemm_ms
     rows = report.to_dict()["rows"]
-    assert rows and {"module", "op", "batch", "m", "n", "k", "dtype", "flops", "time_ms"} <= set(rows[0])
+    assert rows and {"module", "op", "batch", "m", "n", "k", "dtype", "flops", "time_ms"} <= set(
+        rows[0]
+    )
     assert "% total" in str(report)
     assert {"elementwise", "view"} <= {o.op.op_class for o in report.others}
     assert {o.op.phase for o in report.others} == {"forward"}
@@ -145,7 +166,9 @@ class CountingPredictor(RooflinePredictor):
         return super().predict(gemms, device)
 
 
-def test_compare_captures_once_and_predicts_once_per_report(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_captures_once_and_predicts_once_per_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     model, kwargs = build("bert")
     captures = []
 
@@ -155,12 +178,20 @@ def test_compare_captures_once_and_predicts_once_per_report(monkeypatch: pytest.
 
     monkeypatch.setattr(api, "capture", counting_capture)
     predictor = CountingPredictor()
-    reports = tgc.compare(model, (ids(2, 16),), kwargs, devices=["h100_sxm5_80gb", "l4"],
-                          dtypes=[torch.bfloat16, "fp8"], predictor=predictor)
+    reports = tgc.compare(
+        model,
+        (ids(2, 16),),
+        kwargs,
+        devices=["h100_sxm5_80gb", "l4"],
+        dtypes=[torch.bfloat16, "fp8"],
+        predictor=predictor,
+    )
     assert len(captures) == 1 and predictor.calls == 4
     assert [(r.device.id, r.dtype) for r in reports] == [
-        ("h100_sxm5_80gb", "bfloat16"), ("h100_sxm5_80gb", "float8_e4m3fn"),
-        ("l4", "bfloat16"), ("l4", "float8_e4m3fn"),
+        ("h100_sxm5_80gb", "bfloat16"),
+        ("h100_sxm5_80gb", "float8_e4m3fn"),
+        ("l4", "bfloat16"),
+        ("l4", "float8_e4m3fn"),
     ]
     assert reports[0].predictor == "counting"
     # fp8 halves the bytes, and on the same GPU the total cannot grow
@@ -169,8 +200,9 @@ def test_compare_captures_once_and_predicts_once_per_report(monkeypatch: pytest.
 
 def test_annotate_returns_the_graph_with_records() -> None:
     model, _ = build("llama")
-    gm = tgc.annotate(model, (ids(1, 8),), {"use_cache": False}, device="h100_sxm5_80gb",
-                      dtype="bf16")
+    gm = tgc.annotate(
+        model, (ids(1, 8),), {"use_cache": False}, device="h100_sxm5_80gb", dtype="bf16"
+    )
     assert isinstance(gm, torch.fx.GraphModule)
     linear = [n for n in gm.graph.nodes if "linear" in str(n.target)]
     site = linear[0].meta[META_KEY][0]
@@ -226,8 +258,9 @@ def test_llama_7b_geometry() -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", SEVEN_B], capture_output=True, text=True,
-                         check=True, timeout=300).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", SEVEN_B], capture_output=True, text=True, check=True, timeout=300
+    ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     sites = result["sites"]
     cfg = transformers.LlamaConfig()  # 32 layers, hidden 4096, MLP 11008, vocab 32000

@@ -160,8 +160,11 @@ class Misaligned(nn.Module):
 def test_alignment_bytes_of_each_operand() -> None:
     with torch.device("meta"):
         model = Misaligned()
-    args = (torch.ones(4, 64, device="meta"), torch.ones(4, 63, device="meta"),
-            torch.ones(4, 24, device="meta"))
+    args = (
+        torch.ones(4, 64, device="meta"),
+        torch.ones(4, 63, device="meta"),
+        torch.ones(4, 24, device="meta"),
+    )
     head, odd, c, d = extract(capture(model, args), "bf16")[0]
     # bf16: C row 50257·2 = 100514 B = 2·50257 -> 2-byte loads; W rows 64·2 = 128 B -> 16
     assert (head.a_align_bytes, head.b_align_bytes, head.c_align_bytes) == (16, 16, 2)
@@ -200,8 +203,9 @@ class Mlp(nn.Module):
 @pytest.mark.parametrize("method", METHODS)
 def test_backward_gemms_of_an_mlp_by_hand(method: str) -> None:
     x = torch.ones(32, 8)  # no grad: fc1 needs no dX
-    sites, others = extract(capture(Mlp(), (x,), train=True, method=method), "float32",
-                            mode="train")
+    sites, others = extract(
+        capture(Mlp(), (x,), train=True, method=method), "float32", mode="train"
+    )
     got = [(s.module, s.phase, s.batch, s.m, s.n, s.k, s.flops) for s in sites]
     assert got == [
         ("fc1", "forward", 1, 32, 16, 8, 8192),  # 2·32·16·8
@@ -227,8 +231,11 @@ def test_backward_follows_requires_grad() -> None:
     sites, _ = extract(capture(mlp, (x,), train=True), "float32", mode="train")
     # frozen fc1 still passes dX back to the input that wants it; it has no dW
     assert [(s.module, s.phase) for s in sites] == [
-        ("fc1", "forward"), ("fc2", "forward"),
-        ("fc2", "backward_dx"), ("fc2", "backward_dw"), ("fc1", "backward_dx"),
+        ("fc1", "forward"),
+        ("fc2", "forward"),
+        ("fc2", "backward_dx"),
+        ("fc2", "backward_dw"),
+        ("fc1", "backward_dx"),
     ]
     # inference mode: no backward at all
     sites, _ = extract(capture(mlp, (x,)), "float32", mode="inference")

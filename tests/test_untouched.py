@@ -12,12 +12,26 @@ from torch import nn
 import torch_gemm_cost as tgc
 from torch_gemm_cost.capture import CaptureError
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-               "_state_dict_hooks", "_load_state_dict_pre_hooks", "_forward_hooks_with_kwargs",
-               "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
-_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                 "_global_backward_pre_hooks", "_global_forward_hooks_always_called",
-                 "_global_module_registration_hooks", "_global_parameter_registration_hooks")
+_HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs",
+)
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_forward_hooks_always_called",
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+)
 
 
 def snapshot(model: nn.Module) -> dict[str, Any]:
@@ -30,8 +44,15 @@ def snapshot(model: nn.Module) -> dict[str, Any]:
             state[f"{name}:{h}"] = len(getattr(m, h, {}) or {})
     for kind, tensors in (("p", model.named_parameters()), ("b", model.named_buffers())):
         for name, t in tensors:
-            state[f"{kind}:{name}"] = (id(t), type(t), t.requires_grad, t.device, t.dtype,
-                                       tuple(t.shape), t._version)
+            state[f"{kind}:{name}"] = (
+                id(t),
+                type(t),
+                t.requires_grad,
+                t.device,
+                t.dtype,
+                tuple(t.shape),
+                t._version,
+            )
             if not t.is_meta:
                 state[f"{kind}:{name}:value"] = t.detach().clone()
     for g in _GLOBAL_HOOKS:

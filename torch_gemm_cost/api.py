@@ -46,8 +46,15 @@ def estimate(
     ``"eager"`` (see ``capture``). The model is left as it was.
     """
     return compare(
-        model, args, kwargs, devices=[device], dtypes=[dtype], mode=mode, predictor=predictor,
-        optimizer=optimizer, capture_method=capture_method,
+        model,
+        args,
+        kwargs,
+        devices=[device],
+        dtypes=[dtype],
+        mode=mode,
+        predictor=predictor,
+        optimizer=optimizer,
+        capture_method=capture_method,
     )[0]
 
 
@@ -104,7 +111,8 @@ def compare(
     inner = unwrap_model(model)
     return [
         _report(captured, *records[cd.name], spec, cd, mode, predictor, optimizer).with_model(
-            inner, predictor  # module class names, config dims and the predictor, for advice
+            inner,
+            predictor,  # module class names, config dims and the predictor, for advice
         )
         for spec, cd in itertools.product(specs, cds)
     ]

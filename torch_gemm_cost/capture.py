@@ -18,8 +18,8 @@ whole, so the next stage sees every spelling as written.
 ``"auto"`` tries the recorder, then export, then (real model and inputs only) eager. The
 recorder comes first because it is faster and takes more models: on Llama-2-7B geometry at
 2048 tokens, estimate() takes about 1.3 s with it against 4.5 s with export (two shared CPU
-cores), with the same GEMMs, and it accepts outputs export refuses (transformers' KV-cache objects when
-``use_cache`` is left on).
+cores), with the same GEMMs, and it accepts outputs export refuses (transformers' KV-cache
+objects when ``use_cache`` is left on).
 
 No weights are allocated (a meta model stays meta). The model is left as it was: per-module
 training flags are set for the capture and restored, also on failure.
@@ -65,7 +65,7 @@ class Captured:
     """
 
     graph_module: torch.fx.GraphModule
-    method: str  # "export" or "dispatch"
+    method: str  # "dispatch", "export" or "eager"
     model_name: str  # class name of the (unwrapped) model
     requires_grad: Mapping[str, bool]
     causal_modules: frozenset[str] = frozenset()  # paths of modules with ``is_causal = True``
@@ -113,12 +113,17 @@ def capture(
     for name in methods:
         if name == "eager":
             if _has_meta(model, (args, kw)):
-                raise ValueError("capture_method='eager' runs the model for real: it needs a "
-                                 "model and example inputs that are not on the meta device")
-            log.warning("fake-tensor capture failed; running %s eagerly on its own device",
-                        type(model).__name__)
+                raise ValueError(
+                    "capture_method='eager' runs the model for real: it needs a "
+                    "model and example inputs that are not on the meta device"
+                )
+            log.warning(
+                "fake-tensor capture failed; running %s eagerly on its own device",
+                type(model).__name__,
+            )
         try:
-            with _training_flags(model, train), torch.set_grad_enabled(train or torch.is_grad_enabled()):
+            grad = train or torch.is_grad_enabled()  # backward follows autograd's view
+            with _training_flags(model, train), torch.set_grad_enabled(grad):
                 if name == "export":
                     return _capture_export(model, args, kw)
                 return _capture_dispatch(model, args, kw, fake=name != "eager")
@@ -142,14 +147,17 @@ def _first_line(e: BaseException) -> str:
 
 
 _LIBRARY_DIRS = (
-    os.path.dirname(torch.__file__), os.path.dirname(__file__), sysconfig.get_paths()["stdlib"]
+    os.path.dirname(torch.__file__),
+    os.path.dirname(__file__),
+    sysconfig.get_paths()["stdlib"],
 )
 
 
 def _user_frame(e: BaseException) -> str | None:
     """The innermost frame of the model's own code (not torch, not this package)."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if not f.filename.startswith(_LIBRARY_DIRS)]
+    frames = [
+        f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(_LIBRARY_DIRS)
+    ]
     if not frames:
         return None
     f = frames[-1]
@@ -163,8 +171,10 @@ def _capture_error(
     tried = {name for name, _, _ in failures}
     hints = []
     if _has_meta(model, inputs):
-        hints.append("code that reads tensor values needs a real (non-meta) model and example "
-                     "inputs, which capture_method='eager' runs for real")
+        hints.append(
+            "code that reads tensor values needs a real (non-meta) model and example "
+            "inputs, which capture_method='eager' runs for real"
+        )
     elif "eager" not in tried:
         hints.append("capture_method='eager' runs value-dependent code for real")
     else:
@@ -174,7 +184,10 @@ def _capture_error(
         hints.append(f"capture_method={other[0]!r}")
     hints.append("or make the value-dependent branch static (e.g. pass the kwargs that select it)")
     return CaptureError(
-        f"could not capture {type(model).__name__}: " + "; ".join(parts) + ". Try: " + "; ".join(hints)
+        f"could not capture {type(model).__name__}: "
+        + "; ".join(parts)
+        + ". Try: "
+        + "; ".join(hints)
     )
 
 
@@ -264,8 +277,14 @@ def _inline_wrapped_regions(gm: torch.fx.GraphModule) -> None:
     GEMMs are seen; nodes of a grad-disabled region are marked ``NO_GRAD``."""
     graph = gm.graph
     while True:
-        wrapper = next((n for n in graph.nodes if n.op == "call_function"
-                        and getattr(n.target, "__name__", "") in _WRAPPERS), None)
+        wrapper = next(
+            (
+                n
+                for n in graph.nodes
+                if n.op == "call_function" and getattr(n.target, "__name__", "") in _WRAPPERS
+            ),
+            None,
+        )
         if wrapper is None:
             break
         at = _WRAPPERS[wrapper.target.__name__]
@@ -273,7 +292,7 @@ def _inline_wrapped_regions(gm: torch.fx.GraphModule) -> None:
         sub = getattr(gm, sub_node.target)
         no_grad = at == 1 and not wrapper.args[0]
         env: dict[torch.fx.Node, Any] = {}
-        operands = iter(wrapper.args[at + 1:])
+        operands = iter(wrapper.args[at + 1 :])
         outputs: Any = ()
         with graph.inserting_before(wrapper):
             for sn in sub.graph.nodes:
@@ -316,7 +335,7 @@ def _bind_rmatmul(args: tuple, kwargs: dict) -> tuple:
 
 def _bind_linear(args: tuple, kwargs: dict) -> tuple:
     names = ("input", "weight", "bias")
-    vals = list(args) + [kwargs.get(n) for n in names[len(args):]]
+    vals = list(args) + [kwargs.get(n) for n in names[len(args) :]]
     return tuple(vals[:3])
 
 
@@ -330,7 +349,9 @@ def _bind_einsum(args: tuple, kwargs: dict) -> tuple:
 def _bind_sdpa(args: tuple, kwargs: dict) -> tuple:
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
     defaults = (None, None, None, None, 0.0, False, None, False)
-    vals = list(args) + [kwargs.get(n, d) for n, d in zip(names[len(args):], defaults[len(args):])]
+    vals = list(args) + [
+        kwargs.get(n, d) for n, d in zip(names[len(args) :], defaults[len(args) :])
+    ]
     return tuple(vals)
 
 
@@ -420,13 +441,16 @@ class _Recorder:
             return [self.arg(v) for v in x]
         if isinstance(x, tuple):  # torch.Size and named tuples become plain tuples
             return tuple(self.arg(v) for v in x)
-        if x is None or isinstance(x, (bool, int, float, str, torch.dtype, torch.device,
-                                       torch.layout, torch.memory_format)):
+        if x is None or isinstance(
+            x, (bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+        ):
             return x
         return str(x)  # NB: opaque objects survive as text; no cost depends on them
 
     def record(self, target: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        node = self.graph.call_function(target, self.arg(args), {k: self.arg(v) for k, v in kwargs.items()})
+        node = self.graph.call_function(
+            target, self.arg(args), {k: self.arg(v) for k, v in kwargs.items()}
+        )
         node.meta["val"] = out
         node.meta["nn_module_stack"] = self.module_stack()
         if self.track_grad_mode and not torch.is_grad_enabled():
@@ -532,7 +556,8 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
     for p in params.values():
         if id(p) not in copies:
             copies[id(p)] = (
-                p if fake_mode is None
+                p
+                if fake_mode is None
                 else torch.nn.Parameter(copy(p), requires_grad=p.requires_grad)
             )
     state = {n: copies[id(p)] for n, p in params.items()}
@@ -568,6 +593,9 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
         e._tgc_node = rec.current  # type: ignore[attr-defined]
         raise
     return Captured(
-        rec.finish(out), "dispatch" if fake else "eager", type(model).__name__, rec.requires_grad,
+        rec.finish(out),
+        "dispatch" if fake else "eager",
+        type(model).__name__,
+        rec.requires_grad,
         _causal_modules(model),
     )

@@ -151,15 +151,19 @@ def einsum_gemms(equation: str, shapes: Sequence[Sequence[int]]) -> list[tuple[i
     terms = lhs.split(",")
     if len(terms) != len(shapes):
         raise ValueError(f"einsum {equation!r} names {len(terms)} operands, got {len(shapes)}")
-    ell_ndim = max((len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes) if "..." in t),
-                   default=0)
+    ell_ndim = max(
+        (len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes) if "..." in t), default=0
+    )
     ell = [chr(0x100 + i) for i in range(ell_ndim)]  # stand-in letters for "..." dims
     sizes: dict[str, int] = {}
     letters: list[list[str]] = []
     for term, shape in zip(terms, shapes):
         n_ell = len(shape) - len(term.replace("...", ""))
-        names = [x for c in term.replace("...", "\0")
-                 for x in (ell[ell_ndim - n_ell:] if c == "\0" else [c])]
+        names = [
+            x
+            for c in term.replace("...", "\0")
+            for x in (ell[ell_ndim - n_ell :] if c == "\0" else [c])
+        ]
         if len(names) != len(shape):
             raise ValueError(f"einsum term {term!r} does not match operand shape {tuple(shape)}")
         for c, size in zip(names, shape):
@@ -181,7 +185,7 @@ def einsum_gemms(equation: str, shapes: Sequence[Sequence[int]]) -> list[tuple[i
     cur = letters[0]
     for j in range(1, len(letters)):
         nxt = letters[j]
-        needed = set(out_letters).union(*[set(x) for x in letters[j + 1:]])
+        needed = set(out_letters).union(*[set(x) for x in letters[j + 1 :]])
         a, b = set(cur), set(nxt)
         batch = [c for c in dict.fromkeys(cur + nxt) if c in a and c in b and c in needed]
         k = [c for c in dict.fromkeys(cur) if c in b and c not in needed]
@@ -199,7 +203,9 @@ def _ints(xs: Iterable[Any]) -> tuple[int, ...]:
     return tuple(int(x) for x in xs)
 
 
-def _layout(rows: int, cols: int, s_rows: int, s_cols: int, offset: int, elem: int) -> tuple[bool, int]:
+def _layout(
+    rows: int, cols: int, s_rows: int, s_cols: int, offset: int, elem: int
+) -> tuple[bool, int]:
     """(transposed, alignment bytes) of a logical (rows, cols) matrix with element strides.
 
     Row-major when the column stride is 1; transposed (column-major) when the row stride is 1.
@@ -219,7 +225,9 @@ def _layout(rows: int, cols: int, s_rows: int, s_cols: int, offset: int, elem: i
     return transposed, align
 
 
-def _matrix(t: torch.Tensor, elem: int, *, as_rows: bool = True, swap: bool = False) -> tuple[bool, int]:
+def _matrix(
+    t: torch.Tensor, elem: int, *, as_rows: bool = True, swap: bool = False
+) -> tuple[bool, int]:
     """Layout of the trailing matrix of ``t``. A 1-D tensor is a row (``as_rows``) or a column.
     ``swap`` reads the trailing two dims transposed (K as B of Q·Kᵀ, a weight as B of x·Wᵀ)."""
     shape, stride = _ints(t.shape), _ints(t.stride())
@@ -286,10 +294,23 @@ class _Fwd:
         "weight_b",
     )
 
-    def __init__(self, op: str, batch: int, m: int, n: int, k: int, a: tuple[bool, int],
-                 b: tuple[bool, int], *, bias: bool = False, grad_a: bool = False,
-                 grad_b: bool = False, weight_b: bool = False, kept: int | None = None,
-                 io_elems: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        op: str,
+        batch: int,
+        m: int,
+        n: int,
+        k: int,
+        a: tuple[bool, int],
+        b: tuple[bool, int],
+        *,
+        bias: bool = False,
+        grad_a: bool = False,
+        grad_b: bool = False,
+        weight_b: bool = False,
+        kept: int | None = None,
+        io_elems: tuple[int, int] | None = None,
+    ) -> None:
         self.op, self.batch, self.m, self.n, self.k = op, batch, m, n, k
         self.a, self.b, self.bias, self.kept, self.io_elems = a, b, bias, kept, io_elems
         self.grad_a, self.grad_b, self.weight_b = grad_a, grad_b, weight_b
@@ -300,8 +321,9 @@ class _Env:
 
     __slots__ = ("elem", "module_causal", "rg", "val")
 
-    def __init__(self, val: Callable[[Any], Any], rg: Callable[[Any], bool], elem: int,
-                 module_causal: bool) -> None:
+    def __init__(
+        self, val: Callable[[Any], Any], rg: Callable[[Any], bool], elem: int, module_causal: bool
+    ) -> None:
         self.val, self.rg, self.elem, self.module_causal = val, rg, elem, module_causal
 
 
@@ -330,9 +352,21 @@ def _gemm_linear(b: dict, env: _Env) -> list[_Fwd]:
     k = int(x.shape[-1])
     n = int(w.shape[0])
     m = math.prod(_ints(x.shape[:-1]))
-    return [_Fwd("linear", 1, m, n, k, _matrix(x, elem), _matrix(w, elem, swap=True),
-                 bias=b.get("bias") is not None, grad_a=rg(b["input"]), grad_b=rg(b["weight"]),
-                 weight_b=True)]
+    return [
+        _Fwd(
+            "linear",
+            1,
+            m,
+            n,
+            k,
+            _matrix(x, elem),
+            _matrix(w, elem, swap=True),
+            bias=b.get("bias") is not None,
+            grad_a=rg(b["input"]),
+            grad_b=rg(b["weight"]),
+            weight_b=True,
+        )
+    ]
 
 
 def _gemm_2d(op: str, a_key: str, b_key: str, bias_key: str | None):
@@ -342,9 +376,21 @@ def _gemm_2d(op: str, a_key: str, b_key: str, bias_key: str | None):
         batch = int(x.shape[0]) if x.dim() == 3 else 1
         m, k = int(x.shape[-2]), int(x.shape[-1])
         n = int(y.shape[-1])
-        return [_Fwd(op, batch, m, n, k, _matrix(x, elem), _matrix(y, elem),
-                     bias=bias_key is not None and b.get(bias_key) is not None,
-                     grad_a=rg(b[a_key]), grad_b=rg(b[b_key]))]
+        return [
+            _Fwd(
+                op,
+                batch,
+                m,
+                n,
+                k,
+                _matrix(x, elem),
+                _matrix(y, elem),
+                bias=bias_key is not None and b.get(bias_key) is not None,
+                grad_a=rg(b[a_key]),
+                grad_b=rg(b[b_key]),
+            )
+        ]
+
     return handler
 
 
@@ -363,8 +409,19 @@ def _gemm_matmul(b: dict, env: _Env) -> list[_Fwd]:
     else:  # batched, batch dims broadcast
         batch = math.prod(torch.broadcast_shapes(xs[:-2], ys[:-2]))
         m, n = xs[-2], ys[-1]
-    return [_Fwd("matmul", batch, m, n, k, _matrix(x, elem, as_rows=True),
-                 _matrix(y, elem, as_rows=False), grad_a=rg(b["self"]), grad_b=rg(b["other"]))]
+    return [
+        _Fwd(
+            "matmul",
+            batch,
+            m,
+            n,
+            k,
+            _matrix(x, elem, as_rows=True),
+            _matrix(y, elem, as_rows=False),
+            grad_a=rg(b["self"]),
+            grad_b=rg(b["other"]),
+        )
+    ]
 
 
 def _gemm_einsum(b: dict, env: _Env) -> list[_Fwd]:
@@ -401,21 +458,57 @@ def _gemm_sdpa(b: dict, env: _Env) -> list[_Fwd]:
     # (K and V are read once even when grouped-query heads share them)
     qk_io = (_unique_numel(q) + _unique_numel(k_), 0)
     pv_io = (_unique_numel(v), batch * q_len * d_v)
-    qk = _Fwd("sdpa_qk", batch, q_len, kv_len, d_qk, _matrix(q, elem), _matrix(k_, elem, swap=True),
-              grad_a=g_q, grad_b=g_k, kept=kept, io_elems=qk_io)
-    pv = _Fwd("sdpa_pv", batch, q_len, d_v, kv_len, _layout(q_len, kv_len, kv_len, 1, 0, elem),
-              _matrix(v, elem), grad_a=g_q or g_k, grad_b=g_v, kept=kept, io_elems=pv_io)
+    qk = _Fwd(
+        "sdpa_qk",
+        batch,
+        q_len,
+        kv_len,
+        d_qk,
+        _matrix(q, elem),
+        _matrix(k_, elem, swap=True),
+        grad_a=g_q,
+        grad_b=g_k,
+        kept=kept,
+        io_elems=qk_io,
+    )
+    pv = _Fwd(
+        "sdpa_pv",
+        batch,
+        q_len,
+        d_v,
+        kv_len,
+        _layout(q_len, kv_len, kv_len, 1, 0, elem),
+        _matrix(v, elem),
+        grad_a=g_q or g_k,
+        grad_b=g_v,
+        kept=kept,
+        io_elems=pv_io,
+    )
     return [qk, pv]
 
 
 def _gemm_vector(op: str, a_key: str, b_key: str, bias_key: str | None):
     """mv (m, k)·(k,) and dot (k,)·(k,): GEMMs with n = 1 (and m = 1)."""
+
     def handler(b: dict, env: _Env) -> list[_Fwd]:
         x, y = env.val(b[a_key]), env.val(b[b_key])
         m = int(x.shape[0]) if x.dim() == 2 else 1
         k = int(y.shape[0])
-        return [_Fwd(op, 1, m, 1, k, _matrix(x, env.elem), _matrix(y, env.elem, as_rows=False),
-                     bias=bias_key is not None, grad_a=env.rg(b[a_key]), grad_b=env.rg(b[b_key]))]
+        return [
+            _Fwd(
+                op,
+                1,
+                m,
+                1,
+                k,
+                _matrix(x, env.elem),
+                _matrix(y, env.elem, as_rows=False),
+                bias=bias_key is not None,
+                grad_a=env.rg(b[a_key]),
+                grad_b=env.rg(b[b_key]),
+            )
+        ]
+
     return handler
 
 
@@ -444,34 +537,156 @@ _GEMM_HANDLERS: dict[str, Callable[..., list[_Fwd]]] = {
 # --- non-GEMM op classes, by ATen op name (trailing "_" of in-place ops stripped)
 
 _CLASSES: dict[str, tuple[str, ...]] = {
-    "view": ("view", "_unsafe_view", "reshape", "expand", "expand_as", "permute", "transpose", "t",
-             "unsqueeze", "squeeze", "slice", "select", "alias", "detach", "as_strided", "split",
-             "split_with_sizes", "chunk", "unbind", "narrow", "unflatten", "flatten", "view_as",
-             "movedim", "diagonal", "lift_fresh", "lift_fresh_copy", "_assert_tensor_metadata",
-             "sym_size", "sym_stride", "sym_numel", "numpy_T", "_reshape_alias", "real", "imag",
-             "resolve_conj", "resolve_neg", "empty", "empty_like", "new_empty", "empty_strided",
-             "set_grad_enabled"),
-    "copy": ("clone", "contiguous", "_to_copy", "to", "copy", "cat", "stack", "repeat",
-             "repeat_interleave", "constant_pad_nd", "pad", "roll", "flip", "type_as",
-             "_unsafe_index", "masked_scatter", "index_put", "slice_scatter", "select_scatter",
-             "scatter", "new_tensor", "tile"),
-    "norm": ("native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm", "group_norm",
-             "native_group_norm", "batch_norm", "native_batch_norm", "_native_batch_norm_legit",
-             "_native_batch_norm_legit_no_training", "instance_norm"),
-    "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout",
-                    "bernoulli"),
+    "view": (
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "expand",
+        "expand_as",
+        "permute",
+        "transpose",
+        "t",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "alias",
+        "detach",
+        "as_strided",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "narrow",
+        "unflatten",
+        "flatten",
+        "view_as",
+        "movedim",
+        "diagonal",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "_assert_tensor_metadata",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "numpy_T",
+        "_reshape_alias",
+        "real",
+        "imag",
+        "resolve_conj",
+        "resolve_neg",
+        "empty",
+        "empty_like",
+        "new_empty",
+        "empty_strided",
+        "set_grad_enabled",
+    ),
+    "copy": (
+        "clone",
+        "contiguous",
+        "_to_copy",
+        "to",
+        "copy",
+        "cat",
+        "stack",
+        "repeat",
+        "repeat_interleave",
+        "constant_pad_nd",
+        "pad",
+        "roll",
+        "flip",
+        "type_as",
+        "_unsafe_index",
+        "masked_scatter",
+        "index_put",
+        "slice_scatter",
+        "select_scatter",
+        "scatter",
+        "new_tensor",
+        "tile",
+    ),
+    "norm": (
+        "native_layer_norm",
+        "layer_norm",
+        "rms_norm",
+        "_fused_rms_norm",
+        "group_norm",
+        "native_group_norm",
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "instance_norm",
+    ),
+    "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli"),
     "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"),
-    "reduction": ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "var",
-                  "std", "var_mean", "std_mean", "norm", "linalg_vector_norm", "cumsum", "cumprod",
-                  "logsumexp", "any", "all", "count_nonzero", "topk", "sort", "diff"),
+    "reduction": (
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "prod",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "norm",
+        "linalg_vector_norm",
+        "cumsum",
+        "cumprod",
+        "logsumexp",
+        "any",
+        "all",
+        "count_nonzero",
+        "topk",
+        "sort",
+        "diff",
+    ),
     "embedding": ("embedding", "index", "index_select", "gather", "take_along_dim"),
 }
 _OP_CLASS: dict[str, str] = {name: cls for cls, names in _CLASSES.items() for name in names}
-_NO_GRAD = {"detach", "argmax", "argmin", "_assert_tensor_metadata", "zeros_like", "ones_like",
-            "full_like", "empty_like", "eq", "ne", "lt", "le", "gt", "ge", "sign"}
-_FACTORY = {"arange", "zeros", "ones", "full", "empty", "new_ones", "new_zeros", "new_full",
-            "scalar_tensor", "rand", "randn", "randint", "zeros_like", "ones_like", "full_like",
-            "tril_indices", "triu_indices", "linspace", "eye"}
+_NO_GRAD = {
+    "detach",
+    "argmax",
+    "argmin",
+    "_assert_tensor_metadata",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "sign",
+}
+_FACTORY = {
+    "arange",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "new_ones",
+    "new_zeros",
+    "new_full",
+    "scalar_tensor",
+    "rand",
+    "randn",
+    "randint",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "tril_indices",
+    "triu_indices",
+    "linspace",
+    "eye",
+}
 
 
 def _op_name(target: Any) -> str:
@@ -484,7 +699,8 @@ def _op_name(target: Any) -> str:
 def _qualified(target: Any) -> str:
     packet = getattr(target, "_overloadpacket", None)
     if packet is not None:
-        return f"{getattr(packet, '_qualified_op_name', 'aten::' + _op_name(target)).replace('::', '.')}"
+        name = getattr(packet, "_qualified_op_name", "aten::" + _op_name(target))
+        return str(name).replace("::", ".")
     return getattr(target, "__name__", str(target))
 
 
@@ -633,11 +849,26 @@ def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmS
         dram = _gemm_bytes(f.batch, f.m, f.n, f.k, cd)
     op = "conv1d" if module_type == "Conv1D" and f.op == "addmm" else f.op
     return GemmSite(
-        module=module, module_type=module_type, op=op, node=node, phase="forward",
-        batch=f.batch, m=f.m, n=f.n, k=f.k, dtype=cd.name, out_dtype=ctx.out_name,
-        a_transposed=f.a[0], b_transposed=f.b[0], a_align_bytes=f.a[1], b_align_bytes=f.b[1],
-        c_align_bytes=alignment_bytes(f.n, cd.out_bytes), bias=f.bias, flops=flops,
-        dram_bytes=dram, causal=f.kept is not None,
+        module=module,
+        module_type=module_type,
+        op=op,
+        node=node,
+        phase="forward",
+        batch=f.batch,
+        m=f.m,
+        n=f.n,
+        k=f.k,
+        dtype=cd.name,
+        out_dtype=ctx.out_name,
+        a_transposed=f.a[0],
+        b_transposed=f.b[0],
+        a_align_bytes=f.a[1],
+        b_align_bytes=f.b[1],
+        c_align_bytes=alignment_bytes(f.n, cd.out_bytes),
+        bias=f.bias,
+        flops=flops,
+        dram_bytes=dram,
+        causal=f.kept is not None,
     )
 
 
@@ -649,28 +880,71 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
     dense_fwd = 2 * fwd.batch * fwd.m * fwd.n * fwd.k
     out: list[GemmSite] = []
 
-    def make(phase: str, b: int, m: int, n: int, k: int, a: tuple[bool, int],
-             bb: tuple[bool, int]) -> GemmSite:
+    def make(
+        phase: str, b: int, m: int, n: int, k: int, a: tuple[bool, int], bb: tuple[bool, int]
+    ) -> GemmSite:
         dense = 2 * b * m * n * k
         flops = dense * fwd.flops // dense_fwd if fwd.causal else dense
         return GemmSite(
-            module=fwd.module, module_type=fwd.module_type, op=fwd.op, node=fwd.node, phase=phase,
-            batch=b, m=m, n=n, k=k, dtype=fwd.dtype, out_dtype=cd_out,
-            a_transposed=a[0], b_transposed=bb[0], a_align_bytes=a[1], b_align_bytes=bb[1],
-            c_align_bytes=alignment_bytes(n, cd.out_bytes), bias=False, flops=flops,
-            dram_bytes=_gemm_bytes(b, m, n, k, cd), causal=fwd.causal,
+            module=fwd.module,
+            module_type=fwd.module_type,
+            op=fwd.op,
+            node=fwd.node,
+            phase=phase,
+            batch=b,
+            m=m,
+            n=n,
+            k=k,
+            dtype=fwd.dtype,
+            out_dtype=cd_out,
+            a_transposed=a[0],
+            b_transposed=bb[0],
+            a_align_bytes=a[1],
+            b_align_bytes=bb[1],
+            c_align_bytes=alignment_bytes(n, cd.out_bytes),
+            bias=False,
+            flops=flops,
+            dram_bytes=_gemm_bytes(b, m, n, k, cd),
+            causal=fwd.causal,
         )
 
     if f.grad_a:  # dA (m, k) = dC (m, n) · Bᵀ (n, k)
-        out.append(make("backward_dx", fwd.batch, fwd.m, fwd.k, fwd.n, (False, dc_align),
-                        (not fwd.b_transposed, fwd.b_align_bytes)))
+        out.append(
+            make(
+                "backward_dx",
+                fwd.batch,
+                fwd.m,
+                fwd.k,
+                fwd.n,
+                (False, dc_align),
+                (not fwd.b_transposed, fwd.b_align_bytes),
+            )
+        )
     if f.grad_b:
         if f.weight_b:  # dW (n, k) = dYᵀ (n, m) · X (m, k)
-            out.append(make("backward_dw", fwd.batch, fwd.n, fwd.k, fwd.m, (True, dc_align),
-                            (fwd.a_transposed, fwd.a_align_bytes)))
+            out.append(
+                make(
+                    "backward_dw",
+                    fwd.batch,
+                    fwd.n,
+                    fwd.k,
+                    fwd.m,
+                    (True, dc_align),
+                    (fwd.a_transposed, fwd.a_align_bytes),
+                )
+            )
         else:  # dB (k, n) = Aᵀ (k, m) · dC (m, n)
-            out.append(make("backward_dw", fwd.batch, fwd.k, fwd.n, fwd.m,
-                            (not fwd.a_transposed, fwd.a_align_bytes), (False, dc_align)))
+            out.append(
+                make(
+                    "backward_dw",
+                    fwd.batch,
+                    fwd.k,
+                    fwd.n,
+                    fwd.m,
+                    (not fwd.a_transposed, fwd.a_align_bytes),
+                    (False, dc_align),
+                )
+            )
     return out
 
 
@@ -681,26 +955,51 @@ def _sdpa_softmax(node: Any, f: _Fwd, ctx: _Ctx, module: str, module_type: str) 
     mask_bytes = ctx.tensor_bytes(mask_val) if isinstance(mask_val, torch.Tensor) else 0
     scores = f.batch * (f.kept if f.kept is not None else f.m * f.n)
     return OtherOp(
-        module=module, module_type=module_type, op="aten.scaled_dot_product_attention",
-        node=node.name, phase="forward", op_class="softmax", dtype=ctx.act_name, numel=scores,
-        dram_bytes=mask_bytes, flops=5 * scores,  # NB: scale, max, subtract, exp, sum per score
+        module=module,
+        module_type=module_type,
+        op="aten.scaled_dot_product_attention",
+        node=node.name,
+        phase="forward",
+        op_class="softmax",
+        dtype=ctx.act_name,
+        numel=scores,
+        dram_bytes=mask_bytes,
+        flops=5 * scores,  # NB: scale, max, subtract, exp, sum per score
     )
 
 
 def _backward_other(op: OtherOp) -> OtherOp:
     return OtherOp(
-        module=op.module, module_type=op.module_type, op=op.op, node=op.node, phase="backward",
-        op_class=op.op_class, dtype=op.dtype, numel=op.numel, dram_bytes=2 * op.dram_bytes,
+        module=op.module,
+        module_type=op.module_type,
+        op=op.op,
+        node=op.node,
+        phase="backward",
+        op_class=op.op_class,
+        dtype=op.dtype,
+        numel=op.numel,
+        dram_bytes=2 * op.dram_bytes,
         flops=2 * op.flops,
     )
 
 
-def _other(node: Any, name: str, inputs: Sequence[Any], outs: list[torch.Tensor], ctx: _Ctx,
-           module: str, module_type: str) -> OtherOp:
+def _other(
+    node: Any,
+    name: str,
+    inputs: Sequence[Any],
+    outs: list[torch.Tensor],
+    ctx: _Ctx,
+    module: str,
+    module_type: str,
+) -> OtherOp:
     base = name.rstrip("_") if name not in ("__and__", "__or__", "__xor__") else name
     in_vals = [t for i in inputs for t in _tensors(i.meta.get("val"))]
     op_class = _OP_CLASS.get(base, "elementwise" if _elementwise(node, base) else "other")
-    if op_class == "copy" and base in ("contiguous", "to", "_to_copy", "clone", "type_as") and in_vals:
+    if (
+        op_class == "copy"
+        and base in ("contiguous", "to", "_to_copy", "clone", "type_as")
+        and in_vals
+    ):
         src, dst = in_vals[0], outs[0]
         same = src.dtype == dst.dtype and src.device == dst.device
         if same and base != "clone" and (base != "contiguous" or src.is_contiguous()):
@@ -720,10 +1019,15 @@ def _other(node: Any, name: str, inputs: Sequence[Any], outs: list[torch.Tensor]
                 dram += ctx.tensor_bytes(t)
     floating = any(t.dtype.is_floating_point for t in outs + in_vals)
     return OtherOp(
-        module=module, module_type=module_type, op=_qualified(node.target), node=node.name,
-        phase="forward", op_class=op_class,
+        module=module,
+        module_type=module_type,
+        op=_qualified(node.target),
+        node=node.name,
+        phase="forward",
+        op_class=op_class,
         dtype=ctx.act_name if floating else str(outs[0].dtype).removeprefix("torch."),
-        numel=max(t.numel() for t in outs), dram_bytes=int(dram),
+        numel=max(t.numel() for t in outs),
+        dram_bytes=int(dram),
     )
 
 
