@@ -32,14 +32,39 @@ HELD_OUT: tuple[tuple[int, int, int, int], ...] = (
 RESULTS = Path(__file__).resolve().parent / "results" / "calibrate_cpu.md"
 
 
+def idle_share(window_s: float = 0.5) -> float:
+    """Share of the host's CPU time left idle over ``window_s`` (from /proc/stat)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+
+    idle0, total0 = sample()
+    time.sleep(window_s)
+    idle1, total1 = sample()
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_quiet(min_idle: float = 0.7, max_wait_s: float = 60.0) -> bool:
+    """Wait until other jobs leave most of the CPU idle; False if they never did."""
+    deadline = time.monotonic() + max_wait_s
+    while time.monotonic() < deadline:
+        if idle_share() >= min_idle:
+            return True
+    return False
+
+
 def bmm_median_ms(shapes: Sequence[tuple[int, int, int, int]], runs: int = 7,
-                  rounds: int = 3) -> list[float]:
+                  rounds: int = 3) -> tuple[list[float], int]:
     """Per shape, the median of ``runs`` torch.bmm runs after a warm-up: the lowest such
-    median over ``rounds`` rounds through all shapes, since other jobs on a shared host stall
-    whole batches of runs for a while."""
+    median over ``rounds`` rounds through all shapes, each started once the host is quiet
+    (other jobs on a shared host stall whole batches of runs by scheduler ticks). Also returns
+    how many rounds found the host quiet."""
     operands = [(torch.randn(b, m, k), torch.randn(b, k, n)) for b, m, n, k in shapes]
     best = [float("inf")] * len(shapes)
+    quiet = 0
     for _ in range(rounds):
+        quiet += wait_quiet()
         for i, (a, w) in enumerate(operands):
             torch.bmm(a, w)  # warm-up
             times = []
@@ -48,7 +73,7 @@ def bmm_median_ms(shapes: Sequence[tuple[int, int, int, int]], runs: int = 7,
                 torch.bmm(a, w)
                 times.append((time.perf_counter() - t0) * 1e3)
             best[i] = min(best[i], statistics.median(times))
-    return best
+    return best, quiet
 
 
 def load() -> str:
@@ -63,6 +88,7 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="tgc-calibrate-"))
     cmd = [sys.executable, "-m", "torch_gemm_cost", "calibrate", "--device", "cpu",
            "--budget-s", f"{args.budget_s:g}", "--out", str(out), "--no-progress"]
+    calm = wait_quiet()
     load_before = load()
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -83,8 +109,9 @@ def main() -> int:
     if overlap:
         raise SystemExit(f"held-out shapes were timed by the sweep: {overlap}")
     spec, _ = load_profile(out / "profile.json")
+    truth, quiet = bmm_median_ms(HELD_OUT)
     rows = []
-    for (b, m, n, k), measured in zip(HELD_OUT, bmm_median_ms(HELD_OUT)):
+    for (b, m, n, k), measured in zip(HELD_OUT, truth):
         pred = predict_gemm_ms(out / "profile.json", batch=b, m=m, n=n, k=k, dtype="float32",
                                op="bmm")
         roof = predict_gemm_ms(spec, batch=b, m=m, n=n, k=k, dtype="float32", op="bmm",
@@ -117,8 +144,11 @@ def main() -> int:
         "",
         f"**12 held-out fp32 shapes: MAPE {mape:.1f}% (profile) against {mape_roof:.1f}% "
         f"(datasheet roofline of the detected CPU).** Measured: median of 7 `torch.bmm` runs "
-        "after one warm-up, the lowest such median of 3 rounds through the 12 shapes (other "
-        "jobs on the shared host stall whole batches of runs by scheduler ticks).",
+        "after one warm-up, the lowest such median of 3 rounds through the 12 shapes, each "
+        "started once the host's CPUs were 70% idle (waiting at most 60 s): other jobs on the "
+        f"shared host stall whole batches of runs by scheduler ticks. {quiet} of 3 rounds "
+        f"found the host quiet; calibrate {'started on a quiet' if calm else 'found no quiet'} "
+        "host.",
         "",
         "| batch | m | n | k | measured ms | profile ms | APE % | roofline ms |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

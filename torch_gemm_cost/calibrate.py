@@ -828,41 +828,87 @@ def _measured_spec(spec: DeviceSpec, data: Calibration) -> DeviceSpec:
                           "measured rate"))
 
 
-def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0,
-                holdout: float = 0.2, steps: int = 600) -> dict[str, Any]:
-    """Fit the profile's predictor to ``data``: every tile candidate of ``CalibratedPredictor``
-    is fitted on a seeded 80% of the rows and scored on the rest; the best is refitted on all
-    rows. Returns the profile document (see ``save_profile``)."""
+def _as_measured(data: Calibration, spec: DeviceSpec) -> Any:
+    """``data`` as the hybrid's ``MeasuredGemms``. NB: its ``gpu`` column holds the spec itself
+    (``get_device`` takes either), since a calibrated device need not be in the catalog; CPU
+    wall-clock rows use the hybrid's ``event`` launch slot (both include dispatch)."""
+    from .measurements import MeasuredGemms
+
+    size = len(data)
+    timing = "event" if data.timing == "wall" else data.timing
+    return MeasuredGemms(gemms=data.gemms, gpu=(spec,) * size, source=(SOURCE,) * size,
+                         timing=(timing,) * size, latency_ms=data.latency_ms)
+
+
+def _shipped_hybrid(steps: int, seed: int) -> Any:
+    """The hybrid predictor with the package's shipped weights, or None where there are none."""
+    from importlib import resources
+
+    from .predict import shipped_weights_path
+    from .predict.hybrid import HybridPredictor
+
+    path = shipped_weights_path()
+    if not path.is_file():
+        return None
+    with resources.as_file(path) as real:
+        model = HybridPredictor.load(real)
+    model.steps, model.seed, model.default_timing = steps, seed, "event"
+    return model
+
+
+def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0, holdout: float = 0.2,
+                steps: int = 600, hybrid_steps: int = 100) -> dict[str, Any]:
+    """Fit the profile's predictor to ``data`` and return the profile document.
+
+    Candidates are fitted on a seeded 80% of the rows and scored on the rest: the hybrid
+    predictor fine-tuned from the shipped weights (warm start, ``hybrid_steps`` Adam steps;
+    skipped where no weights ship) and ``CalibratedPredictor`` at each register/CTA tile. The
+    candidate with the lowest held-out MAPE is refitted on all rows and kept.
+    """
     spec = _measured_spec(spec, data)
     train_idx, val_idx = _split(len(data), holdout, seed)
     train = data.select(train_idx)
     val = data.select(val_idx) if len(val_idx) else train
     scores: dict[str, dict[str, float]] = {}
-    best: tuple[float, CalibratedPredictor] | None = None
+    fitted: dict[str, Any] = {}
+    hybrid = _shipped_hybrid(hybrid_steps, seed) if hybrid_steps > 0 else None
+    if hybrid is not None:
+        hybrid.fit(_as_measured(train, spec), warm_start=True)
+        fitted["hybrid"] = hybrid
+        scores["hybrid"] = ape_metrics(hybrid.predict(val.gemms, spec).time_ms, val.latency_ms)
     for tn, block in _tile_candidates(spec):
         model = CalibratedPredictor(tile_n=tn, block=block, steps=steps, seed=seed)
         model.fit(train, spec)
-        score = ape_metrics(model.predict(val.gemms, spec).time_ms, val.latency_ms)
-        scores[f"calibrated_n{tn}"] = score
-        log.info("tile n %d: held-out MAPE %.1f%%", tn, score["mape"])
-        if best is None or score["mape"] < best[0]:
-            best = (score["mape"], model)
-    assert best is not None  # _tile_candidates is never empty
-    chosen = best[1]
-    chosen.steps = max(1, steps // 3)
-    chosen.fit(data, spec, warm_start=True)
-    chosen.steps = steps
+        fitted[f"calibrated_n{tn}"] = model
+        scores[f"calibrated_n{tn}"] = ape_metrics(model.predict(val.gemms, spec).time_ms,
+                                                  val.latency_ms)
+    for name, score in scores.items():
+        log.info("%s: held-out MAPE %.1f%%, median %.1f%%", name, score["mape"],
+                 score["median_ape"])
+    chosen = min(scores, key=lambda name: scores[name]["mape"])
+    model = fitted[chosen]
+    if chosen == "hybrid":
+        model.steps = max(1, hybrid_steps // 3)
+        model.fit(_as_measured(data, spec), warm_start=True)
+        model.steps = hybrid_steps
+        predictor_doc = {"kind": "hybrid", "weights": model.to_dict()}
+        constants = model.physical_constants()
+    else:
+        model.steps = max(1, steps // 3)
+        model.fit(data, spec, warm_start=True)
+        model.steps = steps
+        predictor_doc = model.to_dict()
+        constants = model.physical_constants()
     return {
         "format": FORMAT,
         "version": VERSION,
         "device": _spec_record(spec),
-        "predictor": chosen.to_dict(),
+        "predictor": predictor_doc,
         "fit": {
             "rows": len(data), "holdout_rows": len(val_idx), "timing": data.timing,
-            "holdout": scores,
-            "chosen": f"calibrated_n{chosen.tile_n}",
-            "train_all": ape_metrics(chosen.predict(data.gemms, spec).time_ms, data.latency_ms),
-            "constants": chosen.physical_constants(),
+            "holdout": scores, "chosen": chosen,
+            "train_all": ape_metrics(model.predict(data.gemms, spec).time_ms, data.latency_ms),
+            "constants": constants,
         },
     }
 
@@ -921,7 +967,7 @@ def save_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
     return path
 
 
-_PREDICTOR_KINDS = ("calibrated",)
+_PREDICTOR_KINDS = ("calibrated", "hybrid")
 
 
 def load_profile(path: str | Path) -> tuple[DeviceSpec, Predictor]:
@@ -953,6 +999,10 @@ def load_profile(path: str | Path) -> tuple[DeviceSpec, Predictor]:
         kind = pred_doc.get("kind") if isinstance(pred_doc, Mapping) else None
         if kind == "calibrated":
             predictor: Predictor = CalibratedPredictor.from_dict(pred_doc)
+        elif kind == "hybrid":
+            from .predict.hybrid import HybridPredictor
+
+            predictor = HybridPredictor.from_dict(pred_doc["weights"])
         else:
             raise ValueError(f"predictor kind is {kind!r}; known: {', '.join(_PREDICTOR_KINDS)}")
     except (KeyError, TypeError, ValueError) as e:
@@ -1024,7 +1074,8 @@ def calibrate(
                          f"useful budget here is about {budget_s + 5:.0f} s")
     csv_path = write_measurements(out / "measurements.csv", spec, runs, timer.timing)
     data = read_measurements(csv_path)
-    profile = fit_profile(spec, data, seed=seed, steps=fit_steps)
+    profile = fit_profile(spec, data, seed=seed, steps=fit_steps,
+                          hybrid_steps=max(0, fit_steps // 6))
     elapsed = time.perf_counter() - start
     profile["calibration"] = {
         "device": device, "budget_s": budget_s, "elapsed_s": round(elapsed, 2),
