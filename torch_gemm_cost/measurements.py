@@ -327,3 +327,35 @@ def load_gemms(
         latency_ms=latency,
         kernel=tuple(cols["kernel"]),
     )
+
+
+def impossible_rows(measured: MeasuredGemms) -> torch.Tensor:
+    """Rows faster than physics allows: below FLOPs / dense peak or compulsory bytes / DRAM
+    bandwidth of their device. These are data errors; training leaves them out. (N,) bool.
+
+    Rows on devices or dtypes the catalog lacks are flagged too, since nothing can check them.
+    """
+    from .devices import get_device
+
+    g = measured.gemms
+    floor_s = torch.full((len(measured),), float("nan"), dtype=torch.float64)
+    gpus = sorted(set(measured.gpu))
+    gpu_index = {name: i for i, name in enumerate(gpus)}
+    rows_gpu = torch.tensor([gpu_index[x] for x in measured.gpu], dtype=torch.long)
+    for name, i in gpu_index.items():
+        try:
+            device = get_device(name)
+        except ValueError:
+            continue
+        sel = rows_gpu == i
+        peaks = []
+        for dt in DTYPE_NAMES:
+            try:
+                peaks.append(device.peak_flops_per_s(dt))
+            except ValueError:
+                peaks.append(float("nan"))
+        peak = torch.tensor(peaks, dtype=torch.float64)[g.dtype_index[sel]]
+        compute_s = g.flops[sel] / peak
+        memory_s = g.compulsory_bytes[sel] / device.dram_bw_bytes_per_s
+        floor_s[sel] = torch.maximum(compute_s, memory_s)
+    return ~(measured.latency_ms * 1e-3 >= floor_s)  # NaN floor -> flagged

@@ -1,0 +1,262 @@
+"""The hybrid predictor: hand-worked tile physics, gradients, bounds, weights I/O."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torch_gemm_cost.devices import get_device, list_devices
+from torch_gemm_cost.dtypes import DTYPES
+from torch_gemm_cost.measurements import MeasuredGemms, gemm_batch_from_columns
+from torch_gemm_cost.predict.base import GemmBatch
+from torch_gemm_cost.predict.cache import effective_bandwidth
+from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable
+from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
+from torch_gemm_cost.predict.tiles import ENGINES, TILES, SPLITS, tile_grid
+
+DETAIL_KEYS = ("tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
+               "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms",
+               "memory_ms")
+
+
+def initialised(**kw) -> HybridPredictor:
+    model = HybridPredictor(**kw)
+    model.params_ = model._init_params()
+    return model
+
+
+def measured(rows: list[tuple]) -> MeasuredGemms:
+    """rows: (gpu, source, timing, op, dtype, batch, m, n, k, latency_ms)."""
+    cols = list(zip(*rows))
+    gemms = gemm_batch_from_columns(op=cols[3], dtype=cols[4], batch=cols[5], m=cols[6],
+                                    n=cols[7], k=cols[8])
+    return MeasuredGemms(gemms=gemms, gpu=cols[0], source=cols[1], timing=cols[2],
+                         latency_ms=torch.tensor(cols[9], dtype=torch.float64))
+
+
+def test_tiles_and_waves_by_hand() -> None:
+    # V100-like: 80 SMs, 256 KiB registers; fp32 SIMT; m = n = 1000, k = 512, batch 1.
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
+    grid = tile_grid(one(1), one(1000), one(1000), one(512), torch.tensor([0]), one(80),
+                     one(262144))
+    cands = [(tm, tn, s) for tm, tn in TILES["simt"] for s in SPLITS]
+
+    def at(tm: int, tn: int, s: int) -> dict[str, float]:
+        j = cands.index((tm, tn, s))
+        return {f: float(getattr(grid, f)[0, j]) for f in ("tiles", "slots", "waves",
+                                                           "last_wave_fill")}
+
+    # 128x128: ⌈1000/128⌉² = 8·8 = 64 tiles; CTAs/SM = ⌊262144 / (128·128·4·2)⌋ = 2
+    # -> 160 slots; 1 wave; last-wave fill 64/160 = 0.4
+    assert at(128, 128, 1) == {"tiles": 64, "slots": 160, "waves": 1, "last_wave_fill": 0.4}
+    # 64x64: 16·16 = 256 tiles; ⌊262144 / 32768⌋ = 8, capped at 4 -> 320 slots; fill 256/320
+    assert at(64, 64, 1) == {"tiles": 256, "slots": 320, "waves": 1, "last_wave_fill": 0.8}
+    # 32x32: 32·32 = 1024 tiles; 320 slots -> ⌈1024/320⌉ = 4 waves; last (1024 − 960)/320 = 0.2
+    assert at(32, 32, 1) == {"tiles": 1024, "slots": 320, "waves": 4, "last_wave_fill": 0.2}
+    # 128x128 filling split-K: 160 slots / 64 tiles = 2.5 -> nearest power of two 2 (≤ 512/128):
+    # 128 tiles in 160 slots: 1 wave, fill 0.8; each tile does k/2 = 256
+    j = cands.index((128, 128, 0))
+    assert float(grid.split_k[0, j]) == 2
+    assert float(grid.tiles[0, j]) == 128 and float(grid.k_slice[0, j]) == 256
+    # ops per wave = 2·128·128·256·160 = 1,342,177,280
+    assert float(grid.ops_per_wave[0, j]) == 2 * 128 * 128 * 256 * 160
+
+
+def test_split_k_limits() -> None:
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
+    grid = tile_grid(one(1), one(64), one(64), one(200), torch.tensor([1]), one(108), one(262144))
+    # k = 200: ⌊200/128⌋ = 1, so the filling split collapses to 1
+    assert torch.all(grid.split_k == 1)
+    grid = tile_grid(one(1), one(64), one(64), one(2 ** 20), torch.tensor([1]), one(108),
+                     one(262144))
+    # one 64x64 tile in 108·4 = 432 slots: 2^round(log2 432) = 512, capped at 64
+    assert float(grid.split_k.max()) == 64
+
+
+def test_bandwidth_without_hits_is_eta_dram() -> None:
+    # H1 = H2 = 0: 1/MemBw = 1/(η·BW_DRAM)
+    f = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    bw = effective_bandwidth(f(0.0), f(0.0), f(2e13), f(5e12), f(0.8 * 1.555e12))
+    assert float(bw) == pytest.approx(0.8 * 1.555e12, rel=1e-12)
+    # through the predictor, with the cache model off
+    model = initialised(use_cache=False)
+    dev = get_device("a100_pcie_40gb")
+    pred = model.predict(GemmBatch.from_dims(m=[512, 4096], n=[512, 4096], k=[512, 64],
+                                             dtype="float16"), dev)
+    eta = float(torch.sigmoid(model.params_["eta_dram"]))
+    assert torch.allclose(pred.details["mem_bw_bytes_per_s"],
+                          torch.full((2,), eta * dev.dram_bw_bytes_per_s, dtype=torch.float64))
+    assert torch.all(pred.details["h1"] == 0) and torch.all(pred.details["h2"] == 0)
+
+
+def test_half_hits_by_hand() -> None:
+    # H1 = 0, H2 = 0.5, BW_L2 = 4e12, η·BW_DRAM = 1e12: 1/MemBw = 0.5/4e12 + 0.5/1e12 = 6.25e-13
+    f = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    bw = effective_bandwidth(f(0.0), f(0.5), f(1e13), f(4e12), f(1e12))
+    assert float(bw) == pytest.approx(1.6e12)
+
+
+# every PEAK_KEY, engine, timing and source appears once
+COVERING_ROWS = [
+    ("tesla_p100_pcie_16gb", "neusight", "event", "bmm", "float32", 4, 300, 200, 100, 0.05),
+    ("tesla_p100_pcie_16gb", "deepbench", "kernel", "gemm_NN", "float16_fp32math", 1, 1760, 64,
+     1760, 0.3),
+    ("mi210", "neusight-test", "event", "linear", "float32", 1, 4096, 4096, 1024, 1.2),
+    ("a100_pcie_40gb", "llmcompass", "event", "matmul", "tf32", 1, 2048, 2048, 2048, 0.2),
+    ("a100_pcie_40gb", "vidur", "kernel", "linear", "bfloat16", 1, 8192, 8192, 8192, 4.0),
+    ("a100_pcie_40gb", "vidur", "kernel", "linear", "float64", 1, 1024, 1024, 1024, 0.3),
+    ("tesla_t4", "deepbench", "kernel", "gemm_NN", "float16", 1, 5120, 5120, 5120, 7.0),
+    ("tesla_t4", "deepbench", "kernel", "gemm_NN", "int8", 1, 4096, 4096, 4096, 2.0),
+    ("h100_sxm5_80gb", "xla-ptable", "table", "matmul", "float8_e4m3fn", 1, 4096, 4096, 4096, 0.2),
+    ("h100_sxm5_80gb", "xla-ptable", "table", "bmm", "bfloat16", 2, 512, 512, 512, 0.01),
+]
+
+
+def test_covering_rows_cover_everything() -> None:
+    rows = measured(COVERING_ROWS)
+    table = DeviceTable.build([get_device(g) for g in sorted(set(rows.gpu))])
+    assert set(rows.timing) == set(TIMINGS) and set(rows.source) == set(SOURCES)
+    keys = {PEAK_KEYS[int(table.peak_key[sorted(set(rows.gpu)).index(g), int(t)])]
+            for g, t in zip(rows.gpu, rows.gemms.dtype_index)}
+    assert keys == set(PEAK_KEYS)
+
+
+def test_gradients_reach_every_trainable_parameter() -> None:
+    model = initialised()
+    for t in model.params_.values():
+        t.requires_grad_(True)
+    rows, source = model._rows_of(measured(COVERING_ROWS))
+    engines = {ENGINES[int(e)] for e in rows.engine}
+    assert engines == set(ENGINES)
+    out = model._forward(rows, source, soft=True)
+    (torch.log(out["time_ms"]) - torch.log(measured(COVERING_ROWS).latency_ms)).pow(2).sum() \
+        .backward()
+    for name in model.trainable_names():
+        grad = model.params_[name].grad
+        assert grad is not None and torch.isfinite(grad).all(), name
+        assert grad.abs().sum() > 0, name
+
+
+def test_details_carry_every_key_and_prediction_is_positive() -> None:
+    model = initialised()
+    pred = model.predict(GemmBatch.from_dims(m=[1, 4096], n=[4096, 50257], k=[4096, 768],
+                                             dtype="bfloat16"), "h100_sxm5_80gb")
+    for key in DETAIL_KEYS:
+        assert key in pred.details and pred.details[key].shape == (2,), key
+    assert (pred.time_ms > 0).all()
+    assert ((pred.details["util"] > 0) & (pred.details["util"] <= 1)).all()
+    assert ((pred.details["h2"] >= 0) & (pred.details["h2"] <= 1)).all()
+
+
+def test_zero_size_costs_nothing_and_huge_is_finite() -> None:
+    model = initialised()
+    zero = model.predict(GemmBatch.from_dims(m=[0, 8, 8], n=[8, 0, 8], k=[8, 8, 0],
+                                             dtype="float16"), "a100_sxm4_80gb")
+    assert zero.time_ms.tolist() == [0.0, 0.0, 0.0]
+    huge = model.predict(GemmBatch.from_dims(m=[2 ** 20], n=[2 ** 16], k=[2 ** 16],
+                                             batch=[4096], dtype="float16"), "a100_sxm4_80gb")
+    assert torch.isfinite(huge.time_ms).all() and huge.time_ms.item() > 0
+    for value in huge.details.values():
+        assert torch.isfinite(value.double()).all()
+
+
+def _shipped_or_init() -> list[HybridPredictor]:
+    from torch_gemm_cost.predict import default_predictor
+
+    models = [initialised()]
+    shipped = default_predictor()
+    if isinstance(shipped, HybridPredictor):
+        models.append(shipped)
+    return models
+
+
+MODELS = _shipped_or_init()
+DEVICES = [d for d in list_devices() if not math.isnan(d.dram_bw_bytes_per_s)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(0, len(MODELS) - 1),
+    dev=st.sampled_from(DEVICES),
+    dtype=st.sampled_from(sorted(DTYPES)),
+    dims=st.lists(st.integers(1, 2 ** 15), min_size=3, max_size=3),
+    batch=st.integers(1, 512),
+)
+def test_never_below_the_physical_floor(which, dev, dtype, dims, batch) -> None:
+    if not dev.supports(dtype) and DTYPES[dtype].peak_key in ("fp8", "int8"):
+        return
+    try:
+        peak = dev.peak_flops_per_s(dtype)
+    except ValueError:
+        return
+    m, n, k = dims
+    g = GemmBatch.from_dims(m=[m], n=[n], k=[k], batch=[batch], dtype=dtype)
+    pred = MODELS[which].predict(g, dev)
+    floor_ms = max(float(g.flops[0]) / peak,
+                   float(g.compulsory_bytes[0]) / dev.dram_bw_bytes_per_s) * 1e3
+    t = float(pred.time_ms[0])
+    assert math.isfinite(t) and t >= floor_ms * (1 - 1e-12)
+
+
+def test_unsupported_dtype_names_it() -> None:
+    with pytest.raises(ValueError, match="float8"):
+        initialised().predict(GemmBatch.from_dims(m=[8], n=[8], k=[8], dtype="float8_e4m3fn"),
+                              "tesla_v100_sxm2")
+
+
+def test_save_load_round_trip(tmp_path) -> None:
+    model = initialised(hidden=8)
+    path = model.save(tmp_path / "w.json", metadata={"note": "x"})
+    back = HybridPredictor.load(path)
+    g = GemmBatch.from_dims(m=[100, 4096], n=[300, 4096], k=[50, 4096], dtype="float32")
+    assert torch.equal(model.predict(g, "tesla_t4").time_ms, back.predict(g, "tesla_t4").time_ms)
+    assert back.metadata_ == {"note": "x"} and back.hidden == 8
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", json.dumps({"format": "other"}), json.dumps([1, 2]), "\x00\x01"],
+)
+def test_corrupt_weights_name_the_file(tmp_path, content: str) -> None:
+    path = tmp_path / "broken_weights.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="broken_weights.json"):
+        HybridPredictor.load(path)
+
+
+def test_mismatched_shapes_name_the_file_and_parameter(tmp_path) -> None:
+    doc = initialised().to_dict()
+    doc["params"]["mlp_w1"] = [[0.0]]
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"shapes.json.*mlp_w1"):
+        HybridPredictor.load(path)
+
+
+def test_fit_is_seeded_and_lowers_the_loss() -> None:
+    rows = measured(COVERING_ROWS)
+    a = HybridPredictor(steps=30, seed=3).fit(rows)
+    b = HybridPredictor(steps=30, seed=3).fit(rows)
+    for name in a.params_:
+        assert torch.equal(a.params_[name], b.params_[name]), name
+    assert a.loss_history_[-1][1] < a.loss_history_[0][1]
+    # warm start continues from the fitted weights
+    before = {k: v.clone() for k, v in a.params_.items()}
+    a.steps = 5
+    a.fit(rows, warm_start=True)
+    assert any(not torch.equal(before[k], a.params_[k]) for k in before)
+
+
+def test_ablations_are_the_same_call() -> None:
+    from torch_gemm_cost.predict.hybrid import variants
+
+    g = GemmBatch.from_dims(m=[1000], n=[1000], k=[1000], dtype="float16")
+    for name, model in variants().items():
+        model.params_ = model._init_params()
+        assert model.name == name
+        assert model.predict(g, "a40").time_ms.shape == (1,)

@@ -1,0 +1,67 @@
+"""``torch-gemm-cost train``: fit the hybrid GEMM predictor on measured data and write weights."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="fit the hybrid GEMM predictor on measured GEMMs and write its weights (JSON)",
+    )
+    p.add_argument("--data", default="../shared/data",
+                   help="measured data directory holding gemm/*.csv.gz (default: ../shared/data)")
+    p.add_argument("--out", required=True, help="weights file to write (JSON)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=None, help="Adam steps (default: the model's)")
+    p.add_argument("--warm-start", metavar="W", default=None,
+                   help="fine-tune from these weights instead of a fresh init")
+    p.add_argument("--op-costs-out", default=None,
+                   help="where to write the fitted non-GEMM op costs "
+                        "(default: op_costs.json beside --out)")
+    p.add_argument("--skip-ops", action="store_true", help="do not fit the non-GEMM op costs")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import UsageError
+    from ..measurements import load_gemms
+    from ..predict.hybrid import HybridPredictor
+    from ..train.gemm import train_gemm_predictor
+
+    data = Path(args.data)
+    if not (data / "gemm").is_dir():
+        raise UsageError(f"--data {data}: no gemm/ directory with measured GEMMs there")
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {out}: directory {out.parent} does not exist")
+    command = "torch-gemm-cost " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    hyper = {} if args.steps is None else {"steps": args.steps}
+    if args.warm_start:
+        base = HybridPredictor.load(args.warm_start)
+        for name, value in hyper.items():
+            setattr(base, name, value)
+        model = base.fit(load_gemms(data), warm_start=True)
+        model.metadata_ = {**base.metadata_, "training_command": command,
+                           "warm_start_from": str(args.warm_start)}
+    else:
+        model = train_gemm_predictor(data, seed=args.seed, command=command, **hyper)
+    model.save(out)
+    log.info("wrote %s", out)
+    if not args.skip_ops:
+        try:
+            from ..train.ops import fit_op_costs
+        except ImportError:
+            return 0
+        ops_out = Path(args.op_costs_out) if args.op_costs_out else out.with_name("op_costs.json")
+        ops_out.write_text(json.dumps(fit_op_costs(data), indent=1) + "\n")
+        log.info("wrote %s", ops_out)
+    return 0

@@ -1,0 +1,175 @@
+"""Per-row inputs of the hybrid predictor: device columns, engines, and the MLP's feature schema.
+
+Training predicts many devices in one batch, so every device figure becomes a per-row tensor.
+The utilization MLP sees only normalized, device-relative features (no device identity), listed
+once in ``MLP_FEATURES``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..devices import DeviceSpec
+from ..dtypes import DTYPES
+from .base import DTYPE_NAMES, GemmBatch
+from .tiles import ENGINES
+
+__all__ = [
+    "BOARD_POWER_W",
+    "PEAK_KEYS",
+    "MLP_FEATURES",
+    "DeviceTable",
+    "RowInputs",
+    "board_power_w",
+    "mlp_features",
+]
+
+# Board power (TDP) in watts, from the vendor sheets cited in the data's devices/sources.md.
+# NB: belongs in DeviceSpec; kept here until the catalog carries it. Unknown -> no power cap.
+BOARD_POWER_W: dict[str, float] = {
+    "tesla_p4": 75, "tesla_p100_pcie_16gb": 250, "tesla_v100_pcie_32gb": 250,
+    "tesla_v100_sxm2": 300, "tesla_t4": 70, "a10": 150, "a100_pcie_40gb": 250,
+    "a100_sxm4_40gb": 400, "a100_sxm4_80gb": 400, "a100_pcie_80gb": 300, "l4": 72, "l40s": 350,
+    "h100_pcie": 350, "h100_sxm5_80gb": 700, "h200_sxm_141gb": 700, "b200": 1000,
+    "rtx_3090": 350, "rtx_4090": 450, "mi100": 300, "mi210": 300, "mi250": 560, "mi300x": 750,
+    "a40": 300, "mi355x": 1400, "mi250_gcd": 280,
+}
+
+# Which sustained-efficiency parameter a (device, dtype) pair uses.
+PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp8", "int8",
+                              "fp16_simt")
+
+
+def board_power_w(device: DeviceSpec) -> float:
+    """TDP in watts, NaN when unknown."""
+    explicit = getattr(device, "tdp_w", None)
+    if explicit:
+        return float(explicit)
+    return float(BOARD_POWER_W.get(device.id, math.nan))
+
+
+def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
+    """(engine, efficiency key, datasheet peak) for a dtype on a device; peak NaN if unsupported."""
+    cd = DTYPES[dtype]
+    try:
+        peak = device.peak_flops_per_s(cd)
+    except ValueError:
+        return "simt", "fp32", math.nan
+    key = cd.peak_key
+    amd = device.vendor.upper() == "AMD"
+    if key == "fp32" and amd and device.peak("fp32_matrix"):
+        return "mma", "fp32_matrix", peak
+    native = device.peak(key) is not None
+    if not native or key in ("fp32", "fp64"):
+        return "simt", "fp32" if key != "fp64" else "fp64", peak
+    has_matrix = device.tensor_cores_per_sm > 0 or amd
+    if not cd.tensor_core or not has_matrix:
+        return "simt", "fp16_simt" if key == "fp16" else key, peak
+    major = device.compute_capability.split(".")[0]
+    large = (not amd) and major.isdigit() and int(major) >= 9
+    return ("mma_large" if large else "mma"), key, peak
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """D devices as (D,) columns, and per (device, dtype) engine, efficiency key and peak."""
+
+    ids: tuple[str, ...]
+    sm_count: torch.Tensor
+    clock_hz: torch.Tensor
+    dram_bw_bytes_per_s: torch.Tensor
+    l2_bytes: torch.Tensor
+    regfile_bytes: torch.Tensor
+    power_w: torch.Tensor  # NaN where unknown
+    peak_flops_per_s: torch.Tensor  # (D, n_dtypes), NaN where unsupported
+    engine: torch.Tensor  # (D, n_dtypes) long, indexes ENGINES
+    peak_key: torch.Tensor  # (D, n_dtypes) long, indexes PEAK_KEYS
+
+    @classmethod
+    def build(cls, devices: Sequence[DeviceSpec]) -> "DeviceTable":
+        def col(values: Sequence[float]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.float64)
+
+        triples = [[_engine_and_key(d, name) for name in DTYPE_NAMES] for d in devices]
+        return cls(
+            ids=tuple(d.id for d in devices),
+            sm_count=col([float(d.sm_count) for d in devices]),
+            clock_hz=col([float(d.boost_clock_mhz or 1500.0) * 1e6 for d in devices]),
+            dram_bw_bytes_per_s=col([d.dram_bw_bytes_per_s for d in devices]),
+            l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
+            regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
+            power_w=col([board_power_w(d) for d in devices]),
+            peak_flops_per_s=col([[t[2] for t in row] for row in triples]),
+            engine=torch.tensor([[ENGINES.index(t[0]) for t in row] for row in triples]),
+            peak_key=torch.tensor([[PEAK_KEYS.index(t[1]) for t in row] for row in triples]),
+        )
+
+
+@dataclass(frozen=True)
+class RowInputs:
+    """Everything the hybrid model needs per GEMM row, (N,) each."""
+
+    gemms: GemmBatch
+    sm_count: torch.Tensor
+    clock_hz: torch.Tensor
+    dram_bw_bytes_per_s: torch.Tensor
+    l2_bytes: torch.Tensor
+    regfile_bytes: torch.Tensor
+    power_w: torch.Tensor
+    peak_flops_per_s: torch.Tensor
+    engine: torch.Tensor  # long
+    peak_key: torch.Tensor  # long
+    launch: torch.Tensor  # long, index into the predictor's launch-overhead table
+
+    @classmethod
+    def gather(cls, gemms: GemmBatch, table: DeviceTable, device_index: torch.Tensor,
+               launch_index: torch.Tensor) -> "RowInputs":
+        d, t = device_index, gemms.dtype_index
+        return cls(
+            gemms=gemms,
+            sm_count=table.sm_count[d],
+            clock_hz=table.clock_hz[d],
+            dram_bw_bytes_per_s=table.dram_bw_bytes_per_s[d],
+            l2_bytes=table.l2_bytes[d],
+            regfile_bytes=table.regfile_bytes[d],
+            power_w=table.power_w[d],
+            peak_flops_per_s=table.peak_flops_per_s[d, t],
+            engine=table.engine[d, t],
+            peak_key=table.peak_key[d, t],
+            launch=launch_index,
+        )
+
+
+MLP_FEATURES: tuple[str, ...] = (
+    "log2_m", "log2_n", "log2_k", "log2_batch",
+    "log2_tiles", "log2_waves", "last_wave_fill", "log2_split_k",
+    "a_align", "b_align", "c_align", "in_bits",
+    "h1", "h2", "log2_inst_per_tile", "log_intensity_over_ridge",
+    "log2_sms", "log2_l2_over_working_set", "engine_simt", "engine_mma_large",
+)
+
+
+def mlp_features(columns: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Stack raw per-row quantities into the normalized (N, F) input, in ``MLP_FEATURES`` order.
+
+    ``columns`` holds: m, n, k, batch, tiles, waves, last_wave_fill, split_k, a_align, b_align,
+    c_align, in_bytes, h1, h2, inst_per_tile, intensity_over_ridge, sm_count, l2_over_working_set,
+    engine (long).
+    """
+    c = columns
+    lg = torch.log2
+    feats = [
+        lg(c["m"]) / 16.0, lg(c["n"]) / 16.0, lg(c["k"]) / 16.0, lg(c["batch"]) / 12.0,
+        lg(c["tiles"]) / 20.0, lg(c["waves"]) / 12.0, c["last_wave_fill"], lg(c["split_k"]) / 3.0,
+        c["a_align"] / 16.0, c["b_align"] / 16.0, c["c_align"] / 16.0, c["in_bytes"] / 4.0,
+        c["h1"], c["h2"], lg(c["inst_per_tile"]) / 20.0,
+        torch.clamp(torch.log(c["intensity_over_ridge"]), -8.0, 8.0) / 4.0,
+        lg(c["sm_count"]) / 8.0, torch.clamp(lg(c["l2_over_working_set"]), -20.0, 20.0) / 10.0,
+        (c["engine"] == ENGINES.index("simt")).double(),
+        (c["engine"] == ENGINES.index("mma_large")).double(),
+    ]
+    return torch.stack(feats, dim=1)

@@ -1,0 +1,533 @@
+"""The hybrid predictor: tile/wave physics, a cache model, instruction-aware intensity, a
+two-sided roofline and a small utilization MLP, trained jointly on measured GEMMs.
+
+    Td = NumWave · OpsPerWave / (min(Peak_sustained, I · MemBw) · util) + launch
+
+Every stage is a batched torch function (see tiles, cache, intensity, mlp), so one call predicts
+thousands of GEMMs and training backpropagates through the whole chain. Ablations are switches of
+the same class, so benchmarks swap them in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from ..devices import DeviceSpec, get_device
+from .base import GemmBatch, GemmPrediction
+from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
+from .features import MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
+from .intensity import TileTraffic, intensity, tile_traffic
+from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
+from .tiles import ENGINES, candidate_table, tile_grid
+
+__all__ = ["HybridPredictor", "TIMINGS", "SOURCES", "FORMAT", "variants"]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "torch_gemm_cost.hybrid"
+TIMINGS: tuple[str, ...] = ("kernel", "event", "table")
+SOURCES: tuple[str, ...] = ("neusight", "neusight-test", "vidur", "deepbench", "xla-ptable",
+                            "llmcompass")
+_HYPER = ("use_cache", "use_instr", "use_mlp", "loss", "hidden", "steps", "lr", "softmin_tau",
+          "rows_per_group", "weight_decay", "seed", "default_timing", "candidates_kept",
+          "refresh_every", "name")
+
+
+def _inv_softplus(x: float) -> float:
+    return math.log(math.expm1(x))
+
+
+def _logit(x: float) -> float:
+    return math.log(x / (1.0 - x))
+
+
+class HybridPredictor:
+    """Physics + utilization MLP; implements ``Predictor``.
+
+    Hyperparameters (stored as given, scikit-learn style):
+      use_cache / use_instr / use_mlp: ablation switches (cache model, λ term, MLP).
+      loss: "log" (MSE on log time, i.e. relative error) or "mse" (plain MSE on time).
+      hidden: MLP width. steps, lr: full-batch Adam. softmin_tau: temperature of the soft-min
+      over candidates (in log time) during training. rows_per_group: rows sampled per
+      (gpu, source, dtype) group per fit. weight_decay: on MLP weights. seed: all randomness.
+      default_timing: launch overhead ``predict`` adds: "kernel" (GPU time), "event" or "table".
+      candidates_kept, refresh_every: training soft-mins over the K fastest candidates, re-picked
+      every ``refresh_every`` steps (inference always takes the min over all).
+    """
+
+    version = "1"
+
+    def __init__(
+        self,
+        *,
+        use_cache: bool = True,
+        use_instr: bool = True,
+        use_mlp: bool = True,
+        loss: str = "log",
+        hidden: int = 16,
+        steps: int = 600,
+        lr: float = 0.03,
+        softmin_tau: float = 0.1,
+        rows_per_group: int = 600,
+        weight_decay: float = 1e-3,
+        seed: int = 0,
+        default_timing: str = "kernel",
+        candidates_kept: int = 6,
+        refresh_every: int = 25,
+        name: str | None = None,
+    ) -> None:
+        if loss not in ("log", "mse"):
+            raise ValueError(f"loss must be 'log' or 'mse', got {loss!r}")
+        if default_timing not in TIMINGS:
+            raise ValueError(f"default_timing must be one of {TIMINGS}, got {default_timing!r}")
+        self.use_cache = use_cache
+        self.use_instr = use_instr
+        self.use_mlp = use_mlp
+        self.loss = loss
+        self.hidden = hidden
+        self.steps = steps
+        self.lr = lr
+        self.softmin_tau = softmin_tau
+        self.rows_per_group = rows_per_group
+        self.weight_decay = weight_decay
+        self.seed = seed
+        self.default_timing = default_timing
+        self.candidates_kept = candidates_kept
+        self.refresh_every = refresh_every
+        self.name = name or "hybrid"
+        self._table = candidate_table()
+        self._devices: dict[DeviceSpec, DeviceTable] = {}
+
+    # ---------------------------------------------------------------- parameters
+    def get_params(self) -> dict[str, Any]:
+        return {h: getattr(self, h) for h in _HYPER}
+
+    def _init_params(self) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed)
+        f64 = torch.float64
+
+        def full(n: int, v: float) -> torch.Tensor:
+            return torch.full((n,), v, dtype=f64)
+
+        p = {
+            "eta_dram": torch.tensor([_logit(0.8)], dtype=f64),  # sigmoid
+            "l2_share": torch.tensor([_logit(0.5)], dtype=f64),  # sigmoid
+            "l1_bytes_per_clk": torch.tensor([_inv_softplus(1.0)], dtype=f64),  # ×128 B/clk/SM
+            "l2_bytes_per_clk": torch.tensor([_inv_softplus(1.0)], dtype=f64),  # ×64 B/clk/SM
+            "h1": torch.tensor([0.0, 0.0, -2.0], dtype=f64),  # weights on (tile reuse, H2), bias
+            "lambda": torch.tensor([_inv_softplus(2.0), _inv_softplus(2.0)], dtype=f64),
+            "peak_eff": full(len(PEAK_KEYS), _logit(0.8)),  # sigmoid, per PEAK_KEYS
+            # W per SM-GHz, (simt, matrix): static, dynamic at 1024 FLOP/clk/SM; exponent
+            "power_static": full(2, _inv_softplus(0.3)),
+            "power_dynamic": full(2, _inv_softplus(0.5)),
+            "power_gamma": torch.tensor([_inv_softplus(0.5)], dtype=f64),
+            "power_q": torch.tensor([_inv_softplus(4.0)], dtype=f64),
+            "roof_p": torch.tensor([_inv_softplus(3.0)], dtype=f64),
+            "launch_log_ms": torch.tensor([math.log(0.004), math.log(0.02), math.log(0.003)],
+                                          dtype=f64),  # per TIMINGS
+            "launch_source": full(len(SOURCES), 0.0),  # log offset per SOURCES
+            "launch_p": torch.tensor([_inv_softplus(0.5)], dtype=f64),  # +1
+            "tile_pref": torch.zeros(self._table.tile_m.shape, dtype=f64),  # (engines, C)
+        }
+        p.update(init_mlp(len(MLP_FEATURES), self.hidden, gen))
+        return p
+
+    def trainable_names(self) -> tuple[str, ...]:
+        """Parameters that affect predictions under the current switches."""
+        names = ["eta_dram", "peak_eff", "power_static", "power_dynamic", "power_gamma",
+                 "power_q", "roof_p", "tile_pref",
+                 "launch_log_ms", "launch_source", "launch_p"]
+        if self.use_cache:
+            names += ["l2_share", "l1_bytes_per_clk", "l2_bytes_per_clk", "h1"]
+        if self.use_instr:
+            names += ["lambda"]
+        if self.use_mlp:
+            names += list(MLP_PARAM_NAMES)
+        return tuple(names)
+
+    def _params(self) -> dict[str, torch.Tensor]:
+        params = getattr(self, "params_", None)
+        if params is None:
+            raise ValueError(
+                f"{self.name} predictor has no weights yet: call fit(...) or "
+                "HybridPredictor.load(path) first"
+            )
+        return params
+
+    # ---------------------------------------------------------------- the model
+    def _geometry(self, x: RowInputs) -> dict[str, torch.Tensor]:
+        """Everything that does not depend on fitted parameters: per-row (N,) and per-candidate
+        (N, C) tensors. Training computes it once per fit."""
+        g = x.gemms
+        b, m, n, k = (torch.clamp(t, min=1.0) for t in (g.batch, g.m, g.n, g.k))
+        grid = tile_grid(b, m, n, k, x.engine, x.sm_count, x.regfile_bytes, self._table)
+        l2 = l2_geometry(grid, b, m, n, k, g.in_bytes)
+        traffic = tile_traffic(grid, g.in_bytes, g.out_bytes, g.a_align_bytes, g.b_align_bytes,
+                               g.c_align_bytes)
+        return {
+            # per row
+            "nonempty": (g.batch > 0) & (g.m > 0) & (g.n > 0) & (g.k > 0),
+            "b": b, "m": m, "n": n, "k": k,
+            "floor_s": torch.maximum(g.flops / x.peak_flops_per_s,
+                                     g.compulsory_bytes / x.dram_bw_bytes_per_s),
+            "l2_compulsory": l2.compulsory, "l2_item": l2.item,
+            # per candidate
+            "tile_m": grid.tile_m, "tile_n": grid.tile_n, "split_k": grid.split_k,
+            "tiles": grid.tiles, "waves": grid.waves, "last_wave_fill": grid.last_wave_fill,
+            "work": grid.waves * grid.ops_per_wave, "valid": grid.valid,
+            "cand": torch.arange(grid.tiles.shape[1]).expand(grid.tiles.shape),
+            "reuse": torch.log2(grid.tile_m * grid.tile_n / (grid.tile_m + grid.tile_n)) / 8.0,
+            "requested": l2.requested, "unique_wave": l2.unique_wave,
+            "tile_ops": traffic.ops, "tile_mem": traffic.mem_bytes,
+            "read_inst": traffic.read_inst, "write_inst": traffic.write_inst,
+        }
+
+    @staticmethod
+    def _select(geo: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Keep candidate columns ``index`` (N, K) of a geometry."""
+        width = geo["tiles"].shape[1]
+        return {name: (t.gather(1, index) if t.dim() == 2 and t.shape[1] == width > 1 else t)
+                for name, t in geo.items()}
+
+    def _forward(self, x: RowInputs, source: torch.Tensor, soft: bool,
+                 geo: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Per-row predictions and intermediates. ``source`` indexes SOURCES (-1: none)."""
+        p = self._params()
+        g = x.gemms
+        geo = self._geometry(x) if geo is None else geo
+        sp = torch.nn.functional.softplus
+
+        # sustained compute peak: datasheet × dtype-path efficiency × power cap. The board needs
+        # W = SMs·GHz·(a + b·(FLOP/clk/SM / 1024)^γ) at full clock (static + dynamic power,
+        # wider units more efficient per FLOP); with less, the clock drops as √(power).
+        eff = torch.sigmoid(p["peak_eff"])[x.peak_key]
+        per_sm_ghz = x.sm_count * x.clock_hz * 1e-9
+        flops_per_clk = x.peak_flops_per_s / (x.sm_count * x.clock_hz) / 1024.0
+        matrix = (x.engine != ENGINES.index("simt")).long()
+        gamma = sp(p["power_gamma"])
+        need_w = per_sm_ghz * (sp(p["power_static"])[matrix]
+                               + sp(p["power_dynamic"])[matrix] * flops_per_clk ** gamma)
+        q = sp(p["power_q"]) + 0.5
+        cap = (1.0 + (need_w / x.power_w) ** (q / 2.0)) ** (-1.0 / q)
+        cap = torch.where(torch.isnan(x.power_w), torch.ones_like(cap), cap)
+        peak_sus = x.peak_flops_per_s * eff * cap  # (N,)
+
+        eta = torch.sigmoid(p["eta_dram"])
+        dram_eff = (eta * x.dram_bw_bytes_per_s).unsqueeze(1)  # (N, 1)
+        if self.use_cache:
+            l2 = L2Geometry(geo["requested"], geo["unique_wave"], geo["waves"],
+                            geo["l2_compulsory"], geo["l2_item"])
+            h2 = l2_hit_rate(l2, x.l2_bytes, torch.sigmoid(p["l2_share"]))  # (N, C)
+            h1 = 0.5 * torch.sigmoid(p["h1"][0] * geo["reuse"] + p["h1"][1] * h2 + p["h1"][2])
+            clk = per_sm_ghz.unsqueeze(1) * 1e9
+            bw_l1 = sp(p["l1_bytes_per_clk"]) * 128.0 * clk
+            bw_l2 = sp(p["l2_bytes_per_clk"]) * 64.0 * clk
+            mem_bw = effective_bandwidth(h1, h2, bw_l1, bw_l2, dram_eff)
+        else:
+            h1 = h2 = torch.zeros_like(geo["tiles"])
+            mem_bw = dram_eff.expand_as(geo["tiles"])
+
+        traffic = TileTraffic(geo["tile_ops"], geo["tile_mem"], geo["read_inst"],
+                              geo["write_inst"])
+        if self.use_instr:
+            lam = sp(p["lambda"])
+            inten = intensity(traffic, lam[0], lam[1])
+        else:
+            inten = intensity(traffic, torch.zeros(()), torch.zeros(()))
+        mem_rate = inten * mem_bw  # (N, C) FLOP/s the memory side allows
+        rp = sp(p["roof_p"]) + 1.0
+        roof = (peak_sus.unsqueeze(1) ** -rp + mem_rate ** -rp) ** (-1.0 / rp)
+        log_td = torch.log(geo["work"]) - torch.log(roof)
+        # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
+        # tiny matrices); a learned preference per engine and candidate shifts the choice.
+        score = log_td - p["tile_pref"][x.engine].gather(1, geo["cand"])
+        score = torch.where(geo["valid"], score, torch.full_like(score, 1e3))
+        best = torch.argmin(score, dim=1, keepdim=True)  # (N, 1)
+        if soft:
+            weight = torch.softmax(-score / self.softmin_tau, dim=1)
+            log_t = (weight * log_td).sum(dim=1)
+        else:
+            log_t = log_td.gather(1, best).squeeze(1)
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t.gather(1, best).squeeze(1)
+
+        m, n, k, b = geo["m"], geo["n"], geo["k"], geo["b"]
+        waves, fill = pick(geo["waves"]), pick(geo["last_wave_fill"])
+        h1c, h2c, bw_c, inten_c = pick(h1), pick(h2), pick(mem_bw), pick(inten)
+        work_c = pick(geo["work"])
+        if self.use_mlp:
+            feats = mlp_features({
+                "m": m, "n": n, "k": k, "batch": b, "tiles": pick(geo["tiles"]),
+                "waves": waves, "last_wave_fill": fill, "split_k": pick(geo["split_k"]),
+                "a_align": g.a_align_bytes, "b_align": g.b_align_bytes,
+                "c_align": g.c_align_bytes, "in_bytes": g.in_bytes, "h1": h1c, "h2": h2c,
+                "inst_per_tile": pick(geo["read_inst"] + geo["write_inst"]),
+                "intensity_over_ridge": inten_c * bw_c / peak_sus,
+                "sm_count": x.sm_count,
+                "l2_over_working_set": x.l2_bytes / ((m * k + k * n + m * n) * g.in_bytes),
+                "engine": x.engine,
+            })
+            util = mlp_utilization(feats, p)
+        else:
+            util = torch.ones_like(log_t)
+
+        nonempty = geo["nonempty"]
+        gemm_s = torch.maximum(torch.exp(log_t) / util, geo["floor_s"])
+        launch_log = p["launch_log_ms"][x.launch]
+        launch_log = launch_log + torch.where(
+            source >= 0, p["launch_source"][source.clamp(min=0)], torch.zeros_like(launch_log)
+        )
+        zero = torch.zeros_like(gemm_s)
+        # launch and GEMM combine as a p-norm: p = 1 adds them, large p takes the larger
+        lp = sp(p["launch_p"]) + 1.0
+        with_launch = ((gemm_s * 1e3) ** lp + torch.exp(launch_log * lp)) ** (1.0 / lp)
+        time_ms = torch.where(nonempty, with_launch, zero)
+        compute_ms = work_c / (peak_sus * util) * 1e3
+        memory_ms = work_c / (inten_c * bw_c * util) * 1e3
+        return {
+            "time_ms": time_ms,
+            "compute_bound": compute_ms >= memory_ms,
+            "tile_m": pick(geo["tile_m"]),
+            "tile_n": pick(geo["tile_n"]),
+            "split_k": pick(geo["split_k"]),
+            "waves": torch.where(nonempty, waves, zero),
+            "last_wave_fill": fill,
+            "h1": h1c,
+            "h2": h2c,
+            "mem_bw_bytes_per_s": bw_c,
+            "intensity_flops_per_byte": inten_c,
+            "util": util,
+            "peak_sustained_flops_per_s": peak_sus,
+            "compute_ms": torch.where(nonempty, compute_ms, zero),
+            "memory_ms": torch.where(nonempty, memory_ms, zero),
+            "launch_ms": torch.where(nonempty, torch.exp(launch_log), zero),
+            "score": score,
+        }
+
+    # ---------------------------------------------------------------- inference
+    def _device_table(self, device: DeviceSpec) -> DeviceTable:
+        table = self._devices.get(device)
+        if table is None:
+            table = self._devices[device] = DeviceTable.build([device])
+        return table
+
+    def predict(self, gemms: GemmBatch, device: DeviceSpec | str, *, timing: str | None = None,
+                source: str | None = None) -> GemmPrediction:
+        """Predicted time per GEMM on ``device``. ``timing`` chooses the launch overhead added
+        ("kernel": GPU time only, the default; "event": CUDA events around the torch op)."""
+        device = get_device(device)
+        timing = timing or self.default_timing
+        if timing not in TIMINGS:
+            raise ValueError(f"unknown timing {timing!r}; known: {', '.join(TIMINGS)}")
+        table = self._device_table(device)
+        size = len(gemms)
+        peaks = table.peak_flops_per_s[0, gemms.dtype_index]
+        if torch.isnan(peaks).any():
+            bad = gemms.dtype_names()[int(torch.nonzero(torch.isnan(peaks))[0])]
+            device.peak_flops_per_s(bad)  # raises, naming dtype and device
+        rows = RowInputs.gather(
+            gemms, table, torch.zeros(size, dtype=torch.long),
+            torch.full((size,), TIMINGS.index(timing), dtype=torch.long),
+        )
+        src = SOURCES.index(source) if source in SOURCES else -1
+        with torch.no_grad():
+            out = self._forward(rows, torch.full((size,), src, dtype=torch.long), soft=False)
+        details = {k: v for k, v in out.items() if k not in ("time_ms", "compute_bound", "score")}
+        return GemmPrediction(time_ms=out["time_ms"], compute_bound=out["compute_bound"],
+                              details=details)
+
+    def predict_measured(self, measured: Any) -> torch.Tensor:
+        """Predicted ms for every row of a ``MeasuredGemms``, using each row's gpu, timing and
+        source (many devices in one batched call)."""
+        rows, source = self._rows_of(measured)
+        with torch.no_grad():
+            return self._forward(rows, source, soft=False)["time_ms"]
+
+    def _rows_of(self, measured: Any) -> tuple[RowInputs, torch.Tensor]:
+        gpus = sorted(set(measured.gpu))
+        table = DeviceTable.build([get_device(g) for g in gpus])
+        index = {g: i for i, g in enumerate(gpus)}
+        dev = torch.tensor([index[g] for g in measured.gpu], dtype=torch.long)
+        for t in set(measured.timing):
+            if t not in TIMINGS:
+                raise ValueError(f"unknown timing {t!r} in measured rows; known: {TIMINGS}")
+        launch = torch.tensor([TIMINGS.index(t) for t in measured.timing], dtype=torch.long)
+        source = torch.tensor([SOURCES.index(s) if s in SOURCES else -1 for s in measured.source],
+                              dtype=torch.long)
+        return RowInputs.gather(measured.gemms, table, dev, launch), source
+
+    # ---------------------------------------------------------------- training
+    def fit(self, measured: Any, *, warm_start: bool = False) -> "HybridPredictor":
+        """Fit every trainable parameter jointly with full-batch Adam; returns self.
+
+        Rows the data cannot physically contain (``measurements.impossible_rows``) are left out.
+        Each (gpu, source, dtype) group contributes at most ``rows_per_group`` seeded-random rows
+        and equal total weight. ``warm_start`` fine-tunes the current weights.
+        """
+        from ..measurements import impossible_rows
+
+        gen = torch.Generator().manual_seed(self.seed)
+        keep = ~impossible_rows(measured)
+        if int(keep.sum()) == 0:
+            raise ValueError("no trainable rows: every measured row is flagged impossible")
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        names = measured.gemms.dtype_names()
+        for i in torch.nonzero(keep).flatten().tolist():
+            groups.setdefault((measured.gpu[i], measured.source[i], names[i]), []).append(i)
+        chosen: list[int] = []
+        weights: list[float] = []
+        for key in sorted(groups):
+            idx = torch.tensor(groups[key])
+            idx = idx[torch.randperm(len(idx), generator=gen)[: self.rows_per_group]]
+            chosen += idx.tolist()
+            weights += [1.0 / len(idx)] * len(idx)
+        sub = measured.select(torch.tensor(chosen))
+        w = torch.tensor(weights, dtype=torch.float64)
+        w = w / w.sum()
+        rows, source = self._rows_of(sub)
+        y = sub.latency_ms
+
+        if not (warm_start and getattr(self, "params_", None) is not None):
+            self.params_ = self._init_params()
+        train_names = self.trainable_names()
+        for name, t in self.params_.items():
+            t.requires_grad_(name in train_names)
+        opt = torch.optim.Adam([self.params_[n] for n in train_names], lr=self.lr)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(self.steps, 1))
+        log_y = torch.log(y)
+        scale = float((w * y * y).sum())
+        geo_all = self._geometry(rows)
+        history = []
+        geo = geo_all
+        for step in range(self.steps):
+            if step % self.refresh_every == 0:
+                # keep the K fastest candidates under the current weights (soft-min over those)
+                with torch.no_grad():
+                    score = self._forward(rows, source, soft=False, geo=geo_all)["score"]
+                    keep_k = min(self.candidates_kept, score.shape[1])
+                    top = torch.topk(-score, keep_k, dim=1).indices
+                geo = self._select(geo_all, top)
+            opt.zero_grad()
+            pred = self._forward(rows, source, soft=True, geo=geo)["time_ms"]
+            if self.loss == "log":
+                loss = (w * (torch.log(pred) - log_y) ** 2).sum()
+            else:
+                loss = (w * (pred - y) ** 2).sum() / scale
+            if self.use_mlp and self.weight_decay:
+                loss = loss + self.weight_decay * sum(
+                    (self.params_[n] ** 2).sum() for n in ("mlp_w1", "mlp_w2", "mlp_w3"))
+            loss.backward()
+            opt.step()
+            sched.step()
+            if step % 50 == 0 or step == self.steps - 1:
+                history.append((step, float(loss.detach())))
+                log.info("%s step %d loss %.5f", self.name, step, float(loss.detach()))
+        for t in self.params_.values():
+            t.requires_grad_(False)
+        self.loss_history_ = history
+        self.n_train_rows_ = len(chosen)
+        self._devices.clear()
+        return self
+
+    # ---------------------------------------------------------------- persistence
+    def to_dict(self, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        params = self._params()
+        return {
+            "format": FORMAT,
+            "version": self.version,
+            "hyperparameters": self.get_params(),
+            "schema": {"mlp_features": list(MLP_FEATURES), "peak_keys": list(PEAK_KEYS),
+                       "timings": list(TIMINGS), "sources": list(SOURCES)},
+            "params": {k: v.detach().tolist() for k, v in params.items()},
+            "metadata": dict(metadata or getattr(self, "metadata_", {}) or {}),
+        }
+
+    def save(self, path: str | Path, metadata: Mapping[str, Any] | None = None) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(metadata), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "HybridPredictor":
+        """Load weights saved by ``save``. A missing, corrupt or mismatched file raises a
+        ValueError (FileNotFoundError when absent) that names the file."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"weights file {path} does not exist") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"weights file {path} is not valid JSON: {e}") from None
+        try:
+            return cls.from_dict(doc)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"weights file {path} is not a {FORMAT} file: {e}") from None
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "HybridPredictor":
+        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+            raise ValueError(f"expected format {FORMAT!r}")
+        hyper = dict(doc["hyperparameters"])
+        unknown = set(hyper) - set(_HYPER)
+        if unknown:
+            raise ValueError(f"unknown hyperparameters {sorted(unknown)}")
+        model = cls(**hyper)
+        expected = model._init_params()
+        params: dict[str, torch.Tensor] = {}
+        for name, ref in expected.items():
+            if name not in doc["params"]:
+                raise ValueError(f"missing parameter {name!r}")
+            t = torch.tensor(doc["params"][name], dtype=torch.float64)
+            if t.shape != ref.shape:
+                raise ValueError(f"parameter {name!r} has shape {tuple(t.shape)}, "
+                                 f"expected {tuple(ref.shape)}")
+            if not torch.isfinite(t).all():
+                raise ValueError(f"parameter {name!r} is not finite")
+            params[name] = t
+        model.params_ = params
+        model.metadata_ = dict(doc.get("metadata", {}))
+        return model
+
+    def physical_constants(self) -> dict[str, Any]:
+        """The fitted physical constants in their units (for reports and metadata)."""
+        p = self._params()
+        sp = torch.nn.functional.softplus
+        return {
+            "eta_dram": float(torch.sigmoid(p["eta_dram"])),
+            "l2_share": float(torch.sigmoid(p["l2_share"])),
+            "l1_bytes_per_clk_per_sm": float(sp(p["l1_bytes_per_clk"]) * 128),
+            "l2_bytes_per_clk_per_sm": float(sp(p["l2_bytes_per_clk"]) * 64),
+            "lambda_read_bytes_per_inst": float(sp(p["lambda"][0])),
+            "lambda_write_bytes_per_inst": float(sp(p["lambda"][1])),
+            "peak_efficiency": {k: float(v) for k, v in zip(PEAK_KEYS,
+                                                            torch.sigmoid(p["peak_eff"]))},
+            "power_w_per_sm_ghz": {
+                f"{part}_{eng}": float(sp(p[f"power_{part}"][i]))
+                for part in ("static", "dynamic") for i, eng in enumerate(("simt", "matrix"))
+            },
+            "power_gamma": float(sp(p["power_gamma"])),
+            "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
+        }
+
+
+def variants(seed: int = 0, **common: Any) -> dict[str, HybridPredictor]:
+    """The hybrid and its ablations, all the same class: name -> unfitted predictor."""
+    specs: dict[str, dict[str, Any]] = {
+        "hybrid": {},
+        "no_cache": {"use_cache": False},
+        "no_instr": {"use_instr": False},
+        "no_mlp": {"use_mlp": False},
+        "neusight_style": {"use_cache": False, "use_instr": False},
+        "plain_mse": {"loss": "mse"},
+    }
+    return {name: HybridPredictor(name=name, seed=seed, **{**common, **kw})
+            for name, kw in specs.items()}
+
+

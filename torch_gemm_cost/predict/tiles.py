@@ -1,0 +1,122 @@
+"""Stage 1: output tiles, split-K and waves.
+
+A GEMM runs as a grid of Tm×Tn output tiles, each stepping through k (or k/split_k with split-K).
+Tiles run in waves of ``SMs × CTAs per SM``. Every candidate (tile, split) of the GEMM's engine
+gets its tile count, waves and work per wave; the predictor takes the fastest.
+
+NB: the fastest candidate is an envelope over plausible kernels, not the kernel cuBLAS picks (on
+NeuSight's rows it matches the real tile only part of the time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "ENGINES",
+    "SPLITS",
+    "MAX_SPLIT_K",
+    "TILES",
+    "TileGrid",
+    "candidate_table",
+    "ctas_per_sm",
+    "tile_grid",
+]
+
+# Execution engines: CUDA-core SIMT, matrix units (Volta..Ada, CDNA), large-tile matrix units
+# (Hopper and later: warpgroup MMA with bigger tiles).
+ENGINES: tuple[str, ...] = ("simt", "mma", "mma_large")
+
+# (Tm, Tn) candidates per engine, from cuBLAS/CUTLASS kernel names (e.g. ampere_sgemm_128x64).
+TILES: dict[str, tuple[tuple[int, int], ...]] = {
+    "simt": ((32, 32), (64, 32), (32, 64), (64, 64), (128, 32), (32, 128), (128, 64), (64, 128),
+             (128, 128)),
+    "mma": ((64, 32), (32, 64), (64, 64), (128, 64), (64, 128), (128, 128), (256, 64), (64, 256),
+            (256, 128), (128, 256)),
+    "mma_large": ((64, 64), (128, 64), (64, 128), (128, 128), (256, 64), (64, 256), (256, 128),
+                  (128, 256), (256, 256)),
+}
+# Split-K options per tile: 1 (none) or 0, meaning "fill the machine": the power of two nearest
+# to slots / tiles, at most 64 and keeping k/split ≥ 128.
+SPLITS: tuple[int, ...] = (1, 0)
+MAX_SPLIT_K = 64.0
+
+
+@dataclass(frozen=True)
+class CandidateTable:
+    """Per engine, C candidate (Tm, Tn, split_k) triples, padded with invalid entries."""
+
+    tile_m: torch.Tensor  # (E, C)
+    tile_n: torch.Tensor  # (E, C)
+    split_k: torch.Tensor  # (E, C)
+    valid: torch.Tensor  # (E, C) bool
+
+
+def candidate_table() -> CandidateTable:
+    rows = [[(tm, tn, s) for (tm, tn) in TILES[e] for s in SPLITS] for e in ENGINES]
+    width = max(len(r) for r in rows)
+    pad = [r + [(64, 64, 1)] * (width - len(r)) for r in rows]
+    t = torch.tensor(pad, dtype=torch.float64)  # (E, C, 3)
+    valid = torch.tensor([[i < len(r) for i in range(width)] for r in rows])
+    return CandidateTable(t[..., 0], t[..., 1], t[..., 2], valid)
+
+
+def ctas_per_sm(tile_m: torch.Tensor, tile_n: torch.Tensor, regfile_bytes: torch.Tensor,
+                max_ctas: int = 4) -> torch.Tensor:
+    """CTAs that fit on one SM by registers: fp32 accumulators take Tm·Tn·4 bytes, about half
+    the registers a CTA uses.
+
+    >>> int(ctas_per_sm(torch.tensor(128.), torch.tensor(128.), torch.tensor(262144.)))
+    2
+    """
+    per_cta = tile_m * tile_n * 4.0 * 2.0
+    return torch.clamp(torch.floor(regfile_bytes / per_cta), 1.0, float(max_ctas))
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """Tile and wave quantities per (GEMM, candidate), all (N, C) float64."""
+
+    tile_m: torch.Tensor
+    tile_n: torch.Tensor
+    split_k: torch.Tensor
+    tiles: torch.Tensor  # batch·⌈m/Tm⌉·⌈n/Tn⌉·split_k
+    slots: torch.Tensor  # SMs · CTAs per SM
+    waves: torch.Tensor  # ⌈tiles / slots⌉
+    last_wave_fill: torch.Tensor  # share of slots busy in the last wave, (0, 1]
+    k_slice: torch.Tensor  # k / split_k
+    ops_per_wave: torch.Tensor  # 2·Tm·Tn·k_slice·slots
+    valid: torch.Tensor  # (N, C) bool
+
+
+def tile_grid(
+    batch: torch.Tensor,
+    m: torch.Tensor,
+    n: torch.Tensor,
+    k: torch.Tensor,
+    engine: torch.Tensor,
+    sm_count: torch.Tensor,
+    regfile_bytes: torch.Tensor,
+    table: CandidateTable | None = None,
+) -> TileGrid:
+    """Tiles and waves of every candidate. Dims and device columns are (N,); ``engine`` indexes
+    ``ENGINES``. Dims must be ≥ 1 (the predictor handles empty GEMMs before this)."""
+    table = table or candidate_table()
+    tm = table.tile_m[engine]  # (N, C)
+    tn = table.tile_n[engine]
+    sk = table.split_k[engine]
+    valid = table.valid[engine]
+    b, mm, nn, kk = (x.unsqueeze(1) for x in (batch, m, n, k))  # (N, 1)
+    slots = sm_count.unsqueeze(1) * ctas_per_sm(tm, tn, regfile_bytes.unsqueeze(1))
+    tiles_1 = b * torch.ceil(mm / tm) * torch.ceil(nn / tn)
+    fill_split = torch.exp2(torch.round(torch.log2(torch.clamp(slots / tiles_1, min=1.0))))
+    fill_split = torch.clamp(torch.minimum(fill_split, torch.floor(kk / 128.0)), 1.0, MAX_SPLIT_K)
+    sk = torch.where(sk == 0, fill_split, sk)
+    tiles = tiles_1 * sk
+    waves = torch.ceil(tiles / slots)
+    fill = (tiles - (waves - 1.0) * slots) / slots
+    k_slice = kk / sk
+    ops = 2.0 * tm * tn * k_slice * slots
+    return TileGrid(tm, tn, sk, tiles, slots, waves, fill, k_slice, ops, valid)

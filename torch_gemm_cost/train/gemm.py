@@ -1,0 +1,153 @@
+"""Fit the hybrid GEMM predictor on measured GEMMs, score it, and write shipped weights.
+
+    torch-gemm-cost train --data ../shared/data --out torch_gemm_cost/data/hybrid_weights.json
+
+Scoring is per (gpu, source, dtype) group: MAPE, median APE, share within 10% and 25%. The honest
+score of a GPU is the one from a model that never saw it (``leave_one_gpu_out``).
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from ..measurements import MeasuredGemms, impossible_rows, load_gemms
+from ..predict.hybrid import HybridPredictor
+
+__all__ = [
+    "CREDITS",
+    "GroupScore",
+    "score_groups",
+    "overall",
+    "leave_one_gpu_out",
+    "train_gemm_predictor",
+]
+
+log = logging.getLogger(__name__)
+
+CREDITS: tuple[dict[str, str], ...] = (
+    {"source": "neusight, neusight-test", "project": "NeuSight (sitar-lab/NeuSight)",
+     "license": "MIT"},
+    {"source": "vidur", "project": "Vidur (microsoft/vidur) profiling data", "license": "MIT"},
+    {"source": "deepbench", "project": "DeepBench (baidu-research/DeepBench)",
+     "license": "Apache-2.0"},
+    {"source": "xla-ptable", "project": "XLA matmul performance tables (openxla/xla)",
+     "license": "Apache-2.0"},
+    {"source": "llmcompass", "project": "LLMCompass (PrincetonUniversity/LLMCompass)",
+     "license": "BSD-3-Clause"},
+)
+
+
+@dataclass(frozen=True)
+class GroupScore:
+    """Accuracy of one (gpu, source, dtype) group."""
+
+    gpu: str
+    source: str
+    dtype: str
+    rows: int
+    mape: float  # mean |pred − meas| / meas
+    median_ape: float
+    within_10: float  # share of rows with APE ≤ 10%
+    within_25: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v)
+                for k, v in self.__dict__.items()}
+
+
+def _ape(pred_ms: torch.Tensor, meas_ms: torch.Tensor) -> torch.Tensor:
+    return (pred_ms - meas_ms).abs() / meas_ms
+
+
+def score_groups(measured: MeasuredGemms, pred_ms: torch.Tensor) -> list[GroupScore]:
+    """Scores per (gpu, source, dtype), sorted by key. Rows with NaN predictions are skipped."""
+    names = measured.gemms.dtype_names()
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, key in enumerate(zip(measured.gpu, measured.source, names)):
+        groups.setdefault(key, []).append(i)
+    out = []
+    for key in sorted(groups):
+        idx = torch.tensor(groups[key])
+        ape = _ape(pred_ms[idx], measured.latency_ms[idx])
+        ape = ape[torch.isfinite(ape)]
+        if len(ape) == 0:
+            continue
+        out.append(GroupScore(*key, rows=len(ape), mape=float(ape.mean()),
+                              median_ape=float(ape.median()),
+                              within_10=float((ape <= 0.10).double().mean()),
+                              within_25=float((ape <= 0.25).double().mean())))
+    return out
+
+
+def overall(scores: Sequence[GroupScore]) -> float:
+    """MAPE averaged over groups (each group counts once, whatever its size)."""
+    return sum(s.mape for s in scores) / max(len(scores), 1)
+
+
+def leave_one_gpu_out(
+    measured: MeasuredGemms,
+    make: Callable[[int], Any],
+    *,
+    gpus: Iterable[str] | None = None,
+    seeds: Sequence[int] = (0,),
+) -> torch.Tensor:
+    """Predicted ms for every row, each GPU's rows from models fitted without that GPU,
+    averaged over ``seeds`` (geometric mean). ``make(seed)`` returns an unfitted predictor with
+    ``fit`` and ``predict_measured``. Rows of GPUs not in ``gpus`` stay NaN."""
+    pred = torch.full((len(measured),), float("nan"), dtype=torch.float64)
+    for gpu in sorted(set(measured.gpu) if gpus is None else gpus):
+        held = measured.mask(gpu=gpu)
+        if not held.any():
+            continue
+        train = measured.select(~held)
+        test = measured.select(held)
+        logs = []
+        for seed in seeds:
+            t0 = time.perf_counter()
+            model = make(seed).fit(train)
+            logs.append(torch.log(model.predict_measured(test)))
+            log.info("held out %s (seed %d): %.1fs", gpu, seed, time.perf_counter() - t0)
+        pred[held] = torch.exp(torch.stack(logs).mean(dim=0))
+    return pred
+
+
+def train_gemm_predictor(
+    data_dir: str | Path,
+    *,
+    seed: int = 0,
+    command: str = "",
+    **hyper: Any,
+) -> HybridPredictor:
+    """Fit the hybrid on every trainable measured row and attach its provenance and training
+    metrics as ``metadata_`` (saved by ``save``)."""
+    measured = load_gemms(data_dir)
+    t0 = time.perf_counter()
+    model = HybridPredictor(seed=seed, **hyper).fit(measured)
+    seconds = time.perf_counter() - t0
+    scores = score_groups(measured, model.predict_measured(measured))
+    model.metadata_ = {
+        "description": "torch_gemm_cost hybrid GEMM predictor weights",
+        "data_sources": list(CREDITS),
+        "training_command": command,
+        "trained_rows": model.n_train_rows_,
+        "measured_rows": len(measured),
+        "impossible_rows_dropped": int(impossible_rows(measured).sum()),
+        "train_seconds": round(seconds, 1),
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "physical_constants": model.physical_constants(),
+        "metrics": {
+            "note": "fit on every visible GPU (in-sample); held-out scores are in "
+                    "benchmarks/results/accuracy.md",
+            "overall_group_mape": round(overall(scores), 4),
+            "groups": [s.as_dict() for s in scores],
+        },
+    }
+    return model
