@@ -265,3 +265,33 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
     assert seen == [tmp_path / "p.json"]
     assert profile_pred.sizes == [2] and counting.sizes == [1]
     assert len(_read(out)) == 4
+
+
+def test_weights_flag_predicts_with_the_hybrid_from_that_file(tmp_path, data_dir):
+    from torch_gemm_cost.measurements import load_gemms
+    from torch_gemm_cost.predict import HybridPredictor
+
+    weights = tmp_path / "w.json"
+    HybridPredictor(steps=1).fit(load_gemms(data_dir, sources=["llmcompass"])).save(weights)
+    hybrid = HybridPredictor.load(weights)
+    rows = [r for r in ROWS if r[3] != "fp8"]
+    src = _write(tmp_path / "in.csv", HEADER, rows)
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(src), "--out", str(out), "--weights", str(weights)]) == 0
+    got = [float(r[-1]) for r in _read(out)[1:]]
+    for row, t in zip(rows, got):
+        gpu, _, op, dtype, b, m, n, k, bias = row[:9]
+        want = predict_gemm_ms(gpu, m=int(m), n=int(n), k=int(k), batch=int(b), dtype=dtype,
+                               op=op, bias=bias == "1", predictor=hybrid)
+        assert t == pytest.approx(want, rel=1e-5)
+    assert got != [
+        float(r[-1]) for r in _read(_run_default(tmp_path, src))[1:]
+    ]  # the weights are really used
+
+
+def _run_default(tmp_path: Path, src: Path) -> Path:
+    out = tmp_path / "roof.csv"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(predict_pkg, "default_predictor", RooflinePredictor)
+        assert main(["predict-csv", str(src), "--out", str(out)]) == 0
+    return out
