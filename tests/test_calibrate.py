@@ -14,8 +14,8 @@ import torch
 from torch_gemm_cost import calibrate as cal
 from torch_gemm_cost.calibrate import (
     CSV_COLUMNS,
-    Calibration,
     CalibratedPredictor,
+    Calibration,
     CpuTimer,
     Measurement,
     SweepPoint,

@@ -26,9 +26,10 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import torch
 
@@ -38,10 +39,10 @@ from .predict.base import DTYPE_NAMES, GemmBatch, GemmPrediction, Predictor
 
 __all__ = [
     "CSV_COLUMNS",
+    "FORMAT",
     "CalibratedPredictor",
     "CpuTimer",
     "CudaTimer",
-    "FORMAT",
     "Measurement",
     "SweepPoint",
     "calibrate",
@@ -365,7 +366,7 @@ def run_sweep(
             return False
         torch.backends.cuda.matmul.allow_tf32 = p.dtype == "tf32"
         a, b = operands.get(p)
-        fn = lambda: torch.bmm(a, b)  # noqa: E731
+        fn = lambda: torch.bmm(a, b)
         first = time_runs(fn, 2 if p.est_s < 1e-3 else 1, timer)[-1]
         ratios.append(first * 1e-3 / p.est_s)
         runs = _reps(first, reps)
@@ -428,7 +429,7 @@ class Calibration:
     def __len__(self) -> int:
         return int(self.latency_ms.shape[0])
 
-    def select(self, index: torch.Tensor) -> "Calibration":
+    def select(self, index: torch.Tensor) -> Calibration:
         g = self.gemms
         sub = GemmBatch(**{f: getattr(g, f)[index] for f in g.__dataclass_fields__})
         return Calibration(sub, self.latency_ms[index], self.device_id, self.timing)
@@ -521,6 +522,7 @@ class CalibratedPredictor:
 
     name = "calibrated"
     version = "1"
+    dtypes_: tuple[str, ...]
 
     def __init__(self, *, tile_n: int = 1, block: int = 64, steps: int = 600, lr: float = 0.05,
                  seed: int = 0, neighbours: int = 8, radius: float = 0.5) -> None:
@@ -659,7 +661,7 @@ class CalibratedPredictor:
         return params
 
     def fit(self, data: Calibration, spec: DeviceSpec, *,
-            warm_start: bool = False) -> "CalibratedPredictor":
+            warm_start: bool = False) -> CalibratedPredictor:
         """Fit the physical parameters with Adam on the pseudo-Huber loss of log time (relative
         error, robust to runs that a busy host stalled by a scheduler tick), each dtype weighted
         equally, then keep every row's log ratio measured/base for the neighbour correction
@@ -736,7 +738,7 @@ class CalibratedPredictor:
         }
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> "CalibratedPredictor":
+    def from_dict(cls, doc: Mapping[str, Any]) -> CalibratedPredictor:
         hyper = doc["hyperparameters"]
         if not isinstance(hyper, Mapping):
             raise ValueError("'hyperparameters' must be an object")
@@ -836,7 +838,8 @@ def _as_measured(data: Calibration, spec: DeviceSpec) -> Any:
 
     size = len(data)
     timing = "event" if data.timing == "wall" else data.timing
-    return MeasuredGemms(gemms=data.gemms, gpu=(spec,) * size, source=(SOURCE,) * size,
+    gpu = cast("tuple[str, ...]", (spec,) * size)
+    return MeasuredGemms(gemms=data.gemms, gpu=gpu, source=(SOURCE,) * size,
                          timing=(timing,) * size, latency_ms=data.latency_ms)
 
 
