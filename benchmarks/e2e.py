@@ -128,6 +128,7 @@ def run(data_dir: Path, predictor: Any) -> tuple[list[dict[str, Any]], float]:
                 "measured_ms": meas, "ours_ms": rep.total_ms, "gemm_ms": rep.gemm_ms,
                 "other_ms": rep.other_ms, "unmodelled": len(rep.unmodelled),
                 "gemm_cover_pct": 100.0 * matched / rep.gemm_ms if rep.gemm_ms else 0.0,
+                "matched_pred_ms": matched, "matched_meas_ms": swapped,
                 "meas_gemm_total_ms": rep.total_ms - matched + swapped,
                 "neusight_ms": float(r["neusight_pred_ms"]),
                 "n_gemms": len(rep.gemms), "n_others": len(rep.others),
@@ -160,6 +161,7 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
                 statistics.fmean(100 * (r["ours_ms"] / r["measured_ms"] - 1) for r in rs),
                 statistics.fmean(ape(r["neusight_ms"], r["measured_ms"]) for r in rs),
                 statistics.fmean(100 * r["other_ms"] / r["ours_ms"] for r in rs),
+                sum(r["matched_pred_ms"] for r in rs) / sum(r["matched_meas_ms"] for r in rs),
                 statistics.fmean(swapped) if swapped else float("nan")]
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -174,9 +176,10 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
     apart = [line(gpu, mode, rs) for (gpu, mode), rs in sorted(groups.items())
              if gpu in INCONSISTENT_GPUS]
     headers = ["gpu", "mode", "rows", "ours MAPE%", "ours mean bias%", "NeuSight MAPE%",
-               "ours non-GEMM share%", "meas-GEMM MAPE% (cover>=80%)"]
-    sum_md = tabulate(summary, headers=headers, tablefmt="github", floatfmt=".1f")
-    apart_md = tabulate(apart, headers=headers, tablefmt="github", floatfmt=".1f")
+               "ours non-GEMM share%", "GEMM pred/meas", "meas-GEMM MAPE% (cover>=80%)"]
+    fmt = (".1f",) * 7 + (".2f", ".1f")
+    sum_md = tabulate(summary, headers=headers, tablefmt="github", floatfmt=fmt)
+    apart_md = tabulate(apart, headers=headers, tablefmt="github", floatfmt=fmt)
     name = getattr(predictor, "name", type(predictor).__name__)
     version = getattr(predictor, "version", "")
     return (
@@ -191,7 +194,9 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
         "`meas-GEMM err%` replaces every GEMM that NeuSight measured on that GPU with the "
         "same (batch, m, n, k) by its measured (CUDA-event) latency; `GEMM cover %` is the share "
         "of our GEMM time so replaced. Where cover is high, the remaining error is the non-GEMM "
-        "model's (and the unmatched GEMMs').\n\n"
+        "model's (and the unmatched GEMMs'). `GEMM pred/meas` is our predicted time over the "
+        "measured time, summed over those matched GEMMs: the GEMM predictor's own error on "
+        "these models' shapes.\n\n"
         "## MAPE per GPU and mode\n\n" + sum_md + "\n\n"
         "## A100-40GB (labels known to be inconsistent; reported, not tuned to)\n\n"
         + apart_md + "\n\n## Rows\n\n" + rows_md + "\n"

@@ -76,14 +76,16 @@ def test_render_mape_hand_worked():
         return {"gpu": gpu, "model": "m", "mode": mode, "seq": 1, "batch": 1,
                 "measured_ms": meas, "ours_ms": ours, "gemm_ms": ours * 0.75,
                 "other_ms": ours * 0.25, "unmodelled": 0, "gemm_cover_pct": 100.0,
-                "meas_gemm_total_ms": meas, "neusight_ms": ns, "n_gemms": 1, "n_others": 1}
+                "meas_gemm_total_ms": meas, "neusight_ms": ns, "n_gemms": 1, "n_others": 1,
+                "matched_pred_ms": 0.75 * ours, "matched_meas_ms": 0.75 * meas}
 
     results = [row("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
                row("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
                row("a100_pcie_40gb", "inf", 100.0, 50.0, 100.0)]
     text = e2e.render(results, RooflinePredictor(), 1.0, "cmd")
     # t4: MAPE (10 + 15) / 2 = 12.5, bias (-10 + 15) / 2 = 2.5, NeuSight (5 + 5) / 2 = 5.0
-    assert re.search(r"\| tesla_t4 +\| +inf +\| +2 \| +12\.5 \| +2\.5 \| +5\.0 \| +25\.0 \| +0\.0 \|", text)
+    # GEMM pred/meas: 0.75·(90 + 230) / (0.75·(100 + 200)) = 320 / 300 = 1.07
+    assert re.search(r"\| tesla_t4 +\| +inf +\| +2 \| +12\.5 \| +2\.5 \| +5\.0 \| +25\.0 \| +1\.07 \| +0\.0 \|", text)
     # A100-40GB is kept out of the pooled line and reported on its own
     assert re.search(r"\| all but A100-40GB +\| +inf +\| +2 \| +12\.5 \|", text)
     apart = text.split("## A100-40GB")[1].split("## Rows")[0]
