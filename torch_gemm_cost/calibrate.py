@@ -639,10 +639,13 @@ class CalibratedPredictor:
         for dt in self.dtypes_:
             sel = torch.tensor([x == dt for x in names])
             rate = g.flops[sel] / (y[sel] * 1e-3)
+            flops = g.flops[sel]
+            tiny, mid = y[sel][flops < 1e5], y[sel][(flops >= 1e5) & (flops < 1e6)]
             low = float(torch.quantile(y[sel], 0.05))
             per["log_peak"].append(math.log(float(rate.max()) * 1.2))
-            per["log_floor_ms"].append(math.log(0.5 * low))
-            per["log_floor_big_ms"].append(math.log(0.5 * low))
+            per["log_floor_ms"].append(math.log(0.8 * float(tiny.min()) if len(tiny) else low))
+            per["log_floor_big_ms"].append(math.log(0.5 * float(mid.median()) if len(mid)
+                                                    else low))
             per["log_switch_flops"].append(math.log(1e5))
             per["log_m_half"].append(math.log(2.0))
             per["log_n_half"].append(math.log(8.0))
@@ -665,7 +668,7 @@ class CalibratedPredictor:
         """Fit the physical parameters with Adam on the pseudo-Huber loss of log time (relative
         error, robust to runs that a busy host stalled by a scheduler tick), each dtype weighted
         equally, then keep every row's log ratio measured/base for the neighbour correction
-        (rows off by more than e×, stalls, are left out); returns self. ``warm_start``
+        (rows over e× slower than the base, stalls, are left out); returns self. ``warm_start``
         continues from the current parameters."""
         torch.manual_seed(self.seed)
         names = data.gemms.dtype_names()
@@ -697,7 +700,7 @@ class CalibratedPredictor:
         self.loss_ = float(loss.detach())
         with torch.no_grad():
             ratio = log_y - torch.log(self._forward(data.gemms, spec, self.params_)["time_ms"])
-        keep = ratio.abs() < 1.0
+        keep = ratio < 1.0
         self.neighbour_x_ = _shape_features(data.gemms)[keep]
         self.neighbour_dtype_ = self._local_dtype(data.gemms)[keep]
         self.neighbour_log_ratio_ = ratio[keep]
