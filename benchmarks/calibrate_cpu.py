@@ -139,6 +139,8 @@ def main() -> int:
         f"{cal['measured']} of {cal['planned']} sweep GEMMs in {', '.join(cal['dtypes'])}",
         f"- sweep hold-out (20% of timed rows): MAPE {fit['holdout'][fit['chosen']]['mape']:.1f}%, "
         f"median APE {fit['holdout'][fit['chosen']]['median_ape']:.1f}% ({fit['chosen']})",
+        f"- other jobs' share of the host's CPU time during the sweep: "
+        f"{cal['other_jobs_cpu_share']}",
         f"- load average (1, 5, 15 min): before {load_before}; after calibrate {load_after_cal}; "
         f"after the checks {load_after}. The host's cores are shared, so timings are noisy.",
         "",

@@ -369,3 +369,12 @@ def test_fit_fine_tunes_the_shipped_hybrid_as_a_candidate(shipped_weights: Path,
     doc["predictor"]["weights"]["params"].pop("eta_dram")
     with pytest.raises(ValueError, match="hybrid_profile.json.*eta_dram"):
         load_profile(save_profile(path, doc))
+
+
+def test_other_jobs_share_from_cpu_times() -> None:
+    # 10 s of host CPU time, 4 s idle, 3 s ours: others used the remaining 3 s, 30%
+    assert cal._other_jobs_share((100.0, 1000.0, 5.0), (104.0, 1010.0, 8.0)) == \
+        pytest.approx(0.3)
+    assert cal._other_jobs_share(None, (1.0, 2.0, 3.0)) is None
+    now = cal._cpu_times()
+    assert now is None or (now[1] >= now[0] >= 0 and now[2] >= 0)

@@ -24,6 +24,7 @@ import csv
 import json
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -1031,6 +1032,27 @@ class CalibrationResult:
     fit: Mapping[str, Any]
 
 
+def _cpu_times() -> tuple[float, float, float] | None:
+    """(host idle CPU seconds, host total CPU seconds, this process's CPU seconds), from
+    /proc/stat on Linux; None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as fh:
+            fields = [float(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    return (fields[3] + fields[4]) / tick, sum(fields[:8]) / tick, time.process_time()
+
+
+def _other_jobs_share(before: tuple[float, float, float] | None,
+                      after: tuple[float, float, float] | None) -> float | None:
+    """Share of the host's CPU time that other processes used between two ``_cpu_times``."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    idle, total, own = (a - b for a, b in zip(after, before))
+    return min(1.0, max(0.0, 1.0 - (idle + own) / total))
+
+
 def _target(device: str) -> tuple[DeviceSpec, str, Any]:
     """(spec, torch device, timer) for ``cpu``, ``cuda`` or ``cuda:N``."""
     if device == "cpu":
@@ -1074,7 +1096,12 @@ def calibrate(
     timer = timer or default_timer
     points = design_sweep(spec, dtypes, seed=seed)
     sweep_s = 0.9 * budget_s - (time.perf_counter() - start)
+    before = _cpu_times()
     runs = run_sweep(points, dev, timer, sweep_s, reps=reps, progress=progress)
+    busy = _other_jobs_share(before, _cpu_times())
+    if busy is not None and busy > 0.25:
+        log.warning("other jobs used %.0f%% of the host's CPU time during the sweep; its "
+                    "timings may include their interference", 100 * busy)
     if not runs:
         raise ValueError(f"budget_s={budget_s} timed no GEMM on {spec.name}; the smallest "
                          f"useful budget here is about {budget_s + 5:.0f} s")
@@ -1088,6 +1115,7 @@ def calibrate(
         "timing": timer.timing, "reps": reps, "seed": seed,
         "dtypes": list(dict.fromkeys(r.point.dtype for r in runs)),
         "measured": len(runs), "planned": len(points),
+        "other_jobs_cpu_share": None if busy is None else round(busy, 3),
         "measurements": csv_path.name, "torch": torch.__version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
