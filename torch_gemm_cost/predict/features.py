@@ -125,6 +125,17 @@ class RowInputs:
     peak_key: torch.Tensor  # long
     launch: torch.Tensor  # long, index into the predictor's launch-overhead table
 
+    def to(self, dtype: torch.dtype) -> "RowInputs":
+        """The same rows with every floating tensor (GEMM columns included) in ``dtype``."""
+
+        def conv(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype) if t.is_floating_point() else t
+
+        g = self.gemms
+        gemms = GemmBatch(**{f: conv(getattr(g, f)) for f in g.__dataclass_fields__})
+        fields = {f: conv(getattr(self, f)) for f in self.__dataclass_fields__ if f != "gemms"}
+        return RowInputs(gemms=gemms, **fields)
+
     @classmethod
     def gather(cls, gemms: GemmBatch, table: DeviceTable, device_index: torch.Tensor,
                launch_index: torch.Tensor) -> "RowInputs":
@@ -169,7 +180,7 @@ def mlp_features(columns: dict[str, torch.Tensor]) -> torch.Tensor:
         c["h1"], c["h2"], lg(c["inst_per_tile"]) / 20.0,
         torch.clamp(torch.log(c["intensity_over_ridge"]), -8.0, 8.0) / 4.0,
         lg(c["sm_count"]) / 8.0, torch.clamp(lg(c["l2_over_working_set"]), -20.0, 20.0) / 10.0,
-        (c["engine"] == ENGINES.index("simt")).double(),
-        (c["engine"] == ENGINES.index("mma_large")).double(),
+        (c["engine"] == ENGINES.index("simt")).to(c["m"].dtype),
+        (c["engine"] == ENGINES.index("mma_large")).to(c["m"].dtype),
     ]
     return torch.stack(feats, dim=1)

@@ -53,8 +53,8 @@ class HybridPredictor:
     Hyperparameters (stored as given, scikit-learn style):
       use_cache / use_instr / use_mlp: ablation switches (cache model, λ term, MLP).
       loss: "log" (MSE on log time, i.e. relative error) or "mse" (plain MSE on time).
-      hidden: MLP width. steps, lr: full-batch Adam. softmin_tau: temperature of the soft-min
-      over candidates (in log time) during training. rows_per_group: rows sampled per
+      hidden: MLP width. steps, lr: full-batch Adam. softmin_tau: final temperature of the
+      soft-min over candidates (in log time) during training, annealed from 10x. rows_per_group: rows sampled per
       (gpu, source, dtype) group per fit. weight_decay: on MLP weights. seed: all randomness.
       default_timing: launch overhead ``predict`` adds: "kernel" (GPU time), "event" or "table".
       candidates_kept, refresh_every: training soft-mins over the K fastest candidates, re-picked
@@ -73,7 +73,7 @@ class HybridPredictor:
         hidden: int = 16,
         steps: int = 600,
         lr: float = 0.03,
-        softmin_tau: float = 0.1,
+        softmin_tau: float = 0.05,
         rows_per_group: int = 600,
         weight_decay: float = 1e-3,
         seed: int = 0,
@@ -102,6 +102,7 @@ class HybridPredictor:
         self.refresh_every = refresh_every
         self.name = name or "hybrid"
         self._table = candidate_table()
+        self._tau = softmin_tau
         self._devices: dict[DeviceSpec, DeviceTable] = {}
 
     # ---------------------------------------------------------------- parameters
@@ -127,13 +128,15 @@ class HybridPredictor:
             "power_static": full(2, _inv_softplus(0.3)),
             "power_dynamic": full(2, _inv_softplus(0.5)),
             "power_gamma": torch.tensor([_inv_softplus(0.5)], dtype=f64),
-            "power_q": torch.tensor([_inv_softplus(4.0)], dtype=f64),
+            "power_q": torch.tensor([_inv_softplus(8.0)], dtype=f64),
             "roof_p": torch.tensor([_inv_softplus(3.0)], dtype=f64),
+            "issue_fma_per_load": full(len(ENGINES), _inv_softplus(0.5)),  # per ENGINES
             "launch_log_ms": torch.tensor([math.log(0.004), math.log(0.02), math.log(0.003)],
                                           dtype=f64),  # per TIMINGS
             "launch_source": full(len(SOURCES), 0.0),  # log offset per SOURCES
             "launch_p": torch.tensor([_inv_softplus(0.5)], dtype=f64),  # +1
-            "tile_pref": torch.zeros(self._table.tile_m.shape, dtype=f64),  # (engines, C)
+            # (engines, unbatched/batched, C)
+            "tile_pref": torch.zeros((len(ENGINES), 2, self._table.tile_m.shape[1]), dtype=f64),
         }
         p.update(init_mlp(len(MLP_FEATURES), self.hidden, gen))
         return p
@@ -141,7 +144,7 @@ class HybridPredictor:
     def trainable_names(self) -> tuple[str, ...]:
         """Parameters that affect predictions under the current switches."""
         names = ["eta_dram", "peak_eff", "power_static", "power_dynamic", "power_gamma",
-                 "power_q", "roof_p", "tile_pref",
+                 "power_q", "roof_p", "tile_pref", "issue_fma_per_load",
                  "launch_log_ms", "launch_source", "launch_p"]
         if self.use_cache:
             names += ["l2_share", "l1_bytes_per_clk", "l2_bytes_per_clk", "h1"]
@@ -197,8 +200,9 @@ class HybridPredictor:
 
     def _forward(self, x: RowInputs, source: torch.Tensor, soft: bool,
                  geo: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """Per-row predictions and intermediates. ``source`` indexes SOURCES (-1: none)."""
-        p = self._params()
+        """Per-row predictions and intermediates. ``source`` indexes SOURCES (-1: none).
+        Computes in the rows' float dtype (float32 at inference, float64 in training)."""
+        p = {k: v.to(x.sm_count.dtype) for k, v in self._params().items()}
         g = x.gemms
         geo = self._geometry(x) if geo is None else geo
         sp = torch.nn.functional.softplus
@@ -242,15 +246,21 @@ class HybridPredictor:
             inten = intensity(traffic, torch.zeros(()), torch.zeros(()))
         mem_rate = inten * mem_bw  # (N, C) FLOP/s the memory side allows
         rp = sp(p["roof_p"]) + 1.0
-        roof = (peak_sus.unsqueeze(1) ** -rp + mem_rate ** -rp) ** (-1.0 / rp)
+        # inside the SM: a thread computing o = Tm·Tn/256 outputs does o FMAs per √o·2 operand
+        # loads, so small tiles are load-issue bound below the FMA peak
+        per_thread = torch.sqrt(geo["tile_m"] * geo["tile_n"] / 256.0) / 2.0  # FMA per load
+        issue = sp(p["issue_fma_per_load"])[x.engine].unsqueeze(1)
+        tile_peak = peak_sus.unsqueeze(1) * (1.0 + (issue / per_thread) ** 2) ** -0.5  # (N, C)
+        roof = (tile_peak ** -rp + mem_rate ** -rp) ** (-1.0 / rp)
         log_td = torch.log(geo["work"]) - torch.log(roof)
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
-        score = log_td - p["tile_pref"][x.engine].gather(1, geo["cand"])
+        batched = (geo["b"] > 1.0).long()
+        score = log_td - p["tile_pref"][x.engine, batched].gather(1, geo["cand"])
         score = torch.where(geo["valid"], score, torch.full_like(score, 1e3))
         best = torch.argmin(score, dim=1, keepdim=True)  # (N, 1)
         if soft:
-            weight = torch.softmax(-score / self.softmin_tau, dim=1)
+            weight = torch.softmax(-score / self._tau, dim=1)
             log_t = (weight * log_td).sum(dim=1)
         else:
             log_t = log_td.gather(1, best).squeeze(1)
@@ -269,7 +279,7 @@ class HybridPredictor:
                 "a_align": g.a_align_bytes, "b_align": g.b_align_bytes,
                 "c_align": g.c_align_bytes, "in_bytes": g.in_bytes, "h1": h1c, "h2": h2c,
                 "inst_per_tile": pick(geo["read_inst"] + geo["write_inst"]),
-                "intensity_over_ridge": inten_c * bw_c / peak_sus,
+                "intensity_over_ridge": inten_c * bw_c / pick(tile_peak),
                 "sm_count": x.sm_count,
                 "l2_over_working_set": x.l2_bytes / ((m * k + k * n + m * n) * g.in_bytes),
                 "engine": x.engine,
@@ -289,7 +299,7 @@ class HybridPredictor:
         lp = sp(p["launch_p"]) + 1.0
         with_launch = ((gemm_s * 1e3) ** lp + torch.exp(launch_log * lp)) ** (1.0 / lp)
         time_ms = torch.where(nonempty, with_launch, zero)
-        compute_ms = work_c / (peak_sus * util) * 1e3
+        compute_ms = work_c / (pick(tile_peak) * util) * 1e3
         memory_ms = work_c / (inten_c * bw_c * util) * 1e3
         return {
             "time_ms": time_ms,
@@ -305,6 +315,7 @@ class HybridPredictor:
             "intensity_flops_per_byte": inten_c,
             "util": util,
             "peak_sustained_flops_per_s": peak_sus,
+            "tile_peak_flops_per_s": pick(tile_peak),
             "compute_ms": torch.where(nonempty, compute_ms, zero),
             "memory_ms": torch.where(nonempty, memory_ms, zero),
             "launch_ms": torch.where(nonempty, torch.exp(launch_log), zero),
@@ -338,9 +349,17 @@ class HybridPredictor:
         )
         src = SOURCES.index(source) if source in SOURCES else -1
         with torch.no_grad():
-            out = self._forward(rows, torch.full((size,), src, dtype=torch.long), soft=False)
-        details = {k: v for k, v in out.items() if k not in ("time_ms", "compute_bound", "score")}
-        return GemmPrediction(time_ms=out["time_ms"], compute_bound=out["compute_bound"],
+            # NB: float32 inside (twice as fast); times come back as float64
+            out = self._forward(rows.to(torch.float32),
+                                torch.full((size,), src, dtype=torch.long), soft=False)
+        details = {k: v.double() for k, v in out.items()
+                   if k not in ("time_ms", "compute_bound", "score")}
+        # the physical floor again in float64, so float32 rounding never undercuts it
+        floor_ms = torch.maximum(gemms.flops / peaks,
+                                 gemms.compulsory_bytes / device.dram_bw_bytes_per_s) * 1e3
+        time_ms = torch.where(gemms.flops > 0, torch.maximum(out["time_ms"].double(), floor_ms),
+                              torch.zeros_like(floor_ms))
+        return GemmPrediction(time_ms=time_ms, compute_bound=out["compute_bound"],
                               details=details)
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
@@ -407,6 +426,9 @@ class HybridPredictor:
         history = []
         geo = geo_all
         for step in range(self.steps):
+            # anneal the soft-min from 10x its final temperature, so candidate preferences
+            # get gradient early and training ends close to the inference-time min
+            self._tau = self.softmin_tau * (1.0 + 9.0 * (1.0 - step / max(self.steps, 1)))
             if step % self.refresh_every == 0:
                 # keep the K fastest candidates under the current weights (soft-min over those)
                 with torch.no_grad():
@@ -429,6 +451,7 @@ class HybridPredictor:
             if step % 50 == 0 or step == self.steps - 1:
                 history.append((step, float(loss.detach())))
                 log.info("%s step %d loss %.5f", self.name, step, float(loss.detach()))
+        self._tau = self.softmin_tau
         for t in self.params_.values():
             t.requires_grad_(False)
         self.loss_history_ = history

@@ -104,9 +104,9 @@ def tile_grid(
     """Tiles and waves of every candidate. Dims and device columns are (N,); ``engine`` indexes
     ``ENGINES``. Dims must be ≥ 1 (the predictor handles empty GEMMs before this)."""
     table = table or candidate_table()
-    tm = table.tile_m[engine]  # (N, C)
-    tn = table.tile_n[engine]
-    sk = table.split_k[engine]
+    tm = table.tile_m[engine].to(m.dtype)  # (N, C)
+    tn = table.tile_n[engine].to(m.dtype)
+    sk = table.split_k[engine].to(m.dtype)
     valid = table.valid[engine]
     b, mm, nn, kk = (x.unsqueeze(1) for x in (batch, m, n, k))  # (N, 1)
     slots = sm_count.unsqueeze(1) * ctas_per_sm(tm, tn, regfile_bytes.unsqueeze(1))
