@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             "Llama-2-7B config (32 layers, hidden 4096, MLP 11008, vocab 32000) built on the "
             "meta device; bf16 on the same device. Wall and process CPU time of one "
             "`estimate()` call (capture + GEMM records + prediction + report); the first call "
-            "also pays torch.export's one-time setup. CPU time is the figure to trust on a "
-            "shared machine.",
+            "also pays one-time setup (lazy imports, tracing caches). CPU time is the figure to "
+            "trust on a shared machine.",
             "",
             tabulate(
                 [[r[0], r[1], r[2], f"{r[3]:.2f}", f"{r[4]:.2f}", f"{r[5]:.1f}", r[6]]
