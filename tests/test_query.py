@@ -60,7 +60,8 @@ def test_arrays_broadcast_and_match_scalar_calls():
     expected = [
         predict_gemm_ms("a100_pcie_40gb", m=m, n=n, k=512) for n in (128, 1000) for m in ms
     ]
-    assert out.tolist() == pytest.approx(expected, rel=1e-12)
+    # NB: a float32 predictor is batch-invariant only to float32 rounding (~1e-7)
+    assert out.tolist() == pytest.approx(expected, rel=1e-6)
 
 
 def test_numpy_arrays_are_accepted():
