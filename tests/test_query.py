@@ -138,6 +138,7 @@ def test_bf16_on_a_bf16_device_does_not_warn():
         (dict(k=3.5), r"^k = 3\.5: dims must be integers.*nearest valid value: 4"),
         (dict(m=[64, 128, 0]), r"^m\[2\] = 0: "),
         (dict(k=[2.0, float("nan")]), r"^k\[1\] = nan: "),
+        (dict(n=float("inf")), r"^n = inf: .*nearest valid value: 1"),
         (dict(batch=-1), r"^batch = -1: .*>= 0; nearest valid value: 0"),
         (dict(m="big"), r"^m must be an integer or an array of integers, got 'big'"),
         (dict(m=True), r"^m must be an integer"),

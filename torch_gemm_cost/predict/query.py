@@ -129,8 +129,9 @@ def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
         i = int(torch.nonzero(bad.reshape(-1))[0])
         v = flat[i].item()
         where = name if t.ndim == 0 else f"{name}[{i}]"
-        got = int(v) if v == v and v == round(v) and abs(v) != float("inf") else v
-        nearest = max(minimum, round(v)) if abs(v) < float("inf") else minimum
+        finite = abs(v) < float("inf")  # False for nan too
+        got = int(v) if finite and v == round(v) else v
+        nearest = max(minimum, round(v)) if finite else minimum
         raise ValueError(
             f"{where} = {got!r}: dims must be integers >= {minimum}; nearest valid value: {nearest}"
         )
