@@ -133,13 +133,14 @@ def test_bf16_on_a_bf16_device_does_not_warn():
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(m=0), r"^m = 0: .*>= 1; nearest valid value: 1"),
+        (dict(m=0), r"^m = 0: dims must be integers in \[1, 2\*\*53\]; nearest valid value: 1"),
+        (dict(m=2**60), r"^m = 1152921504606846976: .*nearest valid value: 9007199254740992"),
         (dict(n=-5), r"^n = -5: .*nearest valid value: 1"),
         (dict(k=3.5), r"^k = 3\.5: dims must be integers.*nearest valid value: 4"),
         (dict(m=[64, 128, 0]), r"^m\[2\] = 0: "),
         (dict(k=[2.0, float("nan")]), r"^k\[1\] = nan: "),
         (dict(n=float("inf")), r"^n = inf: .*nearest valid value: 1"),
-        (dict(batch=-1), r"^batch = -1: .*>= 0; nearest valid value: 0"),
+        (dict(batch=-1), r"^batch = -1: .*in \[0, 2\*\*53\]; nearest valid value: 0"),
         (dict(m="big"), r"^m must be an integer or an array of integers, got 'big'"),
         (dict(m=True), r"^m must be an integer"),
         (dict(m=[1, 2], n=[1, 2, 3]), r"do not broadcast.*m\(2,\), n\(3,\)"),

@@ -34,6 +34,7 @@ _EXPLAIN_KEYS: tuple[str, ...] = (
 _INT_KEYS = frozenset({"tile_m", "tile_n", "split_k", "waves"})
 # what a dtype falls back to, in order, when a device lacks it (the nearest good one)
 _FALLBACKS: tuple[str, ...] = ("bfloat16", "float16", "tf32", "float32")
+_MAX_DIM = 2**53  # float64 holds every integer up to here exactly
 
 
 def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
@@ -123,7 +124,7 @@ def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
     if t.dtype == torch.bool or t.is_complex():
         raise ValueError(f"{name} must be an integer or an array of integers, got {value!r}")
     t64 = t.to(torch.float64)
-    bad = ~torch.isfinite(t64) | (t64 != torch.round(t64)) | (t64 < minimum)
+    bad = ~torch.isfinite(t64) | (t64 != torch.round(t64)) | (t64 < minimum) | (t64 > _MAX_DIM)
     if bool(bad.any()):
         flat = t64.reshape(-1)
         i = int(torch.nonzero(bad.reshape(-1))[0])
@@ -131,9 +132,10 @@ def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
         where = name if t.ndim == 0 else f"{name}[{i}]"
         finite = abs(v) < float("inf")  # False for nan too
         got = int(v) if finite and v == round(v) else v
-        nearest = max(minimum, round(v)) if finite else minimum
+        nearest = min(max(minimum, round(v)), _MAX_DIM) if finite else minimum
         raise ValueError(
-            f"{where} = {got!r}: dims must be integers >= {minimum}; nearest valid value: {nearest}"
+            f"{where} = {got!r}: dims must be integers in [{minimum}, 2**53]; nearest valid "
+            f"value: {nearest}"
         )
     return t64
 
