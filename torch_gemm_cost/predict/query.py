@@ -252,8 +252,8 @@ def explain(
     Always: ``batch, m, n, k, dtype, time_ms``; ``bound`` ("compute" or "memory") for non-empty
     GEMMs. Then whatever intermediates the predictor reports, among ``tile_m, tile_n, split_k,
     waves, last_wave_fill, h1, h2, mem_bw_bytes_per_s, intensity_flops_per_byte, util,
-    compute_ms, memory_ms`` (the roofline reports only the last two); keys a predictor does not
-    report are left out. NB: the tile is the envelope's pick, the candidate that minimizes the
+    compute_ms, memory_ms`` (the roofline reports only the last two), in that order, then any
+    other details it reports; keys a predictor does not report are left out. NB: the tile is the envelope's pick, the candidate that minimizes the
     predicted time, not necessarily the kernel cuBLAS would choose.
     """
     gemms, pred, live, _ = _run(device, m, n, k, batch, dtype, op, bias, predictor)
