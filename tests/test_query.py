@@ -317,3 +317,28 @@ def test_profile_path_brings_its_device_and_predictor(tmp_path, monkeypatch):
     # an explicit predictor wins over the profile's
     assert predict_gemm_ms(path, m=70, n=8, k=8, predictor=ROOF) == predict_gemm_ms(
         "l4", m=70, n=8, k=8, predictor=ROOF)
+
+
+def test_explain_details_of_the_default_predictor_are_in_range():
+    # whichever keys the default predictor reports must hold physically sensible values
+    rows = explain("a100_pcie_80gb", m=[1, 64, 8192], n=[768, 50257, 8192], k=[3072, 768, 8192],
+                   dtype="fp16")
+    checks = {
+        "tile_m": lambda v: isinstance(v, int) and v >= 1,
+        "tile_n": lambda v: isinstance(v, int) and v >= 1,
+        "split_k": lambda v: isinstance(v, int) and v >= 1,
+        "waves": lambda v: isinstance(v, int) and v >= 1,
+        "last_wave_fill": lambda v: 0.0 < v <= 1.0,
+        "h1": lambda v: 0.0 <= v <= 1.0,
+        "h2": lambda v: 0.0 <= v <= 1.0,
+        "util": lambda v: 0.0 < v <= 1.0,
+        "mem_bw_bytes_per_s": lambda v: v > 0.0,
+        "intensity_flops_per_byte": lambda v: v > 0.0,
+        "compute_ms": lambda v: v >= 0.0,
+        "memory_ms": lambda v: v >= 0.0,
+    }
+    for row in rows:
+        assert row["time_ms"] > 0.0 and row["bound"] in ("compute", "memory")
+        for key, ok in checks.items():
+            if key in row:
+                assert ok(row[key]), (key, row[key])
