@@ -14,6 +14,7 @@ GPUs only, averaged over seeds (geometric mean of the predictions). That gives t
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -120,10 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     rows = []
+    summary: dict[str, Any] = {"command": lines[2], "seeds": seeds, "predictors": {}}
     for name, p in preds.items():
         over = sum(gpu_mape[name].values()) / len(gpus)
         beats = sum(gpu_mape[name][g] < gpu_mape["roofline"][g] for g in gpus)
         c = split_c(p)
+        summary["predictors"][name] = {
+            "logo_mape_overall": round(over, 4),
+            "gpus_beating_roofline": beats if name != "roofline" else None,
+            "logo_mape_per_gpu": {g: round(v, 4) for g, v in gpu_mape[name].items()},
+            "a100_80gb_neusight_test_mape": round(split_b(p), 4),
+            "vidur_heldout_mape": {g: round(v, 4) for g, v in c.items()},
+        }
         rows.append([name, f"{over:.1%}", f"{beats}/{len(gpus)}" if name != "roofline" else "-",
                      f"{split_b(p):.1%}", f"{c['a100_sxm4_80gb']:.1%}", f"{c['a40']:.1%}",
                      f"{c['all']:.1%}"])
@@ -156,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append("")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines))
+    Path(args.out).with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
     print("\n".join(lines[:40]))
     return 0
 

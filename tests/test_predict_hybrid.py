@@ -260,3 +260,19 @@ def test_ablations_are_the_same_call() -> None:
         model.params_ = model._init_params()
         assert model.name == name
         assert model.predict(g, "a40").time_ms.shape == (1,)
+
+
+def test_float32_inference_matches_float64() -> None:
+    model = _shipped_or_init()[-1]
+    g = GemmBatch.from_dims(m=[1, 8, 4096, 50257], n=[4096, 4096, 4096, 768],
+                            k=[4096, 4096, 4096, 768], dtype="float16")
+    fast = model.predict(g, "a100_sxm4_80gb")
+    rows, source = model._rows_of(MeasuredGemms(
+        gemms=g, gpu=("a100_sxm4_80gb",) * 4, source=("",) * 4, timing=("kernel",) * 4,
+        latency_ms=torch.ones(4, dtype=torch.float64)))
+    with torch.no_grad():
+        exact = model._forward(rows, source, soft=False)
+    assert torch.allclose(fast.time_ms, exact["time_ms"], rtol=1e-4)
+    # the time is never below either side of the roofline it came from
+    assert (fast.time_ms >= torch.maximum(fast.details["compute_ms"],
+                                          fast.details["memory_ms"]) * (1 - 1e-5)).all()

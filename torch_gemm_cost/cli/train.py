@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where to write the fitted non-GEMM op costs "
                         "(default: op_costs.json beside --out)")
     p.add_argument("--skip-ops", action="store_true", help="do not fit the non-GEMM op costs")
+    p.add_argument("--held-out-metrics", metavar="JSON", default=None,
+                   help="held-out scores to record in the weights' metadata (the summary "
+                        "benchmarks/accuracy.py writes beside its report)")
     p.set_defaults(run=run)
 
 
@@ -54,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
                            "warm_start_from": str(args.warm_start)}
     else:
         model = train_gemm_predictor(data, seed=args.seed, command=command, **hyper)
+    if args.held_out_metrics:
+        try:
+            held = json.loads(Path(args.held_out_metrics).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UsageError(f"--held-out-metrics {args.held_out_metrics}: {e}") from None
+        model.metadata_.setdefault("metrics", {})["held_out"] = held
     model.save(out)
     log.info("wrote %s", out)
     if not args.skip_ops:

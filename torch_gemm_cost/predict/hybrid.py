@@ -209,7 +209,8 @@ class HybridPredictor:
 
         # sustained compute peak: datasheet × dtype-path efficiency × power cap. The board needs
         # W = SMs·GHz·(a + b·(FLOP/clk/SM / 1024)^γ) at full clock (static + dynamic power,
-        # wider units more efficient per FLOP); with less, the clock drops as √(power).
+        # wider units more efficient per FLOP); with less, the clock drops as power^(1/3)
+        # (dynamic power ∝ f·V², V ∝ f).
         eff = torch.sigmoid(p["peak_eff"])[x.peak_key]
         per_sm_ghz = x.sm_count * x.clock_hz * 1e-9
         flops_per_clk = x.peak_flops_per_s / (x.sm_count * x.clock_hz) / 1024.0
@@ -218,7 +219,7 @@ class HybridPredictor:
         need_w = per_sm_ghz * (sp(p["power_static"])[matrix]
                                + sp(p["power_dynamic"])[matrix] * flops_per_clk ** gamma)
         q = sp(p["power_q"]) + 0.5
-        cap = (1.0 + (need_w / x.power_w) ** (q / 2.0)) ** (-1.0 / q)
+        cap = (1.0 + (need_w / x.power_w) ** (q / 3.0)) ** (-1.0 / q)
         cap = torch.where(torch.isnan(x.power_w), torch.ones_like(cap), cap)
         peak_sus = x.peak_flops_per_s * eff * cap  # (N,)
 
@@ -251,7 +252,8 @@ class HybridPredictor:
         per_thread = torch.sqrt(geo["tile_m"] * geo["tile_n"] / 256.0) / 2.0  # FMA per load
         issue = sp(p["issue_fma_per_load"])[x.engine].unsqueeze(1)
         tile_peak = peak_sus.unsqueeze(1) * (1.0 + (issue / per_thread) ** 2) ** -0.5  # (N, C)
-        roof = (tile_peak ** -rp + mem_rate ** -rp) ** (-1.0 / rp)
+        # p-norm soft-min, written relative to tile_peak so float32 never underflows
+        roof = tile_peak * (1.0 + (tile_peak / mem_rate) ** rp) ** (-1.0 / rp)
         log_td = torch.log(geo["work"]) - torch.log(roof)
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
@@ -297,7 +299,9 @@ class HybridPredictor:
         zero = torch.zeros_like(gemm_s)
         # launch and GEMM combine as a p-norm: p = 1 adds them, large p takes the larger
         lp = sp(p["launch_p"]) + 1.0
-        with_launch = ((gemm_s * 1e3) ** lp + torch.exp(launch_log * lp)) ** (1.0 / lp)
+        gemm_ms, launch_ms = gemm_s * 1e3, torch.exp(launch_log)
+        hi, lo = torch.maximum(gemm_ms, launch_ms), torch.minimum(gemm_ms, launch_ms)
+        with_launch = hi * (1.0 + (lo / hi) ** lp) ** (1.0 / lp)
         time_ms = torch.where(nonempty, with_launch, zero)
         compute_ms = work_c / (pick(tile_peak) * util) * 1e3
         memory_ms = work_c / (inten_c * bw_c * util) * 1e3
