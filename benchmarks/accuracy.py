@@ -27,11 +27,11 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.devices import get_device  # noqa: E402
-from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms  # noqa: E402
-from torch_gemm_cost.predict.hybrid import HybridPredictor, variants  # noqa: E402
-from torch_gemm_cost.predict.roofline import RooflinePredictor  # noqa: E402
-from torch_gemm_cost.train.gemm import leave_one_gpu_out, score_groups  # noqa: E402
+from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms
+from torch_gemm_cost.predict.hybrid import variants
+from torch_gemm_cost.predict.roofline import RooflinePredictor
+from torch_gemm_cost.train.gemm import leave_one_gpu_out, score_groups
 
 log = logging.getLogger("accuracy")
 
@@ -109,13 +109,14 @@ def main(argv: list[str] | None = None) -> int:
         "Command: `" + " ".join(["python benchmarks/accuracy.py",
                                  *(argv if argv is not None else sys.argv[1:])]) + "`",
         "",
-        f"Seeds: hybrid {seeds} (predictions averaged geometrically), ablations {seeds[:1]}. Rows: {len(measured)} "
+        f"Seeds: hybrid {seeds} (predictions averaged geometrically), ablations {seeds[:1]}. "
+        f"Rows: {len(measured)} "
         f"(impossible rows dropped). Fit time per variant (all folds, all seeds): "
         + ", ".join(f"{k} {v:.0f}s" for k, v in timing.items()) + ".",
         "",
-        "MAPE is mean(|pred − meas| / meas). Per-GPU MAPE averages that GPU's rows; 'overall' "
-        "averages the GPUs, each counting once. Every hybrid/ablation number comes from models "
-        "that never saw the GPU. The roofline has no fitted parameters and no launch overhead.",
+        ("MAPE is mean(|pred − meas| / meas). Per-GPU MAPE averages that GPU's rows; 'overall' "
+         "averages the GPUs, each counting once. Every hybrid/ablation number comes from models "
+         "that never saw the GPU. The roofline has no fitted parameters and no launch overhead."),
         "",
         "## Summary",
         "",
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                                          "GPUs beating roofline", "(b) A100-80GB neusight-test",
                                          "(c) vidur A100-SXM4-80GB", "(c) vidur A40",
                                          "(c) vidur both"], tablefmt="github"))
-    lines += ["", "Targets: (a) ≤ 15% and every GPU beats the roofline; (b) ≤ 12%; (c) ≤ 12%.",
+    lines += ["",
+              "Targets: (a) ≤ 15% and every GPU beats the roofline; (b) ≤ 12%; (c) ≤ 12%.",
               "", "## (a) Leave one GPU out: MAPE per GPU", ""]
     main_name = "hybrid" if "hybrid" in preds else names[0]
 

@@ -17,7 +17,7 @@ from torch_gemm_cost.predict.base import GemmBatch
 from torch_gemm_cost.predict.cache import effective_bandwidth
 from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable
 from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
-from torch_gemm_cost.predict.tiles import ENGINES, TILES, SPLITS, tile_grid
+from torch_gemm_cost.predict.tiles import ENGINES, SPLITS, TILES, tile_grid
 
 DETAIL_KEYS = ("tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
                "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms",
@@ -41,7 +41,7 @@ def measured(rows: list[tuple]) -> MeasuredGemms:
 
 def test_tiles_and_waves_by_hand() -> None:
     # V100-like: 80 SMs, 256 KiB registers; fp32 SIMT; m = n = 1000, k = 512, batch 1.
-    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)
     grid = tile_grid(one(1), one(1000), one(1000), one(512), torch.tensor([0]), one(80),
                      one(262144))
     cands = [(tm, tn, s) for tm, tn in TILES["simt"] for s in SPLITS]
@@ -56,7 +56,8 @@ def test_tiles_and_waves_by_hand() -> None:
     assert at(128, 128, 1) == {"tiles": 64, "slots": 160, "waves": 1, "last_wave_fill": 0.4}
     # 64x64: 16·16 = 256 tiles; ⌊262144 / 32768⌋ = 8, capped at 4 -> 320 slots; fill 256/320
     assert at(64, 64, 1) == {"tiles": 256, "slots": 320, "waves": 1, "last_wave_fill": 0.8}
-    # 32x32: 32·32 = 1024 tiles; 320 slots -> ⌈1024/320⌉ = 4 waves; last (1024 − 960)/320 = 0.2
+    # 32x32: 32·32 = 1024 tiles; 320 slots -> ⌈1024/320⌉ = 4 waves;
+    # last wave (1024 − 960)/320 = 0.2
     assert at(32, 32, 1) == {"tiles": 1024, "slots": 320, "waves": 4, "last_wave_fill": 0.2}
     # 128x128 filling split-K: 160 slots / 64 tiles = 2.5 -> nearest power of two 2 (≤ 512/128):
     # 128 tiles in 160 slots: 1 wave, fill 0.8; each tile does k/2 = 256
@@ -68,7 +69,7 @@ def test_tiles_and_waves_by_hand() -> None:
 
 
 def test_split_k_limits() -> None:
-    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)
     grid = tile_grid(one(1), one(64), one(64), one(200), torch.tensor([1]), one(108), one(262144))
     # k = 200: ⌊200/128⌋ = 1, so the filling split collapses to 1
     assert torch.all(grid.split_k == 1)
@@ -80,7 +81,7 @@ def test_split_k_limits() -> None:
 
 def test_bandwidth_without_hits_is_eta_dram() -> None:
     # H1 = H2 = 0: 1/MemBw = 1/(η·BW_DRAM)
-    f = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    f = lambda v: torch.tensor(v, dtype=torch.float64)
     bw = effective_bandwidth(f(0.0), f(0.0), f(2e13), f(5e12), f(0.8 * 1.555e12))
     assert float(bw) == pytest.approx(0.8 * 1.555e12, rel=1e-12)
     # through the predictor, with the cache model off
@@ -96,7 +97,7 @@ def test_bandwidth_without_hits_is_eta_dram() -> None:
 
 def test_half_hits_by_hand() -> None:
     # H1 = 0, H2 = 0.5, BW_L2 = 4e12, η·BW_DRAM = 1e12: 1/MemBw = 0.5/4e12 + 0.5/1e12 = 6.25e-13
-    f = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    f = lambda v: torch.tensor(v, dtype=torch.float64)
     bw = effective_bandwidth(f(0.0), f(0.5), f(1e13), f(4e12), f(1e12))
     assert float(bw) == pytest.approx(1.6e12)
 

@@ -1,4 +1,4 @@
-"""Reading measured GEMMs: alignment from op/layout, every DATA.md dtype, errors that name the row."""
+"""Reading measured GEMMs: alignment from op/layout, every dtype, errors that name the row."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def test_every_dtype_has_its_bytes(name: str) -> None:
     ],
 )
 def test_bad_value_names_row_and_column(column: str, value: str, message: str) -> None:
-    cols = dict(op=["bmm", "bmm"], dtype=["float32"] * 2, batch=[1, 1], m=[8, 8], n=[8, 8],
-                k=[8, 8])
+    cols = {"op": ["bmm", "bmm"], "dtype": ["float32"] * 2, "batch": [1, 1], "m": [8, 8],
+            "n": [8, 8], "k": [8, 8]}
     cols[column] = [cols[column][0], value]
     with pytest.raises(ValueError, match=message):
         gemm_batch_from_columns(**cols)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -20,11 +20,11 @@ from .dtypes import DTYPES, resolve_dtype
 from .predict.base import DTYPE_NAMES, GemmBatch
 
 __all__ = [
+    "DEFAULT_DATA_DIR",
+    "LAYOUTS",
     "MeasuredGemms",
     "gemm_batch_from_columns",
     "load_gemms",
-    "LAYOUTS",
-    "DEFAULT_DATA_DIR",
 ]
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -67,7 +67,7 @@ class MeasuredGemms:
     def __len__(self) -> int:
         return len(self.gpu)
 
-    def select(self, index: torch.Tensor | Sequence[int]) -> "MeasuredGemms":
+    def select(self, index: torch.Tensor | Sequence[int]) -> MeasuredGemms:
         """The rows at ``index`` (a bool mask or integer positions), in that order."""
         idx = torch.as_tensor(index)
         if idx.dtype == torch.bool:
@@ -76,7 +76,7 @@ class MeasuredGemms:
         pos = idx.tolist()
         g = self.gemms
         sub = GemmBatch(**{f: getattr(g, f)[idx] for f in g.__dataclass_fields__})
-        pick = lambda t: tuple(t[i] for i in pos)  # noqa: E731
+        pick = lambda t: tuple(t[i] for i in pos)
         return MeasuredGemms(
             gemms=sub,
             gpu=pick(self.gpu),
@@ -211,8 +211,9 @@ def gemm_batch_from_columns(
                     raise ValueError(
                         f"{where(i, 'op')()}: unknown op {o!r}; known: {', '.join(_OP_LAYOUT)}"
                     )
-            sel = tuple(dim_pos[c] for c in LAYOUTS[lay_name])  # type: ignore[assignment]
-            layout_cache[key] = sel  # type: ignore[assignment]
+            a_dim, b_dim, c_dim = LAYOUTS[lay_name]
+            sel = (dim_pos[a_dim], dim_pos[b_dim], dim_pos[c_dim])
+            layout_cache[key] = sel
         lead_rows.append(sel)
     lead = torch.tensor(lead_rows, dtype=torch.long).reshape(size, 3).T  # (3, N)
 
@@ -248,7 +249,7 @@ def gemm_batch_from_columns(
 def _open_text(path: Path) -> io.TextIOBase:
     if path.name.endswith(".gz"):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")  # noqa: SIM115
+    return open(path, encoding="utf-8", newline="")
 
 
 def _source_files(data_dir: Path) -> dict[str, Path]:

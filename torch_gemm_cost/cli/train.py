@@ -35,10 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import UsageError
     from ..measurements import load_gemms
     from ..predict.hybrid import HybridPredictor
     from ..train.gemm import train_gemm_predictor
+    from . import UsageError
 
     data = Path(args.data)
     if not (data / "gemm").is_dir():

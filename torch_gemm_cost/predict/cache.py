@@ -63,7 +63,7 @@ class L2Geometry:
     compulsory: torch.Tensor  # batch·(mk + kn)·bytes
     item: torch.Tensor  # (mk + kn)·bytes: one batch item's operands
 
-    def select(self, index: torch.Tensor) -> "L2Geometry":
+    def select(self, index: torch.Tensor) -> L2Geometry:
         """Keep candidate columns ``index`` (N, K)."""
         return L2Geometry(self.requested.gather(1, index), self.unique_wave.gather(1, index),
                           self.waves.gather(1, index), self.compulsory, self.item)

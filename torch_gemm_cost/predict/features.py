@@ -8,8 +8,8 @@ once in ``MLP_FEATURES``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -20,8 +20,8 @@ from .tiles import ENGINES
 
 __all__ = [
     "BOARD_POWER_W",
-    "PEAK_KEYS",
     "MLP_FEATURES",
+    "PEAK_KEYS",
     "DeviceTable",
     "RowInputs",
     "board_power_w",
@@ -90,7 +90,7 @@ class DeviceTable:
     peak_key: torch.Tensor  # (D, n_dtypes) long, indexes PEAK_KEYS
 
     @classmethod
-    def build(cls, devices: Sequence[DeviceSpec]) -> "DeviceTable":
+    def build(cls, devices: Sequence[DeviceSpec]) -> DeviceTable:
         def col(values: Sequence[float]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.float64)
 
@@ -103,7 +103,8 @@ class DeviceTable:
             l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
             regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
             power_w=col([board_power_w(d) for d in devices]),
-            peak_flops_per_s=col([[t[2] for t in row] for row in triples]),
+            peak_flops_per_s=torch.tensor([[t[2] for t in row] for row in triples],
+                                          dtype=torch.float64),
             engine=torch.tensor([[ENGINES.index(t[0]) for t in row] for row in triples]),
             peak_key=torch.tensor([[PEAK_KEYS.index(t[1]) for t in row] for row in triples]),
         )
@@ -125,7 +126,7 @@ class RowInputs:
     peak_key: torch.Tensor  # long
     launch: torch.Tensor  # long, index into the predictor's launch-overhead table
 
-    def to(self, dtype: torch.dtype) -> "RowInputs":
+    def to(self, dtype: torch.dtype) -> RowInputs:
         """The same rows with every floating tensor (GEMM columns included) in ``dtype``."""
 
         def conv(t: torch.Tensor) -> torch.Tensor:
@@ -138,7 +139,7 @@ class RowInputs:
 
     @classmethod
     def gather(cls, gemms: GemmBatch, table: DeviceTable, device_index: torch.Tensor,
-               launch_index: torch.Tensor) -> "RowInputs":
+               launch_index: torch.Tensor) -> RowInputs:
         d, t = device_index, gemms.dtype_index
         return cls(
             gemms=gemms,

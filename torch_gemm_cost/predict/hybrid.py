@@ -1,7 +1,14 @@
 """The hybrid predictor: tile/wave physics, a cache model, instruction-aware intensity, a
 two-sided roofline and a small utilization MLP, trained jointly on measured GEMMs.
 
-    Td = NumWave · OpsPerWave / (min(Peak_sustained, I · MemBw) · util) + launch
+    Td = NumWave · OpsPerWave / (min(Peak_tile, I · MemBw) · util)  ⊕  launch
+
+Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (board watts per
+SM-GHz against what full clock needs) and a load-issue limit for small tiles. The min is a
+p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max). The candidate (tile,
+split-K) is the one with the lowest time after a learned per-engine preference.
+
+NB: the chosen tile is an envelope over plausible kernels, not the kernel cuBLAS runs.
 
 Every stage is a batched torch function (see tiles, cache, intensity, mlp), so one call predicts
 thousands of GEMMs and training backpropagates through the whole chain. Ablations are switches of
@@ -13,8 +20,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -26,7 +34,7 @@ from .intensity import TileTraffic, intensity, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .tiles import ENGINES, candidate_table, tile_grid
 
-__all__ = ["HybridPredictor", "TIMINGS", "SOURCES", "FORMAT", "variants"]
+__all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +62,21 @@ class HybridPredictor:
       use_cache / use_instr / use_mlp: ablation switches (cache model, λ term, MLP).
       loss: "log" (MSE on log time, i.e. relative error) or "mse" (plain MSE on time).
       hidden: MLP width. steps, lr: full-batch Adam. softmin_tau: final temperature of the
-      soft-min over candidates (in log time) during training, annealed from 10x. rows_per_group: rows sampled per
-      (gpu, source, dtype) group per fit. weight_decay: on MLP weights. seed: all randomness.
+      soft-min over candidates (in log time) during training, annealed from 10x.
+      rows_per_group: rows sampled per (gpu, source, dtype) group per fit. weight_decay: on MLP
+      weights. seed: all randomness.
       default_timing: launch overhead ``predict`` adds: "kernel" (GPU time), "event" or "table".
       candidates_kept, refresh_every: training soft-mins over the K fastest candidates, re-picked
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
     version = "1"
+
+    # fitted state (set by fit or load)
+    params_: dict[str, torch.Tensor]
+    metadata_: dict[str, Any]
+    loss_history_: list[tuple[int, float]]
+    n_train_rows_: int
 
     def __init__(
         self,
@@ -387,7 +402,7 @@ class HybridPredictor:
         return RowInputs.gather(measured.gemms, table, dev, launch), source
 
     # ---------------------------------------------------------------- training
-    def fit(self, measured: Any, *, warm_start: bool = False) -> "HybridPredictor":
+    def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
         """Fit every trainable parameter jointly with full-batch Adam; returns self.
 
         Rows the data cannot physically contain (``measurements.impossible_rows``) are left out.
@@ -482,7 +497,7 @@ class HybridPredictor:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "HybridPredictor":
+    def load(cls, path: str | Path) -> HybridPredictor:
         """Load weights saved by ``save``. A missing, corrupt or mismatched file raises a
         ValueError (FileNotFoundError when absent) that names the file."""
         path = Path(path)
@@ -498,7 +513,7 @@ class HybridPredictor:
             raise ValueError(f"weights file {path} is not a {FORMAT} file: {e}") from None
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> "HybridPredictor":
+    def from_dict(cls, doc: Mapping[str, Any]) -> HybridPredictor:
         if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
             raise ValueError(f"expected format {FORMAT!r}")
         hyper = dict(doc["hyperparameters"])

@@ -16,7 +16,7 @@ import torch
 
 from .tiles import TileGrid
 
-__all__ = ["TileTraffic", "tile_traffic", "intensity"]
+__all__ = ["TileTraffic", "intensity", "tile_traffic"]
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,14 @@ class TileTraffic:
     write_inst: torch.Tensor
 
 
-def tile_traffic(grid: TileGrid, in_bytes: torch.Tensor, out_bytes: torch.Tensor,
-                 a_align: torch.Tensor, b_align: torch.Tensor, c_align: torch.Tensor) -> TileTraffic:
+def tile_traffic(
+    grid: TileGrid,
+    in_bytes: torch.Tensor,
+    out_bytes: torch.Tensor,
+    a_align: torch.Tensor,
+    b_align: torch.Tensor,
+    c_align: torch.Tensor,
+) -> TileTraffic:
     eb, ob = in_bytes.unsqueeze(1), out_bytes.unsqueeze(1)
     a_bytes = grid.tile_m * grid.k_slice * eb
     b_bytes = grid.tile_n * grid.k_slice * eb

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["init_mlp", "mlp_utilization", "MLP_PARAM_NAMES"]
+__all__ = ["MLP_PARAM_NAMES", "init_mlp", "mlp_utilization"]
 
 MLP_PARAM_NAMES: tuple[str, ...] = ("mlp_w1", "mlp_b1", "mlp_w2", "mlp_b2", "mlp_w3", "mlp_b3")
 

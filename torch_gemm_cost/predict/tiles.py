@@ -16,8 +16,8 @@ import torch
 
 __all__ = [
     "ENGINES",
-    "SPLITS",
     "MAX_SPLIT_K",
+    "SPLITS",
     "TILES",
     "TileGrid",
     "candidate_table",

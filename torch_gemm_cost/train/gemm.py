@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import platform
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 
@@ -23,9 +24,9 @@ from ..predict.hybrid import HybridPredictor
 __all__ = [
     "CREDITS",
     "GroupScore",
-    "score_groups",
-    "overall",
     "leave_one_gpu_out",
+    "overall",
+    "score_groups",
     "train_gemm_predictor",
 ]
 
