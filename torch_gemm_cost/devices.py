@@ -158,7 +158,10 @@ def get_device(device: str | DeviceSpec) -> DeviceSpec:
     if not close:
         close = difflib.get_close_matches(_norm(device), list(_by_name()), n=4, cutoff=0.4)
         close = [_by_name()[c] for c in close]
-    hint = f" Close matches: {', '.join(repr(c) for c in dict.fromkeys(close))}." if close else ""
+    if close:
+        hint = f" Close matches: {', '.join(repr(c) for c in dict.fromkeys(close))}."
+    else:
+        hint = f" Known ids: {', '.join(_catalog())}."
     raise ValueError(
         f"unknown device {device!r}.{hint} See torch_gemm_cost.list_devices() for all "
         f"{len(_catalog())} devices."

@@ -7,6 +7,7 @@ import argparse
 import importlib
 import logging
 import sys
+import typing
 from typing import Sequence
 
 __all__ = ["main", "UsageError"]
@@ -19,13 +20,22 @@ class UsageError(Exception):
     """Bad arguments or input files: exit code 2, one line on stderr, no traceback."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors are one line on stderr and exit code 2, never a usage dump."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="torch-gemm-cost",
         description="Predict where a model's GPU time goes, GEMM by GEMM, before running it.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log diagnostics to stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
     for name in SUBCOMMANDS:
         try:
             module = importlib.import_module(f".{name}", __name__)
