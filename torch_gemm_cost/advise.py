@@ -32,6 +32,9 @@ __all__ = ["PaddingAdvice", "config_dims", "padded_size", "padding_advice"]
 MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
 _AXES = ("m", "n", "k")
 _LINEAR_OPS = ("linear", "addmm", "conv1d", "mm", "matmul")
+# predictor details quoted in a cause when padding moves them by more than 1%
+_STAGES = (("intensity_flops_per_byte", "FLOP/B"), ("util", "util"), ("h2", "L2 hits"),
+           ("tile_n", "tile n"), ("tile_m", "tile m"))
 
 
 @dataclass(frozen=True)
@@ -299,6 +302,14 @@ def _make_advice(
     new_align = min(float(getattr(batch, k)[pi]) for k in aligns)
     numbers = f"padded GEMMs {before:.4f} -> {after:.4f} ms"
     det = pred.details
+    moved = [
+        f"{label} {float(det[key][gi]):.3g} -> {float(det[key][pi]):.3g}"
+        for key, label in _STAGES
+        if key in det and abs(float(det[key][pi]) - float(det[key][gi]))
+        > 0.01 * abs(float(det[key][gi]))
+    ]
+    if moved:
+        numbers += f" ({', '.join(moved)})"
 
     # (waves before, waves after, last-wave fill before, after) when the predictor reports them
     wave = None
@@ -314,8 +325,8 @@ def _make_advice(
         kind = "alignment"
         cause = (
             f"{c.value} × {eb} B = {c.value * eb} B rows allow only {old_align:.0f}-byte loads "
-            f"({old_align / eb:.0f} of {16 // eb} elements per 16-byte vector, off the fast "
-            "tensor-core path); "
+            f"({old_align / eb:.0f} of {16 // eb} elements per 16-byte vector, off the tensor-core "
+            "kernels' 16-byte load path); "
             f"{size} allows {new_align:.0f}-byte loads"
         )
     elif wave is not None and (wave[3] > wave[2] or math.ceil(wave[1]) < math.ceil(wave[0])):
