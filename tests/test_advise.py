@@ -197,6 +197,7 @@ def test_wave_quantization_cause_by_hand():
     assert advice.cause_kind == "wave quantization"
     assert "18.67 waves: the last wave is 67% full" in advice.cause
     assert "4.74 waves, the last 74% full" in advice.cause
+    assert "(tile n 16 -> 64)" in advice.cause  # the stage the padding moved
     # 1000 -> 1024: 2.4% more FLOPs
     assert advice.extra_flops_pct == pytest.approx(2.4)
 
