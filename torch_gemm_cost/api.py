@@ -18,7 +18,7 @@ from .devices import DeviceSpec, get_device
 from .dtypes import ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract
 from .predict import GemmBatch, Predictor, default_predictor
-from .report import CostReport, GemmEstimate, OpEstimate
+from .report import Comparison, CostReport, GemmEstimate, OpEstimate
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
 
@@ -91,8 +91,11 @@ def compare(
     predictor: Predictor | None = None,
     optimizer: Any = None,
     capture_method: str = "auto",
-) -> list[CostReport]:
-    """One report per (device, dtype), devices outer, from a single capture of the model."""
+) -> Comparison:
+    """One report per (device, dtype), devices outer, from a single capture of the model.
+
+    The result is a list of ``CostReport``; printing it shows totals and the top layers side by
+    side."""
     specs = [get_device(d) for d in _as_list(devices, "devices")]
     native = _model_dtype(model)
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
@@ -109,13 +112,13 @@ def compare(
         if cd.name not in records:
             records[cd.name] = extract(captured, cd, mode=mode, native_dtype=native)
     inner = unwrap_model(model)
-    return [
+    return Comparison(
         _report(captured, *records[cd.name], spec, cd, mode, predictor, optimizer).with_model(
             inner,
             predictor,  # module class names, config dims and the predictor, for advice
         )
         for spec, cd in itertools.product(specs, cds)
-    ]
+    )
 
 
 def _report(
