@@ -77,7 +77,9 @@ def test_render_mape_hand_worked():
                 "measured_ms": meas, "ours_ms": ours, "gemm_ms": ours * 0.75,
                 "other_ms": ours * 0.25, "unmodelled": 0, "gemm_cover_pct": 100.0,
                 "meas_gemm_total_ms": meas, "neusight_ms": ns, "n_gemms": 1, "n_others": 1,
-                "matched_pred_ms": 0.75 * ours, "matched_meas_ms": 0.75 * meas}
+                "matched_pred_ms": 0.75 * ours, "matched_meas_ms": 0.75 * meas,
+                "fwd_ms": ours / 3, "bwd_ms": ours * 2 / 3, "measured_fwd_ms": meas / 3,
+                "measured_bwd_ms": meas * 2 / 3}
 
     results = [row("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
                row("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
