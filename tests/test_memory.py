@@ -234,3 +234,11 @@ def test_fit_on_measured_layer_norm_leaving_a_gpu_out(data_dir):
     mape = sum(abs(p - r.latency_ms) / r.latency_ms for p, r in zip(pred, held)) / len(held)
     assert 0.3 < eta < 0.8 and 0.02 < floor < 0.08
     assert mape < 0.2  # 11% when fitted on all rows (see train/ops.py's evaluation)
+
+
+def test_backward_op_without_forward_twin_moves_its_own_bytes():
+    # e.g. a bias gradient: column sums of a (4096, 1024) fp32 output gradient
+    # 4096·1024·4 + 1024·4 = 16,781,312 B / (0.9 · 900e9) = 20.7177 µs + 5 µs -> 0.0257177 ms
+    bias_grad = op("aten.sum", "reduction", 1024, 16_781_312, "backward", node="bias0")
+    (t,) = op_times_ms([bias_grad], V100, TABLE)
+    assert t == pytest.approx(0.0257177, rel=1e-5)

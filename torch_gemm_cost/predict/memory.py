@@ -8,7 +8,8 @@ consecutive kernels, instead of that floor.
 
 - Views and metadata ops cost nothing; ops of class ``other`` are unmodelled (time None).
 - Backward ops are priced from the forward op of the same node, with the traffic of the
-  kernels autograd runs for it (``BACKWARD``).
+  kernels autograd runs for it (``BACKWARD``); one without a forward twin (a bias gradient,
+  say) is one kernel moving its own ``dram_bytes``.
 - The softmax inside a fused SDPA kernel never touches DRAM for its scores: it costs its FLOPs
   at the device's vector fp32 rate, plus any explicit mask it reads, and launches nothing.
 - ``adamw_ops`` lists the optimizer update over the parameters as ops of its own.
@@ -184,10 +185,10 @@ def _row(op: OtherOp, fwd: OtherOp | None) -> tuple[int, float, float, float]:
         return _class_index("attention"), float(op.dram_bytes), 0.0, float(op.flops)
     base = _base(op)
     index = _class_index(_OTHER_AS.get(base, op.op_class) if op.op_class == "other" else op.op_class)
-    if op.phase != "backward":
+    if op.phase != "backward" or fwd is None:  # a backward kernel recorded with its own bytes
         return index, float(op.dram_bytes), 1.0, 0.0
-    fwd_bytes = float(fwd.dram_bytes) if fwd is not None else op.dram_bytes / 2.0
-    full = _full_operands(fwd or op, fwd_bytes)
+    fwd_bytes = float(fwd.dram_bytes)
+    full = _full_operands(fwd, fwd_bytes)
     if base == "add":
         # two full tensors join a residual branch: the stream forked before it, so backward
         # sums two gradients (the forward's traffic); a broadcast bias, mask or scalar passes
