@@ -36,9 +36,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch_gemm_cost  # noqa: E402
-from torch_gemm_cost.api import compare  # noqa: E402
-from torch_gemm_cost.predict import default_predictor  # noqa: E402
+import torch_gemm_cost
+from torch_gemm_cost.api import compare
+from torch_gemm_cost.predict import default_predictor
 
 LEFT_OUT_OPTIONS = ("fusion", "dp4", "tp4", "pp4_1")
 LEFT_OUT_MODELS = ("switchxl4",)
@@ -62,8 +62,11 @@ def build(data_dir: Path, model: str, batch: int, seq: int, mode: str) -> tuple[
     if mode == "train":
         cls = transformers.AutoModelForPreTraining if bert else transformers.AutoModelForCausalLM
     else:
-        cls = (transformers.AutoModelForSequenceClassification if bert
-               else transformers.AutoModelForCausalLM)
+        cls = (
+            transformers.AutoModelForSequenceClassification
+            if bert
+            else transformers.AutoModelForCausalLM
+        )
     with torch.device("meta"):
         net = cls.from_config(cfg, attn_implementation="eager", torch_dtype=torch.float32)
     ids = torch.ones(batch, seq, dtype=torch.int64, device="meta")
@@ -124,21 +127,34 @@ def run(data_dir: Path, predictor: Any) -> tuple[list[dict[str, Any]], float]:
                     matched += g.time_ms
                     swapped += t
             meas = float(r["measured_total_ms"])
-            fwd_ms = (sum(g.time_ms for g in rep.gemms if g.site.phase == "forward")
-                      + sum(o.time_ms or 0.0 for o in rep.others if o.op.phase == "forward"))
-            out.append({
-                "gpu": r["gpu"], "model": model, "mode": r["mode"], "seq": seq, "batch": batch,
-                "measured_ms": meas, "ours_ms": rep.total_ms, "gemm_ms": rep.gemm_ms,
-                "other_ms": rep.other_ms, "unmodelled": len(rep.unmodelled),
-                "gemm_cover_pct": 100.0 * matched / rep.gemm_ms if rep.gemm_ms else 0.0,
-                "matched_pred_ms": matched, "matched_meas_ms": swapped,
-                "meas_gemm_total_ms": rep.total_ms - matched + swapped,
-                "neusight_ms": float(r["neusight_pred_ms"]),
-                "fwd_ms": fwd_ms, "bwd_ms": rep.total_ms - fwd_ms,
-                "measured_fwd_ms": float(r["measured_fw_ms"]),
-                "measured_bwd_ms": float(r["measured_bwall_ms"]),
-                "n_gemms": len(rep.gemms), "n_others": len(rep.others),
-            })
+            fwd_ms = sum(g.time_ms for g in rep.gemms if g.site.phase == "forward") + sum(
+                o.time_ms or 0.0 for o in rep.others if o.op.phase == "forward"
+            )
+            out.append(
+                {
+                    "gpu": r["gpu"],
+                    "model": model,
+                    "mode": r["mode"],
+                    "seq": seq,
+                    "batch": batch,
+                    "measured_ms": meas,
+                    "ours_ms": rep.total_ms,
+                    "gemm_ms": rep.gemm_ms,
+                    "other_ms": rep.other_ms,
+                    "unmodelled": len(rep.unmodelled),
+                    "gemm_cover_pct": 100.0 * matched / rep.gemm_ms if rep.gemm_ms else 0.0,
+                    "matched_pred_ms": matched,
+                    "matched_meas_ms": swapped,
+                    "meas_gemm_total_ms": rep.total_ms - matched + swapped,
+                    "neusight_ms": float(r["neusight_pred_ms"]),
+                    "fwd_ms": fwd_ms,
+                    "bwd_ms": rep.total_ms - fwd_ms,
+                    "measured_fwd_ms": float(r["measured_fw_ms"]),
+                    "measured_bwd_ms": float(r["measured_bwall_ms"]),
+                    "n_gemms": len(rep.gemms),
+                    "n_others": len(rep.others),
+                }
+            )
     return out, time.perf_counter() - start
 
 
@@ -147,54 +163,129 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
 
     body = []
     for r in sorted(results, key=lambda r: (r["gpu"], r["mode"], r["model"], r["batch"])):
-        body.append([
-            r["gpu"], r["model"], r["mode"], r["seq"], r["batch"], r["measured_ms"], r["ours_ms"],
-            ape(r["ours_ms"], r["measured_ms"]), r["neusight_ms"],
-            ape(r["neusight_ms"], r["measured_ms"]), r["gemm_ms"], r["other_ms"],
-            100 * r["other_ms"] / r["ours_ms"], r["gemm_cover_pct"],
-            ape(r["meas_gemm_total_ms"], r["measured_ms"]), r["unmodelled"],
-        ])
-    headers = ["gpu", "model", "mode", "seq", "batch", "measured ms", "ours ms", "ours err%",
-               "NeuSight ms", "NeuSight err%", "ours GEMM ms", "ours other ms", "other %",
-               "GEMM cover %", "meas-GEMM err%", "unmodelled"]
+        body.append(
+            [
+                r["gpu"],
+                r["model"],
+                r["mode"],
+                r["seq"],
+                r["batch"],
+                r["measured_ms"],
+                r["ours_ms"],
+                ape(r["ours_ms"], r["measured_ms"]),
+                r["neusight_ms"],
+                ape(r["neusight_ms"], r["measured_ms"]),
+                r["gemm_ms"],
+                r["other_ms"],
+                100 * r["other_ms"] / r["ours_ms"],
+                r["gemm_cover_pct"],
+                ape(r["meas_gemm_total_ms"], r["measured_ms"]),
+                r["unmodelled"],
+            ]
+        )
+    headers = [
+        "gpu",
+        "model",
+        "mode",
+        "seq",
+        "batch",
+        "measured ms",
+        "ours ms",
+        "ours err%",
+        "NeuSight ms",
+        "NeuSight err%",
+        "ours GEMM ms",
+        "ours other ms",
+        "other %",
+        "GEMM cover %",
+        "meas-GEMM err%",
+        "unmodelled",
+    ]
     rows_md = tabulate(body, headers=headers, tablefmt="github", floatfmt=".1f")
 
     def line(label: str, mode: str, rs: list[dict[str, Any]]) -> list[Any]:
-        swapped = [ape(r["meas_gemm_total_ms"], r["measured_ms"]) for r in rs
-                   if r["gemm_cover_pct"] >= 80]
-        return [label, mode, len(rs),
-                statistics.fmean(ape(r["ours_ms"], r["measured_ms"]) for r in rs),
-                statistics.fmean(100 * (r["ours_ms"] / r["measured_ms"] - 1) for r in rs),
-                statistics.fmean(ape(r["neusight_ms"], r["measured_ms"]) for r in rs),
-                statistics.fmean(100 * r["other_ms"] / r["ours_ms"] for r in rs),
-                sum(r["matched_pred_ms"] for r in rs) / sum(r["matched_meas_ms"] for r in rs),
-                statistics.fmean(swapped) if swapped else float("nan")]
+        swapped = [
+            ape(r["meas_gemm_total_ms"], r["measured_ms"]) for r in rs if r["gemm_cover_pct"] >= 80
+        ]
+        return [
+            label,
+            mode,
+            len(rs),
+            statistics.fmean(ape(r["ours_ms"], r["measured_ms"]) for r in rs),
+            statistics.fmean(100 * (r["ours_ms"] / r["measured_ms"] - 1) for r in rs),
+            statistics.fmean(ape(r["neusight_ms"], r["measured_ms"]) for r in rs),
+            statistics.fmean(100 * r["other_ms"] / r["ours_ms"] for r in rs),
+            sum(r["matched_pred_ms"] for r in rs) / sum(r["matched_meas_ms"] for r in rs),
+            statistics.fmean(swapped) if swapped else float("nan"),
+        ]
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in results:
         groups[(r["gpu"], r["mode"])].append(r)
-    summary = [line(gpu, mode, rs) for (gpu, mode), rs in sorted(groups.items())
-               if gpu not in INCONSISTENT_GPUS]
+    summary = [
+        line(gpu, mode, rs)
+        for (gpu, mode), rs in sorted(groups.items())
+        if gpu not in INCONSISTENT_GPUS
+    ]
     for mode in ("inf", "train"):
         pooled = [r for r in results if r["mode"] == mode and r["gpu"] not in INCONSISTENT_GPUS]
         if pooled:
             summary.append(line("all but A100-40GB", mode, pooled))
-    apart = [line(gpu, mode, rs) for (gpu, mode), rs in sorted(groups.items())
-             if gpu in INCONSISTENT_GPUS]
-    headers = ["gpu", "mode", "rows", "ours MAPE%", "ours mean bias%", "NeuSight MAPE%",
-               "ours non-GEMM share%", "GEMM pred/meas", "meas-GEMM MAPE% (cover>=80%)"]
-    split = [[r["gpu"], r["model"], r["batch"], r["measured_fwd_ms"], r["fwd_ms"],
-              100 * (r["fwd_ms"] / r["measured_fwd_ms"] - 1), r["measured_bwd_ms"], r["bwd_ms"],
-              100 * (r["bwd_ms"] / r["measured_bwd_ms"] - 1),
-              r["measured_fwd_ms"] / r["measured_bwd_ms"], r["fwd_ms"] / r["bwd_ms"]]
-             for r in sorted(results, key=lambda r: (r["gpu"], r["model"], r["batch"]))
-             if r["mode"] == "train"]
-    split_md = tabulate(split, headers=["gpu", "model", "batch", "measured fwd ms", "ours fwd ms",
-                                        "fwd err%", "measured bwd ms", "ours bwd ms", "bwd err%",
-                                        "measured fwd/bwd", "ours fwd/bwd"],
-                        tablefmt="github", floatfmt=".1f")
-    bwd_mape = {gpu: statistics.fmean(abs(row[8]) for row in split if row[0] == gpu)
-                for gpu in sorted({row[0] for row in split})}
+    apart = [
+        line(gpu, mode, rs)
+        for (gpu, mode), rs in sorted(groups.items())
+        if gpu in INCONSISTENT_GPUS
+    ]
+    headers = [
+        "gpu",
+        "mode",
+        "rows",
+        "ours MAPE%",
+        "ours mean bias%",
+        "NeuSight MAPE%",
+        "ours non-GEMM share%",
+        "GEMM pred/meas",
+        "meas-GEMM MAPE% (cover>=80%)",
+    ]
+    split = [
+        [
+            r["gpu"],
+            r["model"],
+            r["batch"],
+            r["measured_fwd_ms"],
+            r["fwd_ms"],
+            100 * (r["fwd_ms"] / r["measured_fwd_ms"] - 1),
+            r["measured_bwd_ms"],
+            r["bwd_ms"],
+            100 * (r["bwd_ms"] / r["measured_bwd_ms"] - 1),
+            r["measured_fwd_ms"] / r["measured_bwd_ms"],
+            r["fwd_ms"] / r["bwd_ms"],
+        ]
+        for r in sorted(results, key=lambda r: (r["gpu"], r["model"], r["batch"]))
+        if r["mode"] == "train"
+    ]
+    split_md = tabulate(
+        split,
+        headers=[
+            "gpu",
+            "model",
+            "batch",
+            "measured fwd ms",
+            "ours fwd ms",
+            "fwd err%",
+            "measured bwd ms",
+            "ours bwd ms",
+            "bwd err%",
+            "measured fwd/bwd",
+            "ours fwd/bwd",
+        ],
+        tablefmt="github",
+        floatfmt=".1f",
+    )
+    bwd_mape = {
+        gpu: statistics.fmean(abs(row[8]) for row in split if row[0] == gpu)
+        for gpu in sorted({row[0] for row in split})
+    }
     misses = []
     for label, mode, n, mape, _bias, ns, _share, ratio, swapped in summary + apart:
         if mape > TARGET_MAPE_PCT:
@@ -225,15 +316,18 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
         "these models' shapes.\n\n"
         "## MAPE per GPU and mode\n\n" + sum_md + "\n\n"
         "## A100-40GB (labels known to be inconsistent; reported, not tuned to)\n\n"
-        + apart_md + "\n\n"
+        + apart_md
+        + "\n\n"
         f"## Where the {TARGET_MAPE_PCT:.0f}% target is missed\n\n"
-        + ("\n".join(misses) if misses else "Nowhere.") + "\n\n"
+        + ("\n".join(misses) if misses else "Nowhere.")
+        + "\n\n"
         "## Training rows: forward and backward apart\n\n"
         "The labels split each training step into its forward and its backward. Backward "
         "MAPE: " + ", ".join(f"{g} {m:.1f}%" for g, m in bwd_mape.items()) + ". Where the "
         "measured forward is close to or above the measured backward (which runs twice the "
         "forward's GEMM FLOPs), the forward label holds time that no kernel model explains.\n\n"
-        + split_md + "\n\n"
+        + split_md
+        + "\n\n"
         "## Non-GEMM op costs, each GPU left out of the fit (`python -m torch_gemm_cost.train.ops`)"
         "\n\n" + _op_cost_table() + "\n\n## Rows\n\n" + rows_md + "\n"
     )
@@ -246,17 +340,35 @@ def _op_cost_table() -> str:
     from tabulate import tabulate
 
     doc = json.loads(resources.files("torch_gemm_cost").joinpath("data/op_costs.json").read_text())
-    body = [[c, gpu, m["n"], m["mape_pct"], m["median_ape_pct"], m["mape_ge_0.1ms_pct"]]
-            for c, per_gpu in doc["leave_gpu_out"].items() for gpu, m in per_gpu.items()]
-    return tabulate(body, headers=["op class", "held-out gpu", "ops", "MAPE%", "median APE%",
-                                   "MAPE% (ops >= 0.1 ms)"], tablefmt="github", floatfmt=".1f")
+    body = [
+        [c, gpu, m["n"], m["mape_pct"], m["median_ape_pct"], m["mape_ge_0.1ms_pct"]]
+        for c, per_gpu in doc["leave_gpu_out"].items()
+        for gpu, m in per_gpu.items()
+    ]
+    return tabulate(
+        body,
+        headers=[
+            "op class",
+            "held-out gpu",
+            "ops",
+            "MAPE%",
+            "median APE%",
+            "MAPE% (ops >= 0.1 ms)",
+        ],
+        tablefmt="github",
+        floatfmt=".1f",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
-    parser.add_argument("--weights", type=Path, default=None,
-                        help="HybridPredictor weights (JSON); default: default_predictor()")
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=None,
+        help="HybridPredictor weights (JSON); default: default_predictor()",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "e2e.md")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)

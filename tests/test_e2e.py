@@ -13,7 +13,8 @@ from torch_gemm_cost.api import estimate
 from torch_gemm_cost.predict import RooflinePredictor
 
 _spec = importlib.util.spec_from_file_location(
-    "e2e_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "e2e.py")
+    "e2e_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "e2e.py"
+)
 e2e = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(e2e)
 
@@ -24,8 +25,14 @@ def test_rows_leave_out_options_and_switch(data_dir):
     assert not any(r["option"] for r in rows)
     assert "switchxl4" not in {r["model"] for r in rows}
     assert {r["gpu"] for r in rows} == {
-        "a100_pcie_40gb", "a100_pcie_80gb", "mi210", "tesla_p100_pcie_16gb", "tesla_p4",
-        "tesla_t4", "tesla_v100_pcie_32gb"}
+        "a100_pcie_40gb",
+        "a100_pcie_80gb",
+        "mi210",
+        "tesla_p100_pcie_16gb",
+        "tesla_p4",
+        "tesla_t4",
+        "tesla_v100_pcie_32gb",
+    }
 
 
 def test_build_follows_data_md(data_dir):
@@ -59,8 +66,9 @@ def test_bert_large_inference_records(data_dir):
 
 def test_train_row_prices_backward_and_fused_dropout(data_dir):
     net, args, kwargs = e2e.build(data_dir, "bert_large", 2, 128, "train")
-    rep = estimate(net, args, kwargs, device="a100_pcie_80gb", mode="train",
-                   predictor=RooflinePredictor())
+    rep = estimate(
+        net, args, kwargs, device="a100_pcie_80gb", mode="train", predictor=RooflinePredictor()
+    )
     phases = {g.site.phase for g in rep.gemms}
     assert phases == {"forward", "backward_dx", "backward_dw"}
     back = [o for o in rep.others if o.op.phase == "backward" and o.time_ms]
@@ -73,21 +81,42 @@ def test_train_row_prices_backward_and_fused_dropout(data_dir):
 
 def test_render_mape_hand_worked():
     def row(gpu: str, mode: str, meas: float, ours: float, ns: float) -> dict:
-        return {"gpu": gpu, "model": "m", "mode": mode, "seq": 1, "batch": 1,
-                "measured_ms": meas, "ours_ms": ours, "gemm_ms": ours * 0.75,
-                "other_ms": ours * 0.25, "unmodelled": 0, "gemm_cover_pct": 100.0,
-                "meas_gemm_total_ms": meas, "neusight_ms": ns, "n_gemms": 1, "n_others": 1,
-                "matched_pred_ms": 0.75 * ours, "matched_meas_ms": 0.75 * meas,
-                "fwd_ms": ours / 3, "bwd_ms": ours * 2 / 3, "measured_fwd_ms": meas / 3,
-                "measured_bwd_ms": meas * 2 / 3}
+        return {
+            "gpu": gpu,
+            "model": "m",
+            "mode": mode,
+            "seq": 1,
+            "batch": 1,
+            "measured_ms": meas,
+            "ours_ms": ours,
+            "gemm_ms": ours * 0.75,
+            "other_ms": ours * 0.25,
+            "unmodelled": 0,
+            "gemm_cover_pct": 100.0,
+            "meas_gemm_total_ms": meas,
+            "neusight_ms": ns,
+            "n_gemms": 1,
+            "n_others": 1,
+            "matched_pred_ms": 0.75 * ours,
+            "matched_meas_ms": 0.75 * meas,
+            "fwd_ms": ours / 3,
+            "bwd_ms": ours * 2 / 3,
+            "measured_fwd_ms": meas / 3,
+            "measured_bwd_ms": meas * 2 / 3,
+        }
 
-    results = [row("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
-               row("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
-               row("a100_pcie_40gb", "inf", 100.0, 50.0, 100.0)]
+    results = [
+        row("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
+        row("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
+        row("a100_pcie_40gb", "inf", 100.0, 50.0, 100.0),
+    ]
     text = e2e.render(results, RooflinePredictor(), 1.0, "cmd")
     # t4: MAPE (10 + 15) / 2 = 12.5, bias (-10 + 15) / 2 = 2.5, NeuSight (5 + 5) / 2 = 5.0
     # GEMM pred/meas: 0.75·(90 + 230) / (0.75·(100 + 200)) = 320 / 300 = 1.07
-    assert re.search(r"\| tesla_t4 +\| +inf +\| +2 \| +12\.5 \| +2\.5 \| +5\.0 \| +25\.0 \| +1\.07 \| +0\.0 \|", text)
+    assert re.search(
+        r"\| tesla_t4 +\| +inf +\| +2 \| +12\.5 \| +2\.5 \| +5\.0 \| +25\.0 \| +1\.07 \| +0\.0 \|",
+        text,
+    )
     # A100-40GB is kept out of the pooled line and reported on its own
     assert re.search(r"\| all but A100-40GB +\| +inf +\| +2 \| +12\.5 \|", text)
     apart = text.split("## A100-40GB")[1].split("## Rows")[0]

@@ -9,14 +9,19 @@ from importlib import resources
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.api import estimate
 from torch_gemm_cost.gemms import OtherOp
 from torch_gemm_cost.predict.memory import (
-    OP_CLASSES, OpCostModel, adamw_ops, load_op_costs, memory_time_ms, op_times_ms,
+    OP_CLASSES,
+    OpCostModel,
+    adamw_ops,
+    load_op_costs,
+    memory_time_ms,
+    op_times_ms,
     optimizer_ops,
 )
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec
@@ -24,17 +29,38 @@ from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec
 V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
 
 # round constants, so the arithmetic below is checkable by hand
-TABLE = OpCostModel.from_dict({
-    "classes": {c: {"eta": 0.9, "floor_ms": 0.03} for c in OP_CLASSES if c not in ("view", "other")}
-    | {"norm": {"eta": 0.5, "floor_ms": 0.045}},
-    "launch_ms": 0.005,
-})
+TABLE = OpCostModel.from_dict(
+    {
+        "classes": {
+            c: {"eta": 0.9, "floor_ms": 0.03} for c in OP_CLASSES if c not in ("view", "other")
+        }
+        | {"norm": {"eta": 0.5, "floor_ms": 0.045}},
+        "launch_ms": 0.005,
+    }
+)
 
 
-def op(name: str, cls: str, numel: int, dram_bytes: int, phase: str = "forward",
-       node: str = "n0", flops: int = 0) -> OtherOp:
-    return OtherOp(module="m", module_type="M", op=name, node=node, phase=phase, op_class=cls,
-                   dtype="float32", numel=numel, dram_bytes=dram_bytes, flops=flops)
+def op(
+    name: str,
+    cls: str,
+    numel: int,
+    dram_bytes: int,
+    phase: str = "forward",
+    node: str = "n0",
+    flops: int = 0,
+) -> OtherOp:
+    return OtherOp(
+        module="m",
+        module_type="M",
+        op=name,
+        node=node,
+        phase=phase,
+        op_class=cls,
+        dtype="float32",
+        numel=numel,
+        dram_bytes=dram_bytes,
+        flops=flops,
+    )
 
 
 def test_layer_norm_hand_worked():
@@ -47,8 +73,9 @@ def test_layer_norm_hand_worked():
     assert t == pytest.approx(0.079656, rel=1e-5)
     # backward: dx (reads dy, x; writes dx) and dγ/dβ (reads dy, x): 2.5x the bytes, 2 kernels
     # 2.5 · 33,595,392 = 83,988,480 B / 450e9 = 186.641 µs + 2 · 5 µs -> 0.196641 ms
-    (tb,) = op_times_ms([ln, op("aten.native_layer_norm", "norm", 4096 * 1024, 67_190_784,
-                                "backward")], V100, TABLE)[1:]
+    (tb,) = op_times_ms(
+        [ln, op("aten.native_layer_norm", "norm", 4096 * 1024, 67_190_784, "backward")], V100, TABLE
+    )[1:]
     assert tb == pytest.approx(0.196641, rel=1e-5)
 
 
@@ -89,8 +116,12 @@ def test_residual_add_backward_sums_grads_mask_add_passes_through():
     n = 1 << 20
     residual = op("aten.add", "elementwise", n, 3 * 4 * n, node="a")  # x + y, both full
     masked = op("aten.add", "elementwise", n, 2 * 4 * n + 4 * 1024, node="b")  # + broadcast mask
-    ops = [residual, masked, op("aten.add", "elementwise", n, 2 * residual.dram_bytes, "backward", "a"),
-           op("aten.add", "elementwise", n, 2 * masked.dram_bytes, "backward", "b")]
+    ops = [
+        residual,
+        masked,
+        op("aten.add", "elementwise", n, 2 * residual.dram_bytes, "backward", "a"),
+        op("aten.add", "elementwise", n, 2 * masked.dram_bytes, "backward", "b"),
+    ]
     t = op_times_ms(ops, V100, TABLE)
     assert t[2] == pytest.approx(t[0])  # read 2 grads, write 1: the forward's traffic
     assert t[3] == 0.0
@@ -100,15 +131,18 @@ def test_two_layer_mlp_train_op_counts():
     with torch.device("meta"):
         mlp = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 10))
     opt = torch.optim.AdamW(mlp.parameters())
-    report = estimate(mlp, (torch.ones(32, 64, device="meta"),), device=V100, mode="train",
-                      optimizer=opt)
+    report = estimate(
+        mlp, (torch.ones(32, 64, device="meta"),), device=V100, mode="train", optimizer=opt
+    )
     phases = [g.site.phase for g in report.gemms]
     # 2 forward GEMMs; backward: layer 2 needs dX and dW, layer 1 only dW (x needs no grad)
     assert phases.count("forward") == 2
     assert phases.count("backward_dx") == 1
     assert phases.count("backward_dw") == 2
-    by_phase = {p: [o for o in report.others if o.op.phase == p]
-                for p in ("forward", "backward", "optimizer")}
+    by_phase = {
+        p: [o for o in report.others if o.op.phase == p]
+        for p in ("forward", "backward", "optimizer")
+    }
     assert [o.op.op for o in by_phase["forward"]] == ["aten.gelu"]
     assert [o.op.op for o in by_phase["backward"]] == ["aten.gelu"]
     # AdamW over 64·128 + 128 + 128·10 + 10 = 9,610 parameters in 4 tensors: 8 foreach kernels
@@ -127,7 +161,13 @@ def test_optimizer_boundary_errors():
     with pytest.raises(ValueError, match="mode='train'"):
         estimate(lin, (x,), device=V100, optimizer=torch.optim.AdamW(lin.parameters()))
     with pytest.raises(ValueError, match="AdamW"):
-        estimate(lin, (x,), device=V100, mode="train", optimizer=torch.optim.SGD(lin.parameters(), lr=0.1))
+        estimate(
+            lin,
+            (x,),
+            device=V100,
+            mode="train",
+            optimizer=torch.optim.SGD(lin.parameters(), lr=0.1),
+        )
     with pytest.raises(ValueError, match="n_params"):
         adamw_ops(-1, 1)
     with pytest.raises(ValueError, match="needs the model's parameters"):
@@ -151,8 +191,9 @@ def test_adamw_ops_split_over_launches():
 
 
 def test_dropout_priced_as_the_fused_gpu_kernel():
-    report = estimate(nn.Dropout(0.1), (torch.ones(64, 256, requires_grad=True),), device=V100,
-                      mode="train")
+    report = estimate(
+        nn.Dropout(0.1), (torch.ones(64, 256, requires_grad=True),), device=V100, mode="train"
+    )
     kernels = [o for o in report.others if o.time_ms]
     # 16,384 elements: native_dropout reads x (4 B), writes y (4 B) and a bool mask (1 B):
     # 147,456 B; its backward reads dy and the mask, writes dx: the same 147,456 B
@@ -194,8 +235,13 @@ def test_attention_eager_vs_sdpa():
 
 
 def test_memory_time_is_batched_and_nan_for_unmodelled():
-    t = memory_time_ms(torch.tensor([9e8, 9e8]), torch.tensor([1.0, 0.0]),
-                       torch.tensor([0.5, float("nan")]), 0.005, 900e9)
+    t = memory_time_ms(
+        torch.tensor([9e8, 9e8]),
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([0.5, float("nan")]),
+        0.005,
+        900e9,
+    )
     # 9e8 B / (0.5 · 900e9) = 2 ms, + 5 µs
     assert t[0].item() == pytest.approx(2.005)
     assert math.isnan(t[1].item())
@@ -218,8 +264,11 @@ def test_fit_class_recovers_known_constants():
     rows = []
     for i in range(40):
         dram = 1e3 * 10 ** (6 * i / 39)
-        rows.append(VecRow("g", "s", "add", "elementwise", 1, 1, dram, 900e9,
-                           0.02 + dram / (0.7 * 900e9) * 1e3))
+        rows.append(
+            VecRow(
+                "g", "s", "add", "elementwise", 1, 1, dram, 900e9, 0.02 + dram / (0.7 * 900e9) * 1e3
+            )
+        )
     eta, floor = fit_class(rows, steps=1500, lr=0.05)
     assert eta == pytest.approx(0.7, rel=0.02)
     assert floor == pytest.approx(0.02, rel=0.02)

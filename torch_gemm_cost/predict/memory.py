@@ -23,11 +23,13 @@ are the gradient sums where a tensor feeds several GEMMs (Q, K and V of one hidd
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -36,12 +38,27 @@ from ..dtypes import DTYPES
 from ..gemms import OtherOp
 
 __all__ = [
-    "OP_CLASSES", "BACKWARD", "OPTIMIZERS", "OpCostModel", "memory_time_ms", "op_times_ms",
-    "adamw_ops", "optimizer_ops", "load_op_costs",
+    "BACKWARD",
+    "OPTIMIZERS",
+    "OP_CLASSES",
+    "OpCostModel",
+    "adamw_ops",
+    "load_op_costs",
+    "memory_time_ms",
+    "op_times_ms",
+    "optimizer_ops",
 ]
 
 OP_CLASSES: tuple[str, ...] = (
-    "elementwise", "norm", "softmax", "reduction", "copy", "embedding", "view", "attention", "other",
+    "elementwise",
+    "norm",
+    "softmax",
+    "reduction",
+    "copy",
+    "embedding",
+    "view",
+    "attention",
+    "other",
 )
 _FREE = ("view",)
 _UNMODELLED = ("other",)
@@ -50,18 +67,33 @@ _UNMODELLED = ("other",)
 # kernels). E.g. gelu reads x, writes y (2 tensor passes); its backward reads dy and x and writes
 # dx (3 passes): 1.5x in one kernel. Names missing here use _BACKWARD_DEFAULT.
 BACKWARD: dict[str, tuple[float, int]] = {
-    # dx = dy (and dy for the other operand): no kernel. The gradient sum where the residual
-    # stream forks is priced on the add that joins it (see _add_backward).
-    "sub": (0.0, 0), "neg": (1.0, 1),
-    "gelu": (1.5, 1), "relu": (1.5, 1), "threshold": (1.5, 1), "tanh": (1.5, 1),
-    "sigmoid": (1.5, 1), "silu": (1.5, 1), "erf": (1.5, 1), "exp": (1.5, 1), "sqrt": (1.5, 1),
-    "rsqrt": (1.5, 1), "pow": (2.5, 3),  # dy · e · x^(e-1): pow, mul, mul
-    "softmax": (1.5, 1), "_softmax": (1.5, 1), "log_softmax": (1.5, 1), "_log_softmax": (1.5, 1),
+    # dx = dy (and dy for the other operand): no kernel. add and mul/div depend on their
+    # operands and are priced in _row.
+    "sub": (0.0, 0),
+    "neg": (1.0, 1),
+    "gelu": (1.5, 1),
+    "relu": (1.5, 1),
+    "threshold": (1.5, 1),
+    "tanh": (1.5, 1),
+    "sigmoid": (1.5, 1),
+    "silu": (1.5, 1),
+    "erf": (1.5, 1),
+    "exp": (1.5, 1),
+    "sqrt": (1.5, 1),
+    "rsqrt": (1.5, 1),
+    "pow": (2.5, 3),  # dy · e · x^(e-1): pow, mul, mul
+    "softmax": (1.5, 1),
+    "_softmax": (1.5, 1),
+    "log_softmax": (1.5, 1),
+    "_log_softmax": (1.5, 1),
     "_safe_softmax": (1.5, 1),
     # dx (reads dy, x; writes dx) and dγ/dβ (reads dy, x again): 5 passes against 2
-    "native_layer_norm": (2.5, 2), "layer_norm": (2.5, 2), "rms_norm": (2.5, 2),
+    "native_layer_norm": (2.5, 2),
+    "layer_norm": (2.5, 2),
+    "rms_norm": (2.5, 2),
     "_fused_rms_norm": (2.5, 2),
-    "native_dropout": (1.0, 1), "dropout": (1.0, 1),  # dy·mask·scale: same passes as forward
+    "native_dropout": (1.0, 1),
+    "dropout": (1.0, 1),  # dy·mask·scale: same passes as forward
     "embedding": (1.5, 3),  # sort indices, scatter-add rows. NB: the zero fill of dW is not here
 }
 _BACKWARD_DEFAULT: tuple[float, int] = (1.0, 1)
@@ -98,7 +130,7 @@ class OpCostModel:
     provenance: Mapping[str, Any]
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "OpCostModel":
+    def from_dict(cls, d: Mapping[str, Any]) -> OpCostModel:
         classes = d["classes"]
         missing = [c for c in OP_CLASSES if c not in classes and c not in _FREE + _UNMODELLED]
         if missing:
@@ -119,14 +151,11 @@ class OpCostModel:
         )
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "OpCostModel":
+    def load(cls, path: str | Path | None = None) -> OpCostModel:
         """The shipped table (``data/op_costs.json``) or one written by ``train.ops``."""
         if path is None:
             return load_op_costs()
         return cls.from_dict(json.loads(Path(path).read_text()))
-
-    def class_index(self, classes: Sequence[str]) -> torch.Tensor:
-        return torch.tensor([_class_index(c) for c in classes], dtype=torch.long)
 
 
 @lru_cache(maxsize=1)
@@ -162,8 +191,8 @@ def op_times_ms(
         return []
     forward = {op.node: op for op in others if op.phase == "forward"}
     rows = [_row(op, forward.get(op.node)) for op in others]
-    for i, (dram_bytes, kernels) in _dropout_fusion(others).items():
-        rows[i] = (rows[i][0], dram_bytes, kernels, 0.0)
+    for i, (fused_bytes, fused_kernels) in _dropout_fusion(others).items():
+        rows[i] = (rows[i][0], fused_bytes, fused_kernels, 0.0)
     # (N,) each
     cls = torch.tensor([r[0] for r in rows], dtype=torch.long)
     dram = torch.tensor([r[1] for r in rows], dtype=torch.float64)
@@ -173,7 +202,7 @@ def op_times_ms(
     time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s)
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3
-    return [None if t != t else float(t) for t in time.tolist()]
+    return [None if math.isnan(t) else float(t) for t in time.tolist()]
 
 
 def _row(op: OtherOp, fwd: OtherOp | None) -> tuple[int, float, float, float]:
@@ -184,7 +213,9 @@ def _row(op: OtherOp, fwd: OtherOp | None) -> tuple[int, float, float, float]:
         # inside the fused kernel: scores stay on chip; the mask (if any) is read
         return _class_index("attention"), float(op.dram_bytes), 0.0, float(op.flops)
     base = _base(op)
-    index = _class_index(_OTHER_AS.get(base, op.op_class) if op.op_class == "other" else op.op_class)
+    index = _class_index(
+        _OTHER_AS.get(base, op.op_class) if op.op_class == "other" else op.op_class
+    )
     if op.phase != "backward" or fwd is None:  # a backward kernel recorded with its own bytes
         return index, float(op.dram_bytes), 1.0, 0.0
     fwd_bytes = float(fwd.dram_bytes)
@@ -220,10 +251,16 @@ def _full_operands(fwd: OtherOp, fwd_bytes: float) -> bool:
 
 # ops of class "other" that run a plain memory-bound kernel
 _OTHER_AS: dict[str, str] = {
-    "bernoulli": "elementwise", "uniform": "elementwise", "normal": "elementwise",
-    "nll_loss_forward": "reduction", "nll_loss_backward": "elementwise",
-    "nll_loss2d_forward": "reduction", "fill": "elementwise", "zero": "elementwise",
-    "masked_fill": "elementwise", "clamp": "elementwise",
+    "bernoulli": "elementwise",
+    "uniform": "elementwise",
+    "normal": "elementwise",
+    "nll_loss_forward": "reduction",
+    "nll_loss_backward": "elementwise",
+    "nll_loss2d_forward": "reduction",
+    "fill": "elementwise",
+    "zero": "elementwise",
+    "masked_fill": "elementwise",
+    "clamp": "elementwise",
 }
 
 
@@ -265,18 +302,28 @@ def adamw_ops(n_params: int, n_tensors: int, dtype: str = "float32") -> tuple[Ot
     for name, passes in _ADAMW_PASSES:
         for i in range(launches):
             share = n_params // launches + (1 if i < n_params % launches else 0)
-            out.append(OtherOp(
-                module="", module_type="AdamW", op=name, node="optimizer.step",
-                phase="optimizer", op_class="elementwise", dtype=dtype, numel=share,
-                dram_bytes=passes * share * elem,
-            ))
+            out.append(
+                OtherOp(
+                    module="",
+                    module_type="AdamW",
+                    op=name,
+                    node="optimizer.step",
+                    phase="optimizer",
+                    op_class="elementwise",
+                    dtype=dtype,
+                    numel=share,
+                    dram_bytes=passes * share * elem,
+                )
+            )
     return tuple(out)
 
 
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
 
 
-def optimizer_ops(optimizer: Any, params: Iterable[torch.Tensor] | None = None) -> tuple[OtherOp, ...]:
+def optimizer_ops(
+    optimizer: Any, params: Iterable[torch.Tensor] | None = None
+) -> tuple[OtherOp, ...]:
     """The update step of ``optimizer`` over ``params`` (those with ``requires_grad``).
 
     ``optimizer`` is a name in ``OPTIMIZERS`` (then ``params`` is required) or a
@@ -287,7 +334,9 @@ def optimizer_ops(optimizer: Any, params: Iterable[torch.Tensor] | None = None) 
         params = [p for g in optimizer.param_groups for p in g["params"]]
     elif isinstance(optimizer, str) and optimizer.lower() in OPTIMIZERS:
         if params is None:
-            raise ValueError(f"optimizer={optimizer!r} needs the model's parameters to size its update")
+            raise ValueError(
+                f"optimizer={optimizer!r} needs the model's parameters to size its update"
+            )
     else:
         raise ValueError(
             f"unsupported optimizer {optimizer!r}; use one of {', '.join(map(repr, OPTIMIZERS))} "

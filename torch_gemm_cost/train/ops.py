@@ -21,16 +21,17 @@ import json
 import logging
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from ..devices import get_device
 from ..predict.memory import memory_time_ms
 
-__all__ = ["VecRow", "load_vec", "fit_class", "fit_op_costs", "main", "LAUNCH_MS"]
+__all__ = ["LAUNCH_MS", "VecRow", "fit_class", "fit_op_costs", "load_vec", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,22 @@ VEC_OPS: dict[str, tuple[str, int]] = {
 }
 FITTED = ("elementwise", "norm", "softmax")
 # classes without measurements take the constants of the closest measured kernel
-BORROWED = {"reduction": "softmax", "copy": "elementwise", "embedding": "elementwise",
-            "attention": "elementwise"}
+BORROWED = {
+    "reduction": "softmax",
+    "copy": "elementwise",
+    "embedding": "elementwise",
+    "attention": "elementwise",
+}
 # NB: not fitted. Measured floors include CUDA-event overhead (~25 µs); back to back on one
 # stream a kernel costs a few µs of launch gap and ramp.
 LAUNCH_MS = 0.005
-TRAIN_GPUS = ("tesla_p4", "tesla_p100_pcie_16gb", "tesla_v100_pcie_32gb", "tesla_t4",
-              "a100_pcie_40gb")
+TRAIN_GPUS = (
+    "tesla_p4",
+    "tesla_p100_pcie_16gb",
+    "tesla_v100_pcie_32gb",
+    "tesla_t4",
+    "a100_pcie_40gb",
+)
 
 
 @dataclass(frozen=True)
@@ -81,9 +91,19 @@ def load_vec(data_dir: str | Path) -> list[VecRow]:
             if rec["gpu"] not in bw:
                 bw[rec["gpu"]] = get_device(rec["gpu"]).dram_bw_bytes_per_s
             rows, cols = int(rec["rows"]), int(rec["cols"])
-            out.append(VecRow(rec["gpu"], rec["source"], rec["op"], op_class, rows, cols,
-                              float(passes * rows * cols * 4), bw[rec["gpu"]],
-                              float(rec["latency_ms"])))
+            out.append(
+                VecRow(
+                    rec["gpu"],
+                    rec["source"],
+                    rec["op"],
+                    op_class,
+                    rows,
+                    cols,
+                    float(passes * rows * cols * 4),
+                    bw[rec["gpu"]],
+                    float(rec["latency_ms"]),
+                )
+            )
     return out
 
 
@@ -91,8 +111,11 @@ def _tensors(rows: Sequence[VecRow]) -> tuple[torch.Tensor, torch.Tensor, torch.
     def col(xs: list[float]) -> torch.Tensor:
         return torch.tensor(xs, dtype=torch.float64)
 
-    return (col([r.dram_bytes for r in rows]), col([r.bw_bytes_per_s for r in rows]),
-            col([r.latency_ms for r in rows]))
+    return (
+        col([r.dram_bytes for r in rows]),
+        col([r.bw_bytes_per_s for r in rows]),
+        col([r.latency_ms for r in rows]),
+    )
 
 
 def fit_class(rows: Sequence[VecRow], steps: int = 400, lr: float = 0.05) -> tuple[float, float]:
@@ -142,13 +165,19 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400) -> dict[str, Any]:
             if not test:
                 continue
             eta, floor = fit_class(train, steps)
-            metrics[c][gpu] = {"eta": round(eta, 4), "floor_ms": round(floor, 5),
-                               **_score(test, eta, floor)}
+            metrics[c][gpu] = {
+                "eta": round(eta, 4),
+                "floor_ms": round(floor, 5),
+                **_score(test, eta, floor),
+            }
     classes: dict[str, dict[str, Any]] = {}
     for c, items in by_class.items():
         eta, floor = fit_class([r for r in items if r.gpu in TRAIN_GPUS], steps)
-        classes[c] = {"eta": round(eta, 4), "floor_ms": round(floor, 5),
-                      "fitted_on": sorted({r.op for r in items})}
+        classes[c] = {
+            "eta": round(eta, 4),
+            "floor_ms": round(floor, 5),
+            "fitted_on": sorted({r.op for r in items}),
+        }
     for c, src in BORROWED.items():
         classes[c] = {**{k: classes[src][k] for k in ("eta", "floor_ms")}, "borrowed_from": src}
     return {
@@ -158,11 +187,11 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400) -> dict[str, Any]:
         "launch_ms": LAUNCH_MS,
         "provenance": {
             "data": "NeuSight vec/neusight.csv.gz (MIT License, Copyright (c) 2025 Georgia Institute of Technology and Microsoft Corporation): "
-                    "float32 elementwise, layer norm and softmax latencies timed with CUDA events",
+            "float32 elementwise, layer norm and softmax latencies timed with CUDA events",
             "train_gpus": list(TRAIN_GPUS),
             "fit": f"Adam on squared log error, {steps} steps, per op class",
             "launch_ms": "not fitted: a kernel's cost back to back on one stream (the measured "
-                         "floor_ms includes CUDA-event overhead)",
+            "floor_ms includes CUDA-event overhead)",
         },
         "leave_gpu_out": metrics,
     }
@@ -177,11 +206,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     table = fit_op_costs(args.data, args.steps)
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
-    lines = ["class        gpu                   eta   floor_ms  MAPE%  medAPE%  <=10%  MAPE%(>=0.1ms)"]
+    lines = [
+        "class        gpu                   eta   floor_ms  MAPE%  medAPE%  <=10%  MAPE%(>=0.1ms)"
+    ]
     for c, per_gpu in table["leave_gpu_out"].items():
         for gpu, m in per_gpu.items():
-            lines.append(f"{c:12s} {gpu:21s} {m['eta']:.3f} {m['floor_ms']:.4f} {m['mape_pct']:6.1f}"
-                         f" {m['median_ape_pct']:7.1f} {m['within_10_pct']:6.1f} {m['mape_ge_0.1ms_pct']}")
+            lines.append(
+                f"{c:12s} {gpu:21s} {m['eta']:.3f} {m['floor_ms']:.4f} {m['mape_pct']:6.1f}"
+                f" {m['median_ape_pct']:7.1f} {m['within_10_pct']:6.1f} {m['mape_ge_0.1ms_pct']}"
+            )
     print("\n".join(lines))  # the script's output: the leave-GPU-out evaluation
     print(f"wrote {args.out}")
     return 0
