@@ -291,3 +291,16 @@ def test_backward_op_without_forward_twin_moves_its_own_bytes():
     bias_grad = op("aten.sum", "reduction", 1024, 16_781_312, "backward", node="bias0")
     (t,) = op_times_ms([bias_grad], V100, TABLE)
     assert t == pytest.approx(0.0257177, rel=1e-5)
+
+
+def test_fitter_script_writes_a_loadable_table(data_dir, tmp_path, capsys):
+    from torch_gemm_cost.train.ops import main
+
+    out = tmp_path / "op_costs.json"
+    assert main(["--data", str(data_dir), "--out", str(out), "--steps", "3"]) == 0
+    table = OpCostModel.load(out)
+    assert len(table.eta) == len(OP_CLASSES)
+    doc = json.loads(out.read_text())
+    # every measured GPU is held out once per fitted class, A100-80GB included (never trained on)
+    assert set(doc["leave_gpu_out"]["norm"]) >= {"a100_pcie_80gb", "tesla_t4"}
+    assert "tesla_t4" in capsys.readouterr().out
