@@ -304,3 +304,17 @@ def test_fitter_script_writes_a_loadable_table(data_dir, tmp_path, capsys):
     # every measured GPU is held out once per fitted class, A100-80GB included (never trained on)
     assert set(doc["leave_gpu_out"]["norm"]) >= {"a100_pcie_80gb", "tesla_t4"}
     assert "tesla_t4" in capsys.readouterr().out
+
+
+def test_estimate_prices_adamw_by_name_over_the_models_parameters():
+    with torch.device("meta"):
+        mlp = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 10))
+    x = torch.ones(32, 64, device="meta")
+    by_name = estimate(mlp, (x,), device=V100, mode="train", optimizer="adamw")
+    by_instance = estimate(
+        mlp, (x,), device=V100, mode="train", optimizer=torch.optim.AdamW(mlp.parameters())
+    )
+    # 9,610 parameters · 80 B, as in test_two_layer_mlp_train_op_counts
+    for report in (by_name, by_instance):
+        assert sum(o.op.dram_bytes for o in report.others if o.op.phase == "optimizer") == 768_800
+    assert by_name.total_ms == pytest.approx(by_instance.total_ms)

@@ -18,6 +18,7 @@ from .devices import DeviceSpec, get_device
 from .dtypes import ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract
 from .predict import GemmBatch, Predictor, default_predictor
+from .predict.memory import op_times_ms, optimizer_ops
 from .report import Comparison, CostReport, GemmEstimate, OpEstimate
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
@@ -106,14 +107,19 @@ def compare(
     predictor = predictor or default_predictor()
     if not callable(getattr(predictor, "predict", None)):
         raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
+    if optimizer is not None and mode != "train":
+        raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
+    inner = unwrap_model(model)
+    optimizer_records = optimizer_ops(optimizer, list(inner.parameters())) if optimizer else ()
     captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     for cd in cds:
         if cd.name not in records:
             records[cd.name] = extract(captured, cd, mode=mode, native_dtype=native)
-    inner = unwrap_model(model)
     return Comparison(
-        _report(captured, *records[cd.name], spec, cd, mode, predictor, optimizer).with_model(
+        _report(
+            captured, *records[cd.name], spec, cd, mode, predictor, optimizer_records
+        ).with_model(
             inner,
             predictor,  # module class names, config dims and the predictor, for advice
         )
@@ -129,7 +135,7 @@ def _report(
     cd: ComputeDtype,
     mode: str,
     predictor: Predictor,
-    optimizer: Any,
+    optimizer_records: tuple[OtherOp, ...],
 ) -> CostReport:
     gemms: tuple[GemmEstimate, ...] = ()
     if sites:
@@ -148,26 +154,13 @@ def _report(
         predictor=getattr(predictor, "name", type(predictor).__name__),
         predictor_version=str(getattr(predictor, "version", "")),
         gemms=gemms,
-        others=_cost_other_ops(others, device, mode, optimizer),
+        others=_cost_other_ops(others + optimizer_records, device),
     )
 
 
-def _cost_other_ops(
-    others: Sequence[OtherOp], device: DeviceSpec, mode: str, optimizer: Any
-) -> tuple[OpEstimate, ...]:
-    """Times of the non-GEMM ops (``predict.memory``); ops of class ``other`` keep None.
-
-    ``optimizer`` (train only): a ``torch.optim.AdamW``/``Adam`` instance adds its update over
-    the parameters it holds. NB: the name ``"adamw"`` needs the model's parameters, which do not
-    reach this function yet.
-    """
-    from .predict.memory import op_times_ms, optimizer_ops
-
+def _cost_other_ops(others: Sequence[OtherOp], device: DeviceSpec) -> tuple[OpEstimate, ...]:
+    """Times of the non-GEMM ops (``predict.memory``); ops of class ``other`` keep None."""
     ops = tuple(others)
-    if optimizer is not None:
-        if mode != "train":
-            raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
-        ops += optimizer_ops(optimizer)
     times = op_times_ms(ops, device)
     return tuple(OpEstimate(op, t) for op, t in zip(ops, times))
 
