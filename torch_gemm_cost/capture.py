@@ -23,14 +23,23 @@ objects when ``use_cache`` is left on).
 
 No weights are allocated (a meta model stays meta). The model is left as it was: per-module
 training flags are set for the capture and restored, also on failure.
+
+Captures run one at a time, under a process-wide lock: each one swaps the model's parameters
+for the duration (``functional_call``), sets training flags, installs global module hooks and
+compiler stances, all state that a concurrent capture would see. Everything after capture
+(records, prediction, reports) runs outside the lock, so ``estimate()`` is safe to call from
+several threads. NB: running the model itself in another thread during a capture is not.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import operator
 import os
 import sysconfig
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -48,6 +57,7 @@ __all__ = ["CAPTURE_METHODS", "CaptureError", "Captured", "capture", "unwrap_mod
 
 log = logging.getLogger(__name__)
 
+_LOCK = threading.RLock()  # one capture at a time; see the module docstring
 NO_GRAD = "torch_gemm_cost_no_grad"  # node.meta key: recorded with grad disabled
 CAPTURE_METHODS: tuple[str, ...] = ("auto", "dispatch", "export", "eager")
 
@@ -100,6 +110,13 @@ def capture(
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)
     kw: dict[str, Any] = dict(kwargs or {})
+    with _LOCK:
+        return _capture_locked(model, args, kw, train, method)
+
+
+def _capture_locked(
+    model: torch.nn.Module, args: tuple[Any, ...], kw: dict[str, Any], train: bool, method: str
+) -> Captured:
     if _all_meta(model):
         args, kw = _to_meta((args, kw))
 
@@ -248,7 +265,19 @@ def _type_name(cls: type) -> str:
 def _capture_export(model: torch.nn.Module, args: tuple, kwargs: dict) -> Captured:
     from torch.export.graph_signature import InputKind
 
-    ep = torch.export.export(model, args, kwargs, strict=False)
+    # NB: export prints the partial graph of a failed trace to stderr, and its shape solver logs
+    # a warning for data-dependent guards; both go to this module's debug log instead
+    noise = io.StringIO()
+    shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = shapes_log.level
+    shapes_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(noise):
+            ep = torch.export.export(model, args, kwargs, strict=False)
+    finally:
+        shapes_log.setLevel(level)
+        if noise.getvalue().strip():
+            log.debug("torch.export said:\n%s", noise.getvalue())
     gm = ep.graph_module
     _inline_wrapped_regions(gm)
     params = dict(model.named_parameters(remove_duplicate=False))
