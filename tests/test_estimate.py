@@ -228,7 +228,7 @@ def test_arguments_checked_at_the_boundary() -> None:
         tgc.estimate(model, x, device="t4", mode="training")
     with pytest.raises(ValueError, match="capture_method"):
         tgc.estimate(model, x, device="t4", capture_method="fx")
-    with pytest.raises(ValueError, match="Tesla T4.*no float8_e4m3fn support"):
+    with pytest.raises(ValueError, match="Tesla T4.*cannot run float8_e4m3fn GEMMs; nearest"):
         tgc.estimate(model, x, device="t4", dtype="fp8")  # before any capture
     with pytest.raises(ValueError, match="devices is empty"):
         tgc.compare(model, x, devices=[])

@@ -6,8 +6,10 @@ at the boundary, before anything is traced.
 
 from __future__ import annotations
 
+import collections
 import difflib
 import itertools
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,9 +21,12 @@ from .dtypes import ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract
 from .predict import GemmBatch, Predictor, default_predictor
 from .predict.memory import op_times_ms, optimizer_ops
+from .predict.query import check_dtype_on_device
 from .report import Comparison, CostReport, GemmEstimate, OpEstimate
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
+
+log = logging.getLogger(__name__)
 
 MODES: tuple[str, ...] = ("inference", "train")
 
@@ -103,7 +108,8 @@ def compare(
     _check_mode(mode)
     _check_method(capture_method)
     for spec, cd in itertools.product(specs, cds):
-        spec.peak_flops_per_s(cd)  # a dtype the device cannot run: ValueError naming both
+        # fp8 without fp8 units: ValueError naming both; bf16 without bf16 tensor cores warns
+        check_dtype_on_device(spec, cd)
     predictor = predictor or default_predictor()
     if not callable(getattr(predictor, "predict", None)):
         raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
@@ -116,7 +122,7 @@ def compare(
     for cd in cds:
         if cd.name not in records:
             records[cd.name] = extract(captured, cd, mode=mode, native_dtype=native)
-    return Comparison(
+    reports = Comparison(
         _report(
             captured, *records[cd.name], spec, cd, mode, predictor, optimizer_records
         ).with_model(
@@ -124,6 +130,24 @@ def compare(
             predictor,  # module class names, config dims and the predictor, for advice
         )
         for spec, cd in itertools.product(specs, cds)
+    )
+    _warn_unmodelled(reports[0])
+    return reports
+
+
+def _warn_unmodelled(report: CostReport) -> None:
+    """One warning for all the ops without a cost model (left out of the total), by op."""
+    counts = collections.Counter(o.op.op for o in report.unmodelled)
+    if not counts:
+        return
+    shown = ", ".join(f"{op} x{n}" for op, n in counts.most_common(8))
+    more = f" and {len(counts) - 8} more kinds" if len(counts) > 8 else ""
+    log.warning(
+        "%s: %d ops have no cost model and are left out of the total: %s%s",
+        report.model,
+        sum(counts.values()),
+        shown,
+        more,
     )
 
 
