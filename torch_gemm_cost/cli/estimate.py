@@ -13,16 +13,20 @@ import dataclasses
 import importlib
 import inspect
 import json
+import logging
 import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import UsageError
+
+logger = logging.getLogger(__name__)
 
 TASKS: dict[str, str] = {
     "causal-lm": "AutoModelForCausalLM",
@@ -94,8 +98,8 @@ def _stage(label: str) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
-        if shown.is_set():
-            print(f"{label}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    if shown.is_set():  # a failure says so itself, in one line
+        print(f"{label}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -217,6 +221,7 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
     import torch_gemm_cost as tgc
 
     from ..advise import config_dims
+    from ..capture import CaptureError
     from ..devices import get_device
     from ..dtypes import resolve_dtype
 
@@ -241,8 +246,15 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
     reports = []
     for dev in devices:
         with _stage(f"estimating {type(model).__name__} on {dev.id}"):
-            report = tgc.estimate(model, margs, kwargs=kwargs, device=dev, dtype=dtype.name,
-                                  mode=args.mode, predictor=predictor)
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    report = tgc.estimate(model, margs, kwargs=kwargs, device=dev,
+                                          dtype=dtype.name, mode=args.mode, predictor=predictor)
+            except CaptureError as e:  # the model or its inputs, not this program
+                raise UsageError(str(e)) from e
+            for message in dict.fromkeys(str(w.message) for w in caught):
+                logger.warning("%s", message)  # one line each, not a source excerpt
         if not report.config and config is not None:
             report = dataclasses.replace(report, config=config_dims(config))
         reports.append(report)
