@@ -82,7 +82,7 @@ def load_weights(path: str | os.PathLike[str]) -> Predictor:
             f"cannot load weights {str(path)!r}: this installation has no hybrid predictor; "
             "omit the weights to use the default predictor"
         ) from None
-    return HybridPredictor.load(path)
+    return HybridPredictor.load(Path(path))
 
 
 def check_dtype_on_device(spec: DeviceSpec, cd: ComputeDtype) -> None:
