@@ -29,6 +29,8 @@ for the duration (``functional_call``), sets training flags, installs global mod
 compiler stances, all state that a concurrent capture would see. Everything after capture
 (records, prediction, reports) runs outside the lock, so ``estimate()`` is safe to call from
 several threads. NB: running the model itself in another thread during a capture is not.
+torch's own reports of a failed trace (fake-tensor tracebacks, export's partial graph) are held
+back during a capture; each failure is logged here once, and the ``CaptureError`` names it.
 """
 
 from __future__ import annotations
@@ -126,6 +128,35 @@ def _capture_locked(
         methods = ("dispatch", "export")
     else:
         methods = ("dispatch", "export", "eager")
+    with _quiet_torch_logs():
+        return _try_methods(model, args, kw, train, methods)
+
+
+# torch loggers that report a failed trace (with a traceback) that capture handles itself
+_TORCH_TRACE_LOGS = ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes")
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    """Silence torch's own reports of a failed trace: each failure is logged here, once."""
+    loggers = [logging.getLogger(name) for name in _TORCH_TRACE_LOGS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _try_methods(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kw: dict[str, Any],
+    train: bool,
+    methods: tuple[str, ...],
+) -> Captured:
     failures: list[tuple[str, str, BaseException]] = []
     for name in methods:
         if name == "eager":
@@ -265,17 +296,12 @@ def _type_name(cls: type) -> str:
 def _capture_export(model: torch.nn.Module, args: tuple, kwargs: dict) -> Captured:
     from torch.export.graph_signature import InputKind
 
-    # NB: export prints the partial graph of a failed trace to stderr, and its shape solver logs
-    # a warning for data-dependent guards; both go to this module's debug log instead
+    # NB: export prints the partial graph of a failed trace to stderr; it goes to the debug log
     noise = io.StringIO()
-    shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
-    level = shapes_log.level
-    shapes_log.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stderr(noise):
             ep = torch.export.export(model, args, kwargs, strict=False)
     finally:
-        shapes_log.setLevel(level)
         if noise.getvalue().strip():
             log.debug("torch.export said:\n%s", noise.getvalue())
     gm = ep.graph_module
