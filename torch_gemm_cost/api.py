@@ -76,11 +76,12 @@ def annotate(
 ) -> torch.fx.GraphModule:
     """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
     ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
-    get_device(device)
+    spec = get_device(device)
     _check_mode(mode)
     _check_method(capture_method)
     native = _model_dtype(model)
     cd = resolve_dtype(dtype if dtype is not None else native)
+    check_dtype_on_device(spec, cd)
     captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
     extract(captured, cd, mode=mode, native_dtype=native)
     return captured.graph_module

@@ -10,6 +10,7 @@ value and the nearest good one.
 
 from __future__ import annotations
 
+import difflib
 import os
 import warnings
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..devices import DeviceSpec, get_device, list_devices
 from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
 from .base import DTYPE_NAMES, GemmBatch, GemmPrediction, Predictor
 
-__all__ = ["predict_gemm_ms", "explain", "resolve_target", "check_dtype_on_device", "load_weights"]
+__all__ = ["check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms", "resolve_target"]
 
 DimLike = Union[int, float, torch.Tensor, Any]  # also lists and NumPy arrays
 DeviceLike = Union[str, DeviceSpec, "os.PathLike[str]"]
@@ -147,7 +148,9 @@ def _op_leads(op: str) -> tuple[int, int, int]:
     layout = _OP_LAYOUT.get(op, op if op in LAYOUTS else None)
     if layout is None:
         known = sorted(set(_OP_LAYOUT) | set(LAYOUTS))
-        raise ValueError(f"unknown op {op!r}; known: {', '.join(known)}")
+        close = difflib.get_close_matches(str(op), known, n=2, cutoff=0.5)
+        hint = f". Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"unknown op {op!r}; known: {', '.join(known)}{hint}")
     pos = {"m": 0, "n": 1, "k": 2}
     a, b, c = (pos[d] for d in LAYOUTS[layout])
     return a, b, c
