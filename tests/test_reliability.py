@@ -22,6 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_untouched import FailsInside, assert_same, mixed_state, snapshot
 from torch import nn
+from torch.overrides import _get_current_function_mode_stack
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.capture import CaptureError
@@ -175,6 +177,11 @@ def test_bad_dims_name_the_value_and_the_nearest_good_one(dims: dict, message: s
         tgc.predict_gemm_ms("l4", **kwargs)
 
 
+def test_unknown_op_names_the_nearest() -> None:
+    with pytest.raises(ValueError, match=r"unknown op 'linaer'; known: .*Did you mean 'linear'\?"):
+        tgc.predict_gemm_ms("l4", m=8, n=8, k=8, op="linaer")
+
+
 def test_untraceable_model_names_stage_and_node_and_suggests_the_way_out(capfd) -> None:
     with torch.device("meta"):
         model = ValueBranch()
@@ -207,7 +214,7 @@ def test_untraceable_model_names_stage_and_node_and_suggests_the_way_out(capfd) 
 # ----------------------------------------------------------------------------- side effects
 
 
-def test_model_untouched_after_success_and_after_failing_halfway() -> None:
+def test_model_untouched_after_success_and_after_failing_halfway(capfd) -> None:
     torch.manual_seed(0)
     model = tiny_gpt2()
     model.train()
@@ -229,6 +236,11 @@ def test_model_untouched_after_success_and_after_failing_halfway() -> None:
     with pytest.raises(CaptureError, match=r"b\.fc"):
         tgc.estimate(failing, (torch.randn(4, 8),), device="t4", mode="train")
     assert_same(before, snapshot(failing))
+    # no mode, grad or hook state left behind, and torch's own failure tracebacks held back
+    assert _get_current_dispatch_mode_stack() == [] and _get_current_function_mode_stack() == []
+    assert torch.is_grad_enabled()
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "failed while attempting" not in out + err, err
 
 
 # ----------------------------------------------------------------------------- sound numbers
