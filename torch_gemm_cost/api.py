@@ -10,18 +10,19 @@ import collections
 import difflib
 import itertools
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from .capture import CAPTURE_METHODS, Captured, capture, unwrap_model
-from .devices import DeviceSpec, get_device
+from .devices import DeviceSpec
 from .dtypes import ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract
 from .predict import GemmBatch, Predictor, default_predictor
 from .predict.memory import op_times_ms, optimizer_ops
-from .predict.query import check_dtype_on_device
+from .predict.query import DeviceLike, check_dtype_on_device, resolve_target
 from .report import Comparison, CostReport, GemmEstimate, OpEstimate
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
@@ -36,7 +37,7 @@ def estimate(
     args: Any = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
-    device: str | DeviceSpec,
+    device: DeviceLike,
     dtype: str | torch.dtype | ComputeDtype | None = None,
     mode: str = "inference",
     predictor: Predictor | None = None,
@@ -44,6 +45,10 @@ def estimate(
     capture_method: str = "auto",
 ) -> CostReport:
     """Predict the GPU time of ``model(*args, **kwargs)`` on ``device``, GEMM by GEMM.
+
+    ``device`` is a catalog id, a driver name, a ``DeviceSpec`` or the path of a calibration
+    profile (``torch-gemm-cost calibrate``), whose fitted predictor is used unless
+    ``predictor`` is given.
 
     ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
     ``mode="train"`` adds the backward pass. ``optimizer`` is passed to the non-GEMM cost model.
@@ -69,14 +74,14 @@ def annotate(
     args: Any = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
-    device: str | DeviceSpec,
+    device: DeviceLike,
     dtype: str | torch.dtype | ComputeDtype | None = None,
     mode: str = "inference",
     capture_method: str = "auto",
 ) -> torch.fx.GraphModule:
     """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
     ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
-    spec = get_device(device)
+    spec, _ = resolve_target(device)
     _check_mode(mode)
     _check_method(capture_method)
     native = _model_dtype(model)
@@ -92,7 +97,7 @@ def compare(
     args: Any = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
-    devices: Iterable[str | DeviceSpec],
+    devices: Iterable[DeviceLike],
     dtypes: Iterable[str | torch.dtype | ComputeDtype | None] = (None,),
     mode: str = "inference",
     predictor: Predictor | None = None,
@@ -103,7 +108,10 @@ def compare(
 
     The result is a list of ``CostReport``; printing it shows totals and the top layers side by
     side."""
-    specs = [get_device(d) for d in _as_list(devices, "devices")]
+    # a device is a catalog id, a driver name, a DeviceSpec or a calibration profile's path,
+    # which brings its own predictor
+    targets = [resolve_target(d) for d in _as_list(devices, "devices")]
+    specs = [spec for spec, _ in targets]
     native = _model_dtype(model)
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
     _check_mode(mode)
@@ -111,9 +119,12 @@ def compare(
     for spec, cd in itertools.product(specs, cds):
         # fp8 without fp8 units: ValueError naming both; bf16 without bf16 tensor cores warns
         check_dtype_on_device(spec, cd)
-    predictor = predictor or default_predictor()
-    if not callable(getattr(predictor, "predict", None)):
+    if predictor is not None and not callable(getattr(predictor, "predict", None)):
         raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
+    predictors = [
+        predictor if predictor is not None else own if own is not None else default_predictor()
+        for _, own in targets
+    ]
     if optimizer is not None and mode != "train":
         raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
     inner = unwrap_model(model)
@@ -124,13 +135,11 @@ def compare(
         if cd.name not in records:
             records[cd.name] = extract(captured, cd, mode=mode, native_dtype=native)
     reports = Comparison(
-        _report(
-            captured, *records[cd.name], spec, cd, mode, predictor, optimizer_records
-        ).with_model(
+        _report(captured, *records[cd.name], spec, cd, mode, pred, optimizer_records).with_model(
             inner,
-            predictor,  # module class names, config dims and the predictor, for advice
+            pred,  # module class names, config dims and the predictor, for advice
         )
-        for spec, cd in itertools.product(specs, cds)
+        for (spec, pred), cd in itertools.product(zip(specs, predictors), cds)
     )
     _warn_unmodelled(reports[0])
     return reports
@@ -218,7 +227,10 @@ def _check_method(method: str) -> None:
 
 
 def _as_list(values: Any, what: str) -> list[Any]:
-    if isinstance(values, (str, DeviceSpec, torch.dtype, ComputeDtype)) or values is None:
+    if (
+        isinstance(values, (str, os.PathLike, DeviceSpec, torch.dtype, ComputeDtype))
+        or values is None
+    ):
         return [values]
     out = list(values)
     if not out:

@@ -55,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attn", choices=("eager", "sdpa"), default="eager",
                    help="attention implementation for --hf-config (default: eager)")
     p.add_argument("--device", action="append", metavar="ID",
-                   help="catalog id or GPU name; repeat to compare devices (see `devices`; "
-                   "default h100_sxm5_80gb)")
+                   help="catalog id, GPU name or calibration profile JSON; repeat to compare "
+                   "devices (see `devices`; default h100_sxm5_80gb)")
     p.add_argument("--dtype", default="bf16", help="compute dtype, e.g. fp16, bf16, fp8, float32")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"default {DEFAULT_BATCH}")
     p.add_argument("--seq", type=int, default=None,
@@ -222,12 +222,13 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
 
     from ..advise import config_dims
     from ..capture import CaptureError
-    from ..devices import get_device
     from ..dtypes import resolve_dtype
+    from ..predict.query import resolve_target
 
     _check_args(args)
     dtype = resolve_dtype(args.dtype)
-    devices = [get_device(d) for d in (args.device or ["h100_sxm5_80gb"])]
+    targets = [resolve_target(d) for d in (args.device or ["h100_sxm5_80gb"])]
+    devices = [spec for spec, _ in targets]
     for dev in devices:
         if not dev.supports(dtype) and dtype.peak_key in ("fp8", "int8"):
             have = [k for k, v in dev.peak_flops if v is not None]
@@ -242,9 +243,10 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
         else:
             model, margs, kwargs = load_callable(args.callable, args.batch, args.seq)
             config = getattr(model, "config", None)
-    predictor = _predictor(args.predictor)
+    chosen = _predictor(args.predictor)
     reports = []
-    for dev in devices:
+    for dev, own in targets:  # a calibration profile brings its own predictor
+        predictor = own if own is not None and args.predictor == "default" else chosen
         with _stage(f"estimating {type(model).__name__} on {dev.id}"):
             try:
                 with warnings.catch_warnings(record=True) as caught:
