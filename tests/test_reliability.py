@@ -390,6 +390,33 @@ def test_corrupt_weights_and_profiles_are_named_in_the_error(tmp_path: Path) -> 
         tgc.predict_gemm_ms(str(tmp_path / "absent.json"), m=8, n=8, k=8)
 
 
+def test_estimate_takes_a_profile_and_names_a_corrupt_one(tmp_path: Path) -> None:
+    from torch_gemm_cost.calibrate import FORMAT, VERSION, _spec_record
+
+    weights = json.loads((PACKAGE / "data" / "hybrid_weights.json").read_text())
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "device": _spec_record(tgc.get_device("l4")),
+        "predictor": {"kind": "hybrid", "weights": weights},
+    }
+    profile = tmp_path / "l4_profile.json"
+    profile.write_text(json.dumps(doc))
+    model, x = nn.Linear(512, 1024), (torch.randn(64, 512),)
+    # the profile's predictor is the shipped hybrid here, so it must match the catalog L4
+    by_profile = tgc.estimate(model, x, device=profile, dtype="fp16")
+    by_id = tgc.estimate(model, x, device="l4", dtype="fp16")
+    assert by_profile.gemms[0].time_ms == by_id.gemms[0].time_ms > 0
+    doc["device"]["sm_count"] = "58"
+    profile.write_text(json.dumps(doc))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"calibration profile {str(profile)!r}")
+        + r" is invalid: 'device.sm_count' has type str",
+    ):
+        tgc.estimate(model, x, device=str(profile))
+
+
 def test_nothing_is_ever_unpickled() -> None:
     """No pickle import, and every torch.load says weights_only=True."""
     offenders = []
@@ -562,6 +589,10 @@ CLI_CASES = [
         ["estimate", "models:mlp", "--device", "a100_sxm4_80gb", "--dtype", "fp8"],
         "a100_sxm4_80gb has no float8_e4m3fn support",
     ),
+    (
+        ["estimate", "models:mlp", "--device", "profile.json"],
+        "calibration profile 'profile.json' is not valid JSON",
+    ),
     (["estimate", "models:mlp", "--batch", "0"], "--batch must be at least 1, got 0"),
     (["estimate", "models:mlp", "--batch", "two"], "argument --batch: invalid int value: 'two'"),
     (
@@ -576,6 +607,7 @@ CLI_CASES = [
 
 def test_cli_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "models.py").write_text(MODELS_PY)
+    (tmp_path / "profile.json").write_text('{"format": "torch_gemm_cost.profile", trunc')
     # one interpreter runs every case through main(), as `python -m torch_gemm_cost` does
     code = textwrap.dedent(
         """
