@@ -165,10 +165,11 @@ def _try_methods(
                     "capture_method='eager' runs the model for real: it needs a "
                     "model and example inputs that are not on the meta device"
                 )
-            log.warning(
-                "fake-tensor capture failed; running %s eagerly on its own device",
-                type(model).__name__,
-            )
+            if failures:  # a fallback, not the method asked for
+                log.warning(
+                    "fake-tensor capture failed; running %s eagerly on its own device",
+                    type(model).__name__,
+                )
         try:
             grad = train or torch.is_grad_enabled()  # backward follows autograd's view
             with _training_flags(model, train), torch.set_grad_enabled(grad):
