@@ -243,6 +243,27 @@ def test_model_untouched_after_success_and_after_failing_halfway(capfd) -> None:
     assert "Traceback" not in out + err and "failed while attempting" not in out + err, err
 
 
+class InPlace(nn.Module):
+    """Writes into its input tensor and its list argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, seen: list) -> torch.Tensor:
+        seen.append(x.shape)
+        return self.fc(x.mul_(2))
+
+
+@pytest.mark.parametrize("method", ["dispatch", "export", "eager"])
+def test_example_inputs_untouched(method: str) -> None:
+    x, seen = torch.ones(4, 8, requires_grad=False), []
+    version = x._version
+    report = tgc.estimate(InPlace(), (x, seen), device="t4", capture_method=method)
+    assert len(report.gemms) == 1
+    assert bool((x == 1).all()) and x._version == version and seen == []
+
+
 # ----------------------------------------------------------------------------- sound numbers
 
 
@@ -502,6 +523,30 @@ def test_dtype_spellings_agree() -> None:
 # ----------------------------------------------------------------------------- logging
 
 
+def test_only_the_command_line_prints() -> None:
+    """print() appears only in cli/ and in a script's main(); library code logs."""
+    import ast
+
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "cli" in path.relative_to(PACKAGE).parts:
+            continue
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name == "main":
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                    offenders.append(f"{path.name}:{node.lineno} in {func.name}()")
+        for node in tree.body:  # module level
+            for call in ast.walk(node):
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                    break
+                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "print":
+                    offenders.append(f"{path.name}:{call.lineno} at module level")
+    assert offenders == []
+
+
 class UsesFFT(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -593,6 +638,8 @@ CLI_CASES = [
         ["estimate", "models:mlp", "--device", "profile.json"],
         "calibration profile 'profile.json' is not valid JSON",
     ),
+    ([], "the following arguments are required: COMMAND"),
+    (["devices", "zz9"], "no catalog device matches 'zz9'"),
     (["estimate", "models:mlp", "--batch", "0"], "--batch must be at least 1, got 0"),
     (["estimate", "models:mlp", "--batch", "two"], "argument --batch: invalid int value: 'two'"),
     (
