@@ -232,7 +232,7 @@ def test_measurements_round_trip_in_the_data_schema(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def profile_doc() -> dict:
     spec = cpu_spec(dram_bw_bytes_per_s=1e10)
-    return fit_profile(spec, synthetic(spec, rows=120), steps=60)
+    return fit_profile(spec, synthetic(spec, rows=120), steps=60, hybrid_steps=0)
 
 
 def test_profile_round_trips(tmp_path: Path, profile_doc: dict) -> None:
@@ -309,7 +309,7 @@ def test_whole_loop_on_the_cpu_through_the_cli(tmp_path: Path, capsys) -> None:
     assert len(data) >= 50 and data.timing == "wall" and data.device_id == "cpu"
     doc = json.loads((out / "profile.json").read_text())
     assert doc["calibration"]["measured"] == len(data)
-    assert doc["calibration"]["elapsed_s"] < 4 * 3  # the fit stays within a few seconds here
+    assert doc["calibration"]["elapsed_s"] < 4 * 5  # the fit, hybrid included, takes seconds
     assert set(doc["fit"]["holdout"]) >= {"calibrated_n1", "calibrated_n16", "calibrated_n32"}
     spec, predictor = load_profile(out / "profile.json")
     pred = predictor.predict(data.gemms, spec).time_ms
