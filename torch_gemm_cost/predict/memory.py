@@ -202,6 +202,10 @@ def op_times_ms(
     time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s)
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3
+    # an op on an empty tensor launches nothing (PyTorch returns early); the optimizer's update
+    # runs over the parameters whatever the batch. NB: a zero-fill of a weight gradient is free
+    empty = torch.tensor([op.numel == 0 and op.phase != "optimizer" for op in others])
+    time = torch.where(empty & ~torch.isnan(time), torch.zeros_like(time), time)
     return [None if math.isnan(t) else float(t) for t in time.tolist()]
 
 
