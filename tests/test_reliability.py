@@ -273,9 +273,15 @@ def test_zero_size_batch_costs_zero() -> None:
     assert t[0] == t[2] == 0.0 and t[1] > 0
     rows = tgc.explain("l4", batch=0, m=8, n=8, k=8)
     assert rows == [{"batch": 0, "m": 8, "n": 8, "k": 8, "dtype": "float32", "time_ms": 0.0}]
-    # a model on an empty batch: nothing runs, nothing costs
-    report = tgc.estimate(nn.Linear(8, 8), (torch.randn(0, 8),), device="t4")
-    assert report.total_ms == 0.0
+    # a model on an empty batch: no GEMM and no other kernel runs, forward or backward
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+    for mode in ("inference", "train"):
+        report = tgc.estimate(model, (torch.randn(0, 8),), device="t4", mode=mode)
+        assert report.gemms and report.others
+        assert report.total_ms == 0.0
+    # the optimizer's update runs over the parameters whatever the batch
+    train = tgc.estimate(model, (torch.randn(0, 8),), device="t4", mode="train", optimizer="adamw")
+    assert train.total_ms > 0 and {o.op.phase for o in train.others if o.time_ms} == {"optimizer"}
 
 
 def test_huge_dims_give_finite_positive_times_without_overflow() -> None:
