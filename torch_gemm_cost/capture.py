@@ -297,7 +297,8 @@ def _type_name(cls: type) -> str:
 def _capture_export(model: torch.nn.Module, args: tuple, kwargs: dict) -> Captured:
     from torch.export.graph_signature import InputKind
 
-    # NB: export prints the partial graph of a failed trace to stderr; it goes to the debug log
+    # export prints the partial graph of a failed trace to stderr; it goes to the debug log.
+    # NB: sys.stderr is process-wide, so other threads' writes during an export go there too
     noise = io.StringIO()
     try:
         with contextlib.redirect_stderr(noise):
