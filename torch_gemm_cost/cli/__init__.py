@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s"
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s"
     )
     try:
         return int(args.run(args) or 0)
@@ -60,3 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # an internal error: one line, the traceback only with -v
+        logging.getLogger(__name__).debug("internal error", exc_info=True)
+        hint = "" if args.verbose else " (run with -v for the traceback)"
+        print(
+            f"torch-gemm-cost {args.command}: internal error: {type(e).__name__}: {e}{hint}",
+            file=sys.stderr,
+        )
+        return 1
