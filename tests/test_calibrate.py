@@ -309,7 +309,6 @@ def test_whole_loop_on_the_cpu_through_the_cli(tmp_path: Path, capsys) -> None:
     assert len(data) >= 50 and data.timing == "wall" and data.device_id == "cpu"
     doc = json.loads((out / "profile.json").read_text())
     assert doc["calibration"]["measured"] == len(data)
-    assert doc["calibration"]["elapsed_s"] < 4 * 5  # the fit, hybrid included, takes seconds
     assert set(doc["fit"]["holdout"]) >= {"calibrated_n1", "calibrated_n16", "calibrated_n32"}
     spec, predictor = load_profile(out / "profile.json")
     pred = predictor.predict(data.gemms, spec).time_ms

@@ -253,7 +253,7 @@ json.dump(dict(elapsed_s=elapsed_s, sites=sites,
 @pytest.mark.slow
 def test_llama_7b_geometry() -> None:
     """Llama-2-7B geometry (LlamaConfig() defaults) on meta, 2048 tokens, in a fresh process
-    so its time and peak memory are its own."""
+    so its peak memory is its own."""
     import json
     import subprocess
     import sys
@@ -272,4 +272,5 @@ def test_llama_7b_geometry() -> None:
     proj_params = 32 * (4 * h * h + 3 * h * f) + h * v
     assert sum(s["flops"] for s in projections) == pytest.approx(2 * tokens * proj_params, rel=0.01)
     assert len(attention) == 64 and all(s["causal"] for s in attention)  # QKᵀ and PV per layer
-    assert result["elapsed_s"] < 20 and result["peak_rss_bytes"] < 4 * 2**30
+    # NB: its wall time is measured by benchmarks/speed.py, not asserted here
+    assert result["peak_rss_bytes"] < 4 * 2**30
