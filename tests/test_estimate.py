@@ -274,3 +274,23 @@ def test_llama_7b_geometry() -> None:
     assert len(attention) == 64 and all(s["causal"] for s in attention)  # QKᵀ and PV per layer
     # NB: its wall time is measured by benchmarks/speed.py, not asserted here
     assert result["peak_rss_bytes"] < 4 * 2**30
+
+
+def test_causal_attention_pays_for_its_unmasked_tiles_only() -> None:
+    q = torch.ones(2, 4, 256, 64)
+
+    class Attn(torch.nn.Module):
+        def __init__(self, causal: bool) -> None:
+            super().__init__()
+            self.causal = causal
+
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=self.causal)
+
+    roof = tgc.predict.RooflinePredictor()
+    dense = tgc.estimate(Attn(False), (q,), device="a100_sxm4_80gb", predictor=roof)
+    causal = tgc.estimate(Attn(True), (q,), device="a100_sxm4_80gb", predictor=roof)
+    for d, c in zip(dense.gemms, causal.gemms):
+        # 256 queries keep 256·257/2 = 32,896 of 65,536 scores: a 0.50195 share of the work
+        assert c.site.flops / c.site.dense_flops == pytest.approx(32896 / 65536)
+        assert c.time_ms == pytest.approx(d.time_ms * 32896 / 65536)
