@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 # Names that torch.cuda.get_device_name() returns, and the names the data sources recorded.
@@ -41,6 +42,9 @@ ALIASES: dict[str, list[str]] = {
     "a40": ["NVIDIA A40", "A40"],
 }
 
+# Board power where the form factor names none: one MI250 GCD is half of the 560 W OAM module.
+TDP_W: dict[str, float] = {"mi250_gcd": 280.0}
+
 TFLOPS = 1e12
 MB = 1 << 20
 KB = 1 << 10
@@ -48,6 +52,12 @@ KB = 1 << 10
 
 def _scaled(value: float | None, scale: float) -> float | None:
     return None if value is None else float(value) * scale
+
+
+def board_power_w(rec: dict) -> float | None:
+    """TDP from the form factor ("PCIe LP 75W" -> 75), or the table above."""
+    found = re.search(r"(\d+)\s*W\b", rec.get("form_factor") or "")
+    return float(found.group(1)) if found else TDP_W.get(rec["id"])
 
 
 def convert(rec: dict) -> dict:
@@ -62,6 +72,7 @@ def convert(rec: dict) -> dict:
         "sm_count": rec["sm_count"],
         "boost_clock_mhz": rec.get("boost_clock_mhz"),
         "tensor_cores_per_sm": rec.get("tensor_cores_per_sm") or 0,
+        "tdp_w": board_power_w(rec),
         "mem_bytes": _scaled(rec.get("mem_gb"), 1e9),
         "dram_bw_bytes_per_s": _scaled(rec["mem_bw_gbps"], 1e9),
         "l2_bytes": _scaled(rec.get("l2_mb"), MB),

@@ -82,3 +82,9 @@ def test_cuda_without_a_gpu_is_a_clear_error():
         pytest.skip("a GPU is present")
     with pytest.raises(ValueError, match="cuda"):
         tgc.get_device("cuda")
+
+
+def test_board_power_comes_from_the_form_factor():
+    assert tgc.get_device("tesla_t4").tdp_w == 70.0  # "PCIe LP 70W"
+    assert tgc.get_device("h100_sxm5_80gb").tdp_w == 700.0  # "SXM5 700W"
+    assert tgc.get_device("mi250_gcd").tdp_w == 280.0  # half the 560 W module

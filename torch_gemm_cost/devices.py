@@ -48,6 +48,7 @@ class DeviceSpec:
     # keys: fp64, fp32, fp32_matrix, tf32, fp16, bf16, fp8, int8; None where the device lacks it
     peak_flops: tuple[tuple[str, float | None], ...]
     aliases: tuple[str, ...] = ()
+    tdp_w: float | None = None  # board power: power-capped parts sustain less than their peak
     uncertain: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
@@ -106,6 +107,7 @@ def _spec_from_json(rec: dict[str, Any]) -> DeviceSpec:
         l1_bytes_per_sm=rec["l1_bytes_per_sm"],
         smem_bytes_per_sm=rec["smem_bytes_per_sm"],
         regfile_bytes_per_sm=rec["regfile_bytes_per_sm"],
+        tdp_w=rec["tdp_w"],
         peak_flops=tuple(sorted(rec["peak_flops_per_s"].items())),
         aliases=tuple(rec["aliases"]),
         uncertain=tuple(rec["uncertain"]),

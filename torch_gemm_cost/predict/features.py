@@ -19,7 +19,6 @@ from .base import DTYPE_NAMES, GemmBatch
 from .tiles import ENGINES
 
 __all__ = [
-    "BOARD_POWER_W",
     "MLP_FEATURES",
     "PEAK_KEYS",
     "DeviceTable",
@@ -28,28 +27,14 @@ __all__ = [
     "mlp_features",
 ]
 
-# Board power (TDP) in watts, from the vendor sheets cited in the data's devices/sources.md.
-# NB: belongs in DeviceSpec; kept here until the catalog carries it. Unknown -> no power cap.
-BOARD_POWER_W: dict[str, float] = {
-    "tesla_p4": 75, "tesla_p100_pcie_16gb": 250, "tesla_v100_pcie_32gb": 250,
-    "tesla_v100_sxm2": 300, "tesla_t4": 70, "a10": 150, "a100_pcie_40gb": 250,
-    "a100_sxm4_40gb": 400, "a100_sxm4_80gb": 400, "a100_pcie_80gb": 300, "l4": 72, "l40s": 350,
-    "h100_pcie": 350, "h100_sxm5_80gb": 700, "h200_sxm_141gb": 700, "b200": 1000,
-    "rtx_3090": 350, "rtx_4090": 450, "mi100": 300, "mi210": 300, "mi250": 560, "mi300x": 750,
-    "a40": 300, "mi355x": 1400, "mi250_gcd": 280,
-}
-
 # Which sustained-efficiency parameter a (device, dtype) pair uses.
 PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp8", "int8",
                               "fp16_simt")
 
 
 def board_power_w(device: DeviceSpec) -> float:
-    """TDP in watts, NaN when unknown."""
-    explicit = getattr(device, "tdp_w", None)
-    if explicit:
-        return float(explicit)
-    return float(BOARD_POWER_W.get(device.id, math.nan))
+    """TDP in watts from the catalog, NaN when unknown (then no power cap applies)."""
+    return math.nan if device.tdp_w is None else float(device.tdp_w)
 
 
 def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
