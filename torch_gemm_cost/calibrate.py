@@ -938,6 +938,7 @@ def _spec_record(spec: DeviceSpec) -> dict[str, Any]:
     """A ``DeviceSpec`` in the catalog's JSON record layout."""
     rec = {f: getattr(spec, f) for f in _SPEC_FIELDS if hasattr(spec, f)}
     rec["peak_flops_per_s"] = dict(spec.peak_flops)
+    rec["tdp_w"] = spec.tdp_w
     for key in ("aliases", "uncertain", "notes"):
         rec[key] = list(getattr(spec, key))
     return rec
@@ -960,6 +961,9 @@ def _spec_from_record(rec: Any) -> DeviceSpec:
         peaks[key] = None if value is None else float(value)
     if not rec["dram_bw_bytes_per_s"] > 0 or rec["sm_count"] < 1:
         raise ValueError("'device.dram_bw_bytes_per_s' and 'device.sm_count' must be positive")
+    tdp_w = rec.get("tdp_w")  # optional: profiles written before it existed have none
+    if tdp_w is not None and not (isinstance(tdp_w, (int, float)) and tdp_w > 0):
+        raise ValueError(f"'device.tdp_w' must be a positive number or null, got {tdp_w!r}")
     return DeviceSpec(
         **{k: rec[k] for k in _SPEC_FIELDS
            if k not in ("peak_flops_per_s", "aliases", "uncertain", "notes")},
@@ -967,6 +971,7 @@ def _spec_from_record(rec: Any) -> DeviceSpec:
         aliases=tuple(map(str, rec["aliases"])),
         uncertain=tuple(map(str, rec["uncertain"])),
         notes=tuple(map(str, rec["notes"])),
+        tdp_w=None if tdp_w is None else float(tdp_w),
     )
 
 
