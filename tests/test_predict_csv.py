@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 import math
 import re
 from pathlib import Path
 
 import pytest
-import torch
 
 import torch_gemm_cost.predict as predict_pkg
 from torch_gemm_cost.cli import main

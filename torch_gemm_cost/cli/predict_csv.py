@@ -13,9 +13,9 @@ import argparse
 import csv
 import gzip
 import inspect
-import io
 import logging
 import os
+import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,9 +63,10 @@ class _Table:
     lines: list[int]  # file line where each row starts (the header is line 1)
 
 
-def _open_text(path: Path, mode: str, gz: bool) -> io.TextIOBase:
+def _open_text(path: Path, mode: str, gz: bool) -> typing.IO[str]:
     if gz:
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8", newline="")
+        text_mode: typing.Literal["rt", "wt"] = "wt" if mode == "w" else "rt"
+        return gzip.open(path, text_mode, encoding="utf-8", newline="")
     return open(path, mode, encoding="utf-8", newline="")  # noqa: SIM115
 
 
@@ -165,7 +166,7 @@ def _context(predictor: Predictor, timing: str, source: str) -> dict[str, str]:
 
 def _columns(table: _Table, idx: list[int]) -> dict[str, list[str]]:
     """The GEMM columns of rows ``idx``, as ``gemm_batch_from_columns`` takes them."""
-    cols = {}
+    cols: dict[str, list[str]] = {}
     for name in ("op", "dtype", "batch", "m", "n", "k", "layout", "bias"):
         if name in table.header:
             j = table.header.index(name)
