@@ -318,6 +318,12 @@ def test_whole_loop_on_the_cpu_through_the_cli(tmp_path: Path, capsys) -> None:
     small, large = predict_gemm_ms(out / "profile.json", m=[8, 1024], n=[8, 1024],
                                    k=[8, 1024]).tolist()
     assert 0 < small < large < 1e4
+    # the measurements feed predict-csv as they are, rows and predictions in the same order
+    assert main(["predict-csv", str(out / "measurements.csv"), "--out", str(tmp_path / "p.csv"),
+                 "--device-profile", str(out / "profile.json")]) == 0
+    with open(tmp_path / "p.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["predicted_ms"]) for r in rows] == pytest.approx(pred.tolist(), rel=1e-5)
 
 
 def test_gpu_timing_path_runs_on_the_cpu(tmp_path: Path) -> None:
