@@ -34,13 +34,15 @@ def main() -> None:
     gpus = sorted(set(data.gpu))
     table = []
     for gpu in gpus:
-        rows = [i for i, (g, k) in enumerate(zip(data.gpu, data.kernel)) if g == gpu and TILE.search(k)]
+        rows = [
+            i for i, (g, k) in enumerate(zip(data.gpu, data.kernel)) if g == gpu and TILE.search(k)
+        ]
         if not rows:
             continue
         sub = data.select(rows)
         details = predictor.predict(sub.gemms, get_device(gpu)).details
         ours_m, ours_n = details["tile_m"].tolist(), details["tile_n"].tolist()
-        theirs = [tuple(int(x) for x in TILE.search(sub.kernel[j]).groups()) for j in range(len(rows))]
+        theirs = [tuple(int(x) for x in TILE.search(k).groups()) for k in sub.kernel]
         as_ours = sum(int(m) == a and int(n) == b for m, n, (a, b) in zip(ours_m, ours_n, theirs))
         colmajor = sum(int(n) == a and int(m) == b for m, n, (a, b) in zip(ours_m, ours_n, theirs))
         either = sum(
