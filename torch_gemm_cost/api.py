@@ -174,10 +174,7 @@ def _report(
     gemms: tuple[GemmEstimate, ...] = ()
     if sites:
         pred = predictor.predict(GemmBatch.from_sites(sites), device)  # one call per report
-        # NB: a causal score GEMM runs only the unmasked tiles (flash kernels skip the rest), so
-        # its dense prediction is scaled by the kept share of its FLOPs.
-        kept = torch.tensor([s.flops / s.dense_flops if s.dense_flops else 1.0 for s in sites])
-        times = (pred.time_ms * kept.to(pred.time_ms.dtype)).tolist()
+        times = pred.time_ms.tolist()
         bound = pred.compute_bound.tolist()
         gemms = tuple(
             GemmEstimate(s, float(t), "compute" if b else "memory")

@@ -38,13 +38,20 @@ class GemmBatch:
     b_align_bytes: torch.Tensor
     c_align_bytes: torch.Tensor
     bias: torch.Tensor  # 0 or 1
+    # share of the dense work a kernel runs: < 1 for causal attention scores, whose masked tiles
+    # flash kernels skip; ones when omitted
+    kept_fraction: torch.Tensor = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.kept_fraction is None:
+            object.__setattr__(self, "kept_fraction", torch.ones_like(self.m))
 
     def __len__(self) -> int:
         return int(self.m.shape[0])
 
     @property
     def flops(self) -> torch.Tensor:
-        return 2.0 * self.batch * self.m * self.n * self.k
+        return 2.0 * self.batch * self.m * self.n * self.k * self.kept_fraction
 
     @property
     def compulsory_bytes(self) -> torch.Tensor:
@@ -72,6 +79,8 @@ class GemmBatch:
             b_align_bytes=col([s.b_align_bytes for s in sites]),
             c_align_bytes=col([s.c_align_bytes for s in sites]),
             bias=col([float(s.bias) for s in sites]),
+            kept_fraction=col([s.flops / s.dense_flops if s.causal and s.dense_flops else 1.0
+                                for s in sites]),
         )
 
     @classmethod

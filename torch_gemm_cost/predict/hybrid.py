@@ -376,7 +376,9 @@ class HybridPredictor:
         # the physical floor again in float64, so float32 rounding never undercuts it
         floor_ms = torch.maximum(gemms.flops / peaks,
                                  gemms.compulsory_bytes / device.dram_bw_bytes_per_s) * 1e3
-        time_ms = torch.where(gemms.flops > 0, torch.maximum(out["time_ms"].double(), floor_ms),
+        # a causal score GEMM runs only its unmasked tiles: its dense time times the kept share
+        dense_ms = out["time_ms"].double() * gemms.kept_fraction
+        time_ms = torch.where(gemms.flops > 0, torch.maximum(dense_ms, floor_ms),
                               torch.zeros_like(floor_ms))
         return GemmPrediction(time_ms=time_ms, compute_bound=out["compute_bound"],
                               details=details)
