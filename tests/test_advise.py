@@ -148,7 +148,9 @@ def test_advice_is_never_predicted_slower(m, n, k, predictor):
         padded = [
             dataclasses.replace(s, a_align_bytes=alignment_bytes(s.k, 2),
                                 b_align_bytes=alignment_bytes(s.k, 2),
-                                c_align_bytes=alignment_bytes(s.n, 2))
+                                c_align_bytes=alignment_bytes(s.n, 2),
+                                flops=2 * s.m * s.n * s.k,
+                                dram_bytes=2 * (s.m * s.k + s.n * s.k + s.m * s.n))
             for s in padded
         ]
         again = make_report(padded, predictor, config={})

@@ -294,3 +294,30 @@ def test_causal_attention_pays_for_its_unmasked_tiles_only() -> None:
             # 256 queries keep 256·257/2 = 32,896 of 65,536 scores: a 0.50195 share of the work
             assert c.site.flops / c.site.dense_flops == pytest.approx(32896 / 65536)
             assert c.time_ms == pytest.approx(d.time_ms * 32896 / 65536)
+
+
+def test_fused_attention_keeps_its_scores_on_chip() -> None:
+    q = torch.ones(1, 32, 4096, 64, dtype=torch.float16)
+    report = tgc.estimate(
+        lambda_module(lambda q: torch.nn.functional.scaled_dot_product_attention(q, q, q)),
+        (q,),
+        device="h100_sxm5_80gb",
+        dtype="fp16",
+        predictor=tgc.predict.RooflinePredictor(),
+    )
+    h100 = tgc.get_device("h100_sxm5_80gb")
+    for g in report.gemms:
+        # the 32·4096·4096·2 B = 1 GiB score matrix never reaches DRAM: the fused kernel moves
+        # Q, K, V and O once, 4 · 32·4096·64·2 B = 64 MiB, so each GEMM is compute-bound:
+        # 2·32·4096·4096·64 = 68.7 GFLOP at 989.4 TFLOP/s = 0.0695 ms
+        assert g.site.dram_bytes <= 64 * 2**20
+        assert g.bound == "compute"
+        assert g.time_ms == pytest.approx(68.719476736e9 / h100.peak_flops_per_s("fp16") * 1e3)
+
+
+def lambda_module(fn):
+    class Fn(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+
+    return Fn()

@@ -123,6 +123,12 @@ def _align(dim: torch.Tensor, elem_bytes: torch.Tensor, cap: int = 16) -> torch.
     return out.to(torch.float64)
 
 
+def _io_bytes(rows: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A, B and C each moved once, for GEMM columns as ``_take`` returns them."""
+    b, m, n, k = rows["batch"], rows["m"], rows["n"], rows["k"]
+    return b * ((m * k + k * n) * rows["in_bytes"] + m * n * rows["out_bytes"])
+
+
 def _take(b: GemmBatch, idx: torch.Tensor) -> dict[str, torch.Tensor]:
     return {name: getattr(b, name)[idx] for name in b.__dataclass_fields__}
 
@@ -223,7 +229,10 @@ def padding_advice(
             rows = _take(base, c.idx)
             old = dims[c.idx]  # (c, 3)
             new = torch.where(c.mask, torch.full_like(old, size), old).to(torch.float64)
+            before = _io_bytes(rows)
             rows["m"], rows["n"], rows["k"] = new[:, 0], new[:, 1], new[:, 2]
+            # compulsory bytes grow with the operands; a fused kernel keeps its on-chip share
+            rows["dram_bytes"] = rows["dram_bytes"] * _io_bytes(rows) / before
             # A's contiguous dim is m when transposed, else k; B's is k when transposed, else n
             a_axis = torch.where(a_t[c.idx], 0, 2)
             b_axis = torch.where(b_t[c.idx], 2, 1)

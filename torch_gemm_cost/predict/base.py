@@ -41,10 +41,16 @@ class GemmBatch:
     # share of the dense work a kernel runs: < 1 for causal attention scores, whose masked tiles
     # flash kernels skip; ones when omitted
     kept_fraction: torch.Tensor = None  # type: ignore[assignment]
+    # compulsory DRAM bytes; A, B and C each moved once when omitted. A fused attention kernel
+    # keeps the score matrix on chip, so its records bring their own, smaller count.
+    dram_bytes: torch.Tensor = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.kept_fraction is None:
             object.__setattr__(self, "kept_fraction", torch.ones_like(self.m))
+        if self.dram_bytes is None:
+            ab = self.batch * (self.m * self.k + self.k * self.n) * self.in_bytes
+            object.__setattr__(self, "dram_bytes", ab + self.batch * self.m * self.n * self.out_bytes)
 
     def __len__(self) -> int:
         return int(self.m.shape[0])
@@ -55,9 +61,8 @@ class GemmBatch:
 
     @property
     def compulsory_bytes(self) -> torch.Tensor:
-        """A and B read once, C written once."""
-        ab = self.batch * (self.m * self.k + self.k * self.n) * self.in_bytes
-        return ab + self.batch * self.m * self.n * self.out_bytes
+        """Bytes that must cross DRAM at least once (``dram_bytes``)."""
+        return self.dram_bytes
 
     def dtype_names(self) -> list[str]:
         return [DTYPE_NAMES[i] for i in self.dtype_index.tolist()]
@@ -81,6 +86,7 @@ class GemmBatch:
             bias=col([float(s.bias) for s in sites]),
             kept_fraction=col([s.flops / s.dense_flops if s.causal and s.dense_flops else 1.0
                                 for s in sites]),
+            dram_bytes=col([s.dram_bytes for s in sites]),
         )
 
     @classmethod
