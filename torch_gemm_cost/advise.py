@@ -229,10 +229,10 @@ def padding_advice(
             rows = _take(base, c.idx)
             old = dims[c.idx]  # (c, 3)
             new = torch.where(c.mask, torch.full_like(old, size), old).to(torch.float64)
-            before = _io_bytes(rows)
+            io_before = _io_bytes(rows)
             rows["m"], rows["n"], rows["k"] = new[:, 0], new[:, 1], new[:, 2]
             # compulsory bytes grow with the operands; a fused kernel keeps its on-chip share
-            rows["dram_bytes"] = rows["dram_bytes"] * _io_bytes(rows) / before
+            rows["dram_bytes"] = rows["dram_bytes"] * _io_bytes(rows) / io_before
             # A's contiguous dim is m when transposed, else k; B's is k when transposed, else n
             a_axis = torch.where(a_t[c.idx], 0, 2)
             b_axis = torch.where(b_t[c.idx], 2, 1)

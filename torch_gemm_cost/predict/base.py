@@ -50,7 +50,9 @@ class GemmBatch:
             object.__setattr__(self, "kept_fraction", torch.ones_like(self.m))
         if self.dram_bytes is None:
             ab = self.batch * (self.m * self.k + self.k * self.n) * self.in_bytes
-            object.__setattr__(self, "dram_bytes", ab + self.batch * self.m * self.n * self.out_bytes)
+            object.__setattr__(
+                self, "dram_bytes", ab + self.batch * self.m * self.n * self.out_bytes
+            )
 
     def __len__(self) -> int:
         return int(self.m.shape[0])
