@@ -25,7 +25,15 @@ def ids(batch: int, seq: int) -> torch.Tensor:
 
 
 def gpt2() -> nn.Module:
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=1000,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,  # inside the vocabulary: no config warning
+    )
     return transformers.GPT2LMHeadModel(cfg)
 
 

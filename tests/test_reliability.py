@@ -20,6 +20,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_estimate import gpt2
 from test_untouched import FailsInside, assert_same, mixed_state, snapshot
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
@@ -50,17 +51,6 @@ def _runs(device: tgc.DeviceSpec, dtype: str) -> bool:
 RUNNABLE = [(d.id, name) for d in tgc.list_devices() for name in DTYPES if _runs(d, name)]
 
 
-def tiny_gpt2() -> nn.Module:
-    cfg = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        vocab_size=1000,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,  # inside the vocabulary: no config warning
-    )
-    return transformers.GPT2LMHeadModel(cfg)
 
 
 def signature(report: tgc.CostReport) -> tuple[Any, ...]:
@@ -228,7 +218,7 @@ def test_untraceable_model_names_stage_and_node_and_suggests_the_way_out(capfd) 
 
 def test_model_untouched_after_success_and_after_failing_halfway(capfd) -> None:
     torch.manual_seed(0)
-    model = tiny_gpt2()
+    model = gpt2()
     model.train()
     model.transformer.h[1].eval()
     model.lm_head.weight.requires_grad_(False)  # tied with wte: both frozen
@@ -489,14 +479,14 @@ def test_same_call_same_number_also_in_a_fresh_process() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     ).stdout
     assert json.loads(out) == first.tolist()
-    model, ids = tiny_gpt2().eval(), torch.ones(2, 8, dtype=torch.long)
+    model, ids = gpt2().eval(), torch.ones(2, 8, dtype=torch.long)
     a = tgc.estimate(model, (ids,), device="a100_sxm4_80gb", dtype="fp16")
     b = tgc.estimate(model, (ids,), device="a100_sxm4_80gb", dtype="fp16")
     assert signature(a) == signature(b)
 
 
 def test_estimate_from_four_threads_matches_a_serial_call() -> None:
-    model, ids = tiny_gpt2().eval(), torch.ones(2, 16, dtype=torch.long)
+    model, ids = gpt2().eval(), torch.ones(2, 16, dtype=torch.long)
     before = snapshot(model)
     serial = signature(tgc.estimate(model, (ids,), device="a100_sxm4_80gb", dtype="fp16"))
     results: list[Any] = [None] * 4
@@ -532,7 +522,7 @@ def test_dtype_spellings_agree() -> None:
     spellings = ["bfloat16", torch.bfloat16, "bf16", "torch.bfloat16", " BF16 "]
     times = [tgc.predict_gemm_ms("l4", m=100, n=200, k=300, dtype=d) for d in spellings]
     assert len(set(times)) == 1 and times[0] > 0
-    model, ids = tiny_gpt2().eval(), torch.ones(2, 8, dtype=torch.long)
+    model, ids = gpt2().eval(), torch.ones(2, 8, dtype=torch.long)
     reports = [tgc.estimate(model, (ids,), device="l4", dtype=d) for d in spellings[:3]]
     assert {r.dtype for r in reports} == {"bfloat16"}
     assert len({signature(r) for r in reports}) == 1
@@ -577,7 +567,7 @@ class UsesFFT(nn.Module):
 
 def test_library_never_prints_and_warns_once_for_unmodelled_ops(capfd, caplog) -> None:
     caplog.set_level(logging.INFO, logger="torch_gemm_cost")
-    model, ids = tiny_gpt2().eval(), torch.ones(2, 8, dtype=torch.long)
+    model, ids = gpt2().eval(), torch.ones(2, 8, dtype=torch.long)
     report = tgc.estimate(model, (ids,), device="a100_sxm4_80gb", dtype="fp16")
     report.padding_advice()
     tgc.explain("a100_sxm4_80gb", m=50257, n=768, k=768)
