@@ -32,6 +32,10 @@ PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tf32", "fp16", "bf
                               "fp16_simt")
 
 
+# L1 data cache per SM where the catalog has none (Pascal: a separate 24 KB L1/texture cache)
+PASCAL_L1_BYTES = 24 * 1024
+
+
 def board_power_w(device: DeviceSpec) -> float:
     """TDP in watts from the catalog, NaN when unknown (then no power cap applies)."""
     return math.nan if device.tdp_w is None else float(device.tdp_w)
@@ -69,6 +73,7 @@ class DeviceTable:
     dram_bw_bytes_per_s: torch.Tensor
     l2_bytes: torch.Tensor
     regfile_bytes: torch.Tensor
+    l1_bytes: torch.Tensor
     power_w: torch.Tensor  # NaN where unknown
     peak_flops_per_s: torch.Tensor  # (D, n_dtypes), NaN where unsupported
     engine: torch.Tensor  # (D, n_dtypes) long, indexes ENGINES
@@ -88,6 +93,9 @@ class DeviceTable:
             l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
             regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
             power_w=col([board_power_w(d) for d in devices]),
+            # the L1 that serves global loads: unified with shared memory since Volta (96-256
+            # KB); Pascal's separate L1 is not in the catalog, so its 24 KB is assumed
+            l1_bytes=col([float(d.l1_bytes_per_sm or PASCAL_L1_BYTES) for d in devices]),
             peak_flops_per_s=torch.tensor([[t[2] for t in row] for row in triples],
                                           dtype=torch.float64),
             engine=torch.tensor([[ENGINES.index(t[0]) for t in row] for row in triples]),
@@ -105,6 +113,7 @@ class RowInputs:
     dram_bw_bytes_per_s: torch.Tensor
     l2_bytes: torch.Tensor
     regfile_bytes: torch.Tensor
+    l1_bytes: torch.Tensor
     power_w: torch.Tensor
     peak_flops_per_s: torch.Tensor
     engine: torch.Tensor  # long
@@ -134,6 +143,7 @@ class RowInputs:
             l2_bytes=table.l2_bytes[d],
             regfile_bytes=table.regfile_bytes[d],
             power_w=table.power_w[d],
+            l1_bytes=table.l1_bytes[d],
             peak_flops_per_s=table.peak_flops_per_s[d, t],
             engine=table.engine[d, t],
             peak_key=table.peak_key[d, t],
@@ -146,7 +156,7 @@ MLP_FEATURES: tuple[str, ...] = (
     "log2_tiles", "log2_waves", "last_wave_fill", "log2_split_k",
     "a_align", "b_align", "c_align", "in_bits",
     "h1", "h2", "log2_inst_per_tile", "log_intensity_over_ridge",
-    "log2_sms", "log2_l2_over_working_set", "engine_simt", "engine_mma_large",
+    "log2_sms", "log2_l2_over_working_set", "engine_simt", "engine_mma_large", "log2_l1_per_sm",
 )
 
 
@@ -155,7 +165,10 @@ def mlp_features(columns: dict[str, torch.Tensor]) -> torch.Tensor:
 
     ``columns`` holds: m, n, k, batch, tiles, waves, last_wave_fill, split_k, a_align, b_align,
     c_align, in_bytes, h1, h2, inst_per_tile, intensity_over_ridge, sm_count, l2_over_working_set,
-    engine (long).
+    engine (long), l1_per_sm.
+
+    The L1 size separates the GPUs whose large-k GEMMs fall to a third of peak (P100, P4, MI210:
+    separate L1 of 16-48 KB) from those that hold it (Volta on: unified L1 of 96 KB or more).
     """
     c = columns
     lg = torch.log2
@@ -168,5 +181,6 @@ def mlp_features(columns: dict[str, torch.Tensor]) -> torch.Tensor:
         lg(c["sm_count"]) / 8.0, torch.clamp(lg(c["l2_over_working_set"]), -20.0, 20.0) / 10.0,
         (c["engine"] == ENGINES.index("simt")).to(c["m"].dtype),
         (c["engine"] == ENGINES.index("mma_large")).to(c["m"].dtype),
+        (lg(c["l1_per_sm"]) - 16.0) / 2.0,
     ]
     return torch.stack(feats, dim=1)
