@@ -17,6 +17,7 @@ from torch_gemm_cost.predict.base import GemmBatch
 from torch_gemm_cost.predict.cache import effective_bandwidth
 from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable
 from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
+from torch_gemm_cost.predict.power import power_cap
 from torch_gemm_cost.predict.tiles import ENGINES, SPLITS, TILES, tile_grid
 
 DETAIL_KEYS = ("tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
@@ -277,3 +278,40 @@ def test_float32_inference_matches_float64() -> None:
     # the time is never below either side of the roofline it came from
     assert (fast.time_ms >= torch.maximum(fast.details["compute_ms"],
                                           fast.details["memory_ms"]) * (1 - 1e-5)).all()
+
+
+def test_power_cap_by_hand() -> None:
+    need = torch.tensor([35.0, 70.0, 140.0, 140.0, 140.0])
+    board = torch.tensor([70.0, 70.0, 70.0, 70.0, float("nan")])
+    alpha = torch.tensor([1.0, 1.0, 1.0, 1.0 / 3.0, 1.0])
+    cap = power_cap(need, board, q=8.0, alpha=alpha)
+    # half the power needed: (1 + 0.5^8)^(-1/8) = 1.00390^(-0.125) = 0.99951
+    # exactly the power: 2^(-1/8) = 0.91700 (the soft knee)
+    # twice the power, clock ∝ power: (1 + 2^8)^(-1/8) = 257^(-0.125) = 0.49976
+    # twice the power, clock ∝ power^(1/3): (1 + 2^(8/3))^(-1/8) = 7.3496^(-0.125) = 0.77932
+    # unknown board power: no cap
+    assert cap.tolist() == pytest.approx([0.99951, 0.91700, 0.49976, 0.77932, 1.0], abs=1e-5)
+
+
+def test_power_cap_nan_board_keeps_gradients_finite() -> None:
+    need = torch.tensor([100.0, 100.0], requires_grad=True)
+    power_cap(need, torch.tensor([float("nan"), 50.0]), q=8.0, alpha=1.0).sum().backward()
+    assert need.grad is not None and torch.isfinite(need.grad).all()
+    assert need.grad[0] == 0 and need.grad[1] < 0
+
+
+def test_a_power_capped_board_slows_large_gemms_not_small_ones() -> None:
+    # shipped weights: a T4 (70 W) keeps less of its fp32 peak on an 8192³ GEMM than on one
+    # 128x128 output tile; the 300 W A100-PCIe-80GB keeps more than the 250 W 40GB card on the
+    # same chip and GEMM
+    from torch_gemm_cost.predict import default_predictor
+
+    model = default_predictor()
+    gemms = GemmBatch.from_dims(m=[128, 8192], n=[128, 8192], k=[128, 8192], dtype="float32")
+    t4 = model.predict(gemms, "tesla_t4").details["peak_sustained_flops_per_s"]
+    peak = get_device("tesla_t4").peak_flops_per_s(DTYPES["float32"])
+    assert t4[1] / peak < 0.75 * t4[0] / peak
+    big = GemmBatch.from_dims(m=[8192], n=[8192], k=[8192], dtype="float32")
+    a40 = model.predict(big, "a100_pcie_40gb").details["peak_sustained_flops_per_s"]
+    a80 = model.predict(big, "a100_pcie_80gb").details["peak_sustained_flops_per_s"]
+    assert float(a80[0]) > float(a40[0])

@@ -3,8 +3,9 @@ two-sided roofline and a small utilization MLP, trained jointly on measured GEMM
 
     Td = NumWave · OpsPerWave / (min(Peak_tile, I · MemBw) · util)  ⊕  launch
 
-Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (board watts per
-SM-GHz against what full clock needs) and a load-issue limit for small tiles. The min is a
+Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (power.py: the
+board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
+small tiles. The min is a
 p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max). The candidate (tile,
 split-K) is the one with the lowest time after a learned per-engine preference.
 
@@ -32,6 +33,7 @@ from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
 from .features import MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
+from .power import power_cap
 from .tiles import ENGINES, candidate_table, tile_grid
 
 __all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]
@@ -222,15 +224,12 @@ class HybridPredictor:
         geo = self._geometry(x) if geo is None else geo
         sp = torch.nn.functional.softplus
 
-        # sustained compute peak: datasheet × dtype-path efficiency × power cap. At full clock
-        # the board needs W = SMs·GHz·a + peak FLOP/s·e·activity (static power, plus dynamic
-        # energy e per FLOP for the FLOPs it really runs); with less, the clock drops as
-        # power^α. α is fitted in [0.2, 1.1]: 1/3 while voltage still scales with clock
-        # (P ∝ f·V², V ∝ f), towards 1 once voltage sits at its floor (P ∝ f). The A100-PCIe
-        # pair is the check: one chip at 250 W and 300 W sustains 0.79 and 0.92 of its fp32
-        # peak, a ratio of 0.86 for 0.83 of the power, so α is near 1 on large GEMMs. Activity
-        # is why a power-capped T4 runs small GEMMs near its boost clock and large ones at
-        # about half of it.
+        # sustained compute peak: datasheet × dtype-path efficiency × power cap (power.py).
+        # The board needs static power per SM-GHz plus an energy per FLOP for the FLOPs the
+        # GEMM really runs; α is fitted in [0.2, 1.1]. The A100-PCIe pair is the check: one
+        # chip at 250 W and 300 W sustains 0.79 and 0.92 of its fp32 peak, a ratio of 0.86 for
+        # 0.83 of the power, so α is near 1 on large GEMMs. Activity is why a power-capped T4
+        # runs small GEMMs near its boost clock and large ones at about half of it.
         eff = torch.sigmoid(p["peak_eff"])[x.peak_key]
         per_sm_ghz = x.sm_count * x.clock_hz * 1e-9
         matrix = (x.engine != ENGINES.index("simt")).long()
@@ -240,15 +239,7 @@ class HybridPredictor:
         q = sp(p["power_q"]) + 0.5
         alpha = 0.2 + 0.9 * torch.sigmoid(p["power_alpha"])
         peak_full = x.peak_flops_per_s * eff  # (N,) before the power cap
-        no_cap = torch.isnan(x.power_w).unsqueeze(1)
-        # NB: a NaN in the branch torch.where drops still poisons the gradient, so boards
-        # without a known power get a finite stand-in before the division
-        board_w = torch.where(no_cap, static_w + dynamic_w, x.power_w.unsqueeze(1))
-
-        def power_cap(activity: torch.Tensor) -> torch.Tensor:
-            need_w = static_w + dynamic_w * activity
-            cap = (1.0 + (need_w / board_w) ** (q * alpha)) ** (-1.0 / q)
-            return torch.where(no_cap, torch.ones_like(cap), cap)
+        board_w = x.power_w.unsqueeze(1)
 
         eta = torch.sigmoid(p["eta_dram"])
         dram_eff = (eta * x.dram_bw_bytes_per_s).unsqueeze(1)  # (N, 1)
@@ -290,7 +281,7 @@ class HybridPredictor:
         dense_flops = 2.0 * geo["b"] * geo["m"] * geo["n"] * geo["k"]
         useful = (dense_flops.unsqueeze(1) / geo["work"]).clamp(max=1.0)
         activity = (soft_roof(tile_full) / peak_full.unsqueeze(1) * useful).clamp(max=1.0)
-        cap = power_cap(activity)  # (N, C)
+        cap = power_cap(static_w + dynamic_w * activity, board_w, q=q, alpha=alpha)  # (N, C)
         tile_peak = tile_full * cap
         roof = soft_roof(tile_peak)
         log_td = torch.log(geo["work"]) - torch.log(roof)
