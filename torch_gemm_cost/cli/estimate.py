@@ -115,17 +115,25 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--depth must be at least 1, got {args.depth}; try --depth 1")
     if args.top is not None and args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}; try --top 10")
+    if args.hf_config is not None:
+        _hf_config_file(args.hf_config)  # before any slow stage, so the error is its only line
     if args.plot and args.plot != "-" and not Path(args.plot).parent.exists():
         raise UsageError(f"--plot {args.plot}: directory {Path(args.plot).parent} does not exist")
 
 
-def _load_hf_config(path: str) -> tuple[Any, str]:
-    """The config object and the model_type of an HF config JSON."""
+def _hf_config_file(path: str) -> Path:
+    """The config JSON that --hf-config names (a file, or a directory holding config.json)."""
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
     if not file.is_file():
         raise UsageError(f"--hf-config {path}: no such file")
+    return file
+
+
+def _load_hf_config(path: str) -> tuple[Any, str]:
+    """The config object and the model_type of an HF config JSON."""
+    file = _hf_config_file(path)
     try:
         raw = json.loads(file.read_text())
     except json.JSONDecodeError as e:
@@ -227,7 +235,8 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
 
     _check_args(args)
     dtype = resolve_dtype(args.dtype)
-    targets = [resolve_target(d) for d in (args.device or ["h100_sxm5_80gb"])]
+    device_args = list(args.device or ["h100_sxm5_80gb"])
+    targets = [resolve_target(d) for d in device_args]
     devices = [spec for spec, _ in targets]
     for dev in devices:
         if not dev.supports(dtype) and dtype.peak_key in ("fp8", "int8"):
@@ -243,23 +252,24 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
         else:
             model, margs, kwargs = load_callable(args.callable, args.batch, args.seq)
             config = getattr(model, "config", None)
-    chosen = _predictor(args.predictor)
-    reports = []
-    for dev, own in targets:  # a calibration profile brings its own predictor
-        predictor = own if own is not None and args.predictor == "default" else chosen
-        with _stage(f"estimating {type(model).__name__} on {dev.id}"):
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    report = tgc.estimate(model, margs, kwargs=kwargs, device=dev,
-                                          dtype=dtype.name, mode=args.mode, predictor=predictor)
-            except CaptureError as e:  # the model or its inputs, not this program
-                raise UsageError(str(e)) from e
-            for message in dict.fromkeys(str(w.message) for w in caught):
-                logger.warning("%s", message)  # one line each, not a source excerpt
-        if not report.config and config is not None:
-            report = dataclasses.replace(report, config=config_dims(config))
-        reports.append(report)
+    # one capture for every device, so each warning (e.g. the unmodelled ops) is said once; a
+    # calibration profile brings its own predictor unless --predictor says otherwise
+    chosen = None if args.predictor == "default" else _predictor(args.predictor)
+    names = ", ".join(dev.id for dev in devices)
+    with _stage(f"estimating {type(model).__name__} on {names}"):
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
+                                           dtypes=[dtype.name], mode=args.mode,
+                                           predictor=chosen))
+        except CaptureError as e:  # the model or its inputs, not this program
+            raise UsageError(str(e)) from e
+        for message in dict.fromkeys(str(w.message) for w in caught):
+            logger.warning("%s", message)  # one line each, not a source excerpt
+    if config is not None:
+        reports = [r if r.config else dataclasses.replace(r, config=config_dims(config))
+                   for r in reports]
     return reports
 
 
