@@ -229,7 +229,7 @@ class HybridPredictor:
         # GEMM really runs; α is fitted in [0.2, 1.1]. The A100-PCIe pair is the check: one
         # chip at 250 W and 300 W sustains 0.79 and 0.92 of its fp32 peak, a ratio of 0.86 for
         # 0.83 of the power, so α is near 1 on large GEMMs. Activity is why a power-capped T4
-        # runs small GEMMs near its boost clock and large ones at about half of it.
+        # keeps more of its peak on small GEMMs than on large ones.
         eff = torch.sigmoid(p["peak_eff"])[x.peak_key]
         per_sm_ghz = x.sm_count * x.clock_hz * 1e-9
         matrix = (x.engine != ENGINES.index("simt")).long()
