@@ -83,7 +83,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @contextmanager
 def _stage(label: str) -> Iterator[None]:
-    """Show ``label`` on stderr if the stage is still running after one second."""
+    """Show ``label`` on stderr if the stage is still running after one second. Only on a
+    terminal: piped or captured, stderr carries the results' warnings and errors alone."""
+    if not sys.stderr.isatty():
+        yield
+        return
     t0 = time.perf_counter()
     shown = threading.Event()
 
