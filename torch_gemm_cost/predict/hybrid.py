@@ -5,9 +5,9 @@ two-sided roofline and a small utilization MLP, trained jointly on measured GEMM
 
 Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (power.py: the
 board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
-small tiles. The min is a
-p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max). The candidate (tile,
-split-K) is the one with the lowest time after a learned per-engine preference.
+small tiles. The min is a p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max).
+The candidate (tile, split-K) is the one with the lowest time after a learned per-engine
+preference.
 
 NB: the chosen tile is an envelope over plausible kernels, not the kernel cuBLAS runs.
 
