@@ -88,7 +88,7 @@ class HybridPredictor:
         use_mlp: bool = True,
         loss: str = "log",
         hidden: int = 16,
-        steps: int = 600,
+        steps: int = 1000,
         lr: float = 0.03,
         softmin_tau: float = 0.05,
         rows_per_group: int = 600,
