@@ -104,8 +104,8 @@ def effective_bandwidth(
 ) -> torch.Tensor:
     """Hit-weighted harmonic bandwidth (bytes/s). ``bw_dram_eff`` is η_DRAM·BW_DRAM.
 
-    >>> float(effective_bandwidth(torch.tensor(0.), torch.tensor(0.), torch.tensor(1e13),
-    ...                           torch.tensor(5e12), torch.tensor(1.6e12)))
+    >>> f = lambda v: torch.tensor(v, dtype=torch.float64)
+    >>> float(effective_bandwidth(f(0.), f(0.), f(1e13), f(5e12), f(1.6e12)))  # H1 = H2 = 0
     1600000000000.0
     """
     per_byte = h1 / bw_l1 + (1.0 - h1) * h2 / bw_l2 + (1.0 - h1) * (1.0 - h2) / bw_dram_eff

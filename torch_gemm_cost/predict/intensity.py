@@ -53,9 +53,11 @@ def intensity(traffic: TileTraffic, lambda_read: torch.Tensor,
               lambda_write: torch.Tensor) -> torch.Tensor:
     """FLOPs per byte-equivalent, (N, C).
 
-    >>> t = TileTraffic(torch.tensor(100.), torch.tensor(10.), torch.tensor(2.), torch.tensor(1.))
-    >>> float(intensity(t, torch.tensor(2.), torch.tensor(1.)))  # 100 / (10 + 2·2 + 1·1)
+    >>> f = lambda v: torch.tensor(v, dtype=torch.float64)
+    >>> float(intensity(TileTraffic(f(100.), f(10.), f(2.), f(1.)), f(2.), f(1.)))
     6.666666666666667
+
+    (100 / (10 + 2·2 + 1·1))
     """
     return traffic.ops / (traffic.mem_bytes + lambda_read * traffic.read_inst
                           + lambda_write * traffic.write_inst)
