@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -41,32 +42,47 @@ def measured(rows: list[tuple]) -> MeasuredGemms:
 
 
 def test_tiles_and_waves_by_hand() -> None:
-    # V100-like: 80 SMs, 256 KiB registers; fp32 SIMT; m = n = 1000, k = 512, batch 1.
+    # V100-like: 80 SMs, 256 KiB registers; m = n = 1000, k = 512, batch 1.
     one = lambda v: torch.tensor([float(v)], dtype=torch.float64)
-    grid = tile_grid(one(1), one(1000), one(1000), one(512), torch.tensor([0]), one(80),
-                     one(262144))
-    cands = [(tm, tn, s) for tm, tn in TILES["simt"] for s in SPLITS]
 
-    def at(tm: int, tn: int, s: int) -> dict[str, float]:
-        j = cands.index((tm, tn, s))
-        return {f: float(getattr(grid, f)[0, j]) for f in ("tiles", "slots", "waves",
-                                                           "last_wave_fill")}
+    def grid_at(engine: str) -> Callable[[int, int, int], dict[str, float]]:
+        grid = tile_grid(one(1), one(1000), one(1000), one(512),
+                         torch.tensor([ENGINES.index(engine)]), one(80), one(262144))
+        cands = [(tm, tn, s) for tm, tn in TILES[engine] for s in SPLITS]
 
-    # 128x128: ⌈1000/128⌉² = 8·8 = 64 tiles; CTAs/SM = ⌊262144 / (128·128·4·2)⌋ = 2
-    # -> 160 slots; 1 wave; last-wave fill 64/160 = 0.4
-    assert at(128, 128, 1) == {"tiles": 64, "slots": 160, "waves": 1, "last_wave_fill": 0.4}
-    # 64x64: 16·16 = 256 tiles; ⌊262144 / 32768⌋ = 8, capped at 4 -> 320 slots; fill 256/320
-    assert at(64, 64, 1) == {"tiles": 256, "slots": 320, "waves": 1, "last_wave_fill": 0.8}
-    # 32x32: 32·32 = 1024 tiles; 320 slots -> ⌈1024/320⌉ = 4 waves;
-    # last wave (1024 − 960)/320 = 0.2
-    assert at(32, 32, 1) == {"tiles": 1024, "slots": 320, "waves": 4, "last_wave_fill": 0.2}
+        def at(tm: int, tn: int, s: int) -> dict[str, float]:
+            j = cands.index((tm, tn, s))
+            return {f: float(getattr(grid, f)[0, j])
+                    for f in ("tiles", "slots", "waves", "last_wave_fill", "split_k", "k_slice",
+                              "ops_per_wave")}
+        return at
+
+    # SIMT (fp32 CUDA cores): one CTA per SM, so 80 slots for every tile
+    simt = grid_at("simt")
+    # 128x128: ⌈1000/128⌉² = 8·8 = 64 tiles in 80 slots: 1 wave, last-wave fill 64/80 = 0.8
+    assert simt(128, 128, 1)["tiles"] == 64
+    assert (simt(128, 128, 1)["waves"], simt(128, 128, 1)["last_wave_fill"]) == (1, 0.8)
+    # 64x64: 16·16 = 256 tiles: ⌈256/80⌉ = 4 waves, the last holds 256 − 240 = 16: fill 0.2
+    assert (simt(64, 64, 1)["tiles"], simt(64, 64, 1)["waves"]) == (256, 4)
+    assert simt(64, 64, 1)["last_wave_fill"] == 0.2
+    # 32x32: 32·32 = 1024 tiles: ⌈1024/80⌉ = 13 waves, the last holds 1024 − 960 = 64: 0.8
+    assert (simt(32, 32, 1)["waves"], simt(32, 32, 1)["last_wave_fill"]) == (13, 0.8)
+    # filling split-K: 80 slots / 64 tiles = 1.25 -> nearest power of two is 1: no split
+    assert simt(128, 128, 0)["split_k"] == 1
+
+    # matrix units: CTAs per SM by registers, ⌊262144 / (Tm·Tn·4·2)⌋, at most 4
+    mma = grid_at("mma")
+    # 128x128: ⌊262144 / 131072⌋ = 2 -> 160 slots; 64 tiles: 1 wave, fill 64/160 = 0.4
+    assert mma(128, 128, 1)["slots"] == 160 and mma(128, 128, 1)["last_wave_fill"] == 0.4
+    # 64x64: ⌊262144 / 32768⌋ = 8, capped at 4 -> 320 slots; 256 tiles: fill 256/320 = 0.8
+    assert mma(64, 64, 1)["slots"] == 320 and mma(64, 64, 1)["last_wave_fill"] == 0.8
     # 128x128 filling split-K: 160 slots / 64 tiles = 2.5 -> nearest power of two 2 (≤ 512/128):
     # 128 tiles in 160 slots: 1 wave, fill 0.8; each tile does k/2 = 256
-    j = cands.index((128, 128, 0))
-    assert float(grid.split_k[0, j]) == 2
-    assert float(grid.tiles[0, j]) == 128 and float(grid.k_slice[0, j]) == 256
+    split = mma(128, 128, 0)
+    assert (split["split_k"], split["tiles"], split["k_slice"]) == (2, 128, 256)
+    assert (split["waves"], split["last_wave_fill"]) == (1, 0.8)
     # ops per wave = 2·128·128·256·160 = 1,342,177,280
-    assert float(grid.ops_per_wave[0, j]) == 2 * 128 * 128 * 256 * 160
+    assert split["ops_per_wave"] == 2 * 128 * 128 * 256 * 160
 
 
 def test_split_k_limits() -> None:
@@ -310,8 +326,53 @@ def test_a_power_capped_board_slows_large_gemms_not_small_ones() -> None:
     gemms = GemmBatch.from_dims(m=[128, 8192], n=[128, 8192], k=[128, 8192], dtype="float32")
     t4 = model.predict(gemms, "tesla_t4").details["peak_sustained_flops_per_s"]
     peak = get_device("tesla_t4").peak_flops_per_s(DTYPES["float32"])
-    assert t4[1] / peak < 0.75 * t4[0] / peak
+    assert t4[1] / peak < 0.9 * t4[0] / peak
     big = GemmBatch.from_dims(m=[8192], n=[8192], k=[8192], dtype="float32")
     a40 = model.predict(big, "a100_pcie_40gb").details["peak_sustained_flops_per_s"]
     a80 = model.predict(big, "a100_pcie_80gb").details["peak_sustained_flops_per_s"]
     assert float(a80[0]) > float(a40[0])
+
+
+def test_shipped_weights_pick_cublas_tile_for_a100_fp32_bmm() -> None:
+    # cuBLAS runs ampere_sgemm_128x128_nn for 16,588 of NeuSight's 16,660 A100-40GB fp32 bmm
+    # rows, whatever the shape; the Ampere family preference carries that habit, and a held-out
+    # A100-80GB (same family) gets it too
+    from torch_gemm_cost.predict import default_predictor
+
+    model = default_predictor()
+    gemms = GemmBatch.from_dims(batch=[51, 19, 947, 342], m=[32, 20, 395, 736],
+                                n=[28, 87, 203, 5], k=[74, 337, 278, 160], dtype="float32")
+    for gpu in ("a100_pcie_40gb", "a100_pcie_80gb"):
+        d = model.predict(gemms, gpu).details
+        assert d["tile_m"].tolist() == [128.0] * 4 and d["tile_n"].tolist() == [128.0] * 4, gpu
+
+
+def test_library_families() -> None:
+    from torch_gemm_cost.predict.features import FAMILIES, library_family
+
+    expect = {"tesla_p4": "pascal", "tesla_p100_pcie_16gb": "pascal",
+              "tesla_v100_pcie_32gb": "volta", "tesla_t4": "volta", "a100_pcie_40gb": "ampere",
+              "l4": "ampere", "h100_sxm5_80gb": "hopper", "b200": "blackwell", "mi210": "cdna",
+              "mi300x": "cdna"}
+    assert {g: library_family(get_device(g)) for g in expect} == expect
+    assert all(library_family(d) in FAMILIES for d in list_devices())
+
+
+def test_simt_wave_overhead_by_hand() -> None:
+    # fp32 bmm on an A100 (108 SMs, 1410 MHz), tile forced to 128x128 and no MLP:
+    # 216 tiles of 128x128 in 108 one-tile-per-SM slots = 2 waves. A fixed 3000 cycles per wave
+    # adds 2 · 3000 / 1.41e9 s = 4.2553 µs to the compute time, against (almost) none at all.
+    cands = [(tm, tn, s) for tm, tn in TILES["simt"] for s in SPLITS]
+    gemms = GemmBatch.from_dims(batch=[216], m=[128], n=[128], k=[64], dtype="float32")
+
+    def compute_ms(wave_kcycles: float) -> tuple[float, float]:
+        model = initialised(use_mlp=False)
+        model.params_["tile_pref"][ENGINES.index("simt"), :, cands.index((128, 128, 1))] = 50.0
+        model.params_["simt_wave_kcycles"][0] = wave_kcycles
+        d = model.predict(gemms, "a100_pcie_40gb").details
+        return float(d["compute_ms"][0]), float(d["waves"][0])
+
+    with_overhead, waves = compute_ms(math.log(math.expm1(3.0)))  # softplus⁻¹(3) -> 3000 cycles
+    without, _ = compute_ms(-40.0)  # softplus(-40)·1000 ≈ 4e-15 cycles
+    assert waves == 2
+    assert with_overhead - without == pytest.approx(2 * 3000 / 1.41e9 * 1e3, rel=1e-4)

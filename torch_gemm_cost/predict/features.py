@@ -13,23 +13,47 @@ from dataclasses import dataclass
 
 import torch
 
-from ..devices import DeviceSpec
+from ..devices import DeviceSpec, get_device  # noqa: F401  (get_device: doctest)
 from ..dtypes import DTYPES
 from .base import DTYPE_NAMES, GemmBatch
 from .tiles import ENGINES
 
 __all__ = [
+    "FAMILIES",
     "MLP_FEATURES",
     "PEAK_KEYS",
     "DeviceTable",
     "RowInputs",
     "board_power_w",
+    "library_family",
     "mlp_features",
 ]
 
 # Which sustained-efficiency parameter a (device, dtype) pair uses.
 PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp8", "int8",
                               "fp16_simt")
+
+
+# Kernel-library generations: GPUs of one family run the same cuBLAS/rocBLAS kernel set
+# (Turing runs volta_sgemm, Ada runs ampere_*), so which tile the library picks transfers within
+# a family. "other" is every device outside these (CPUs, unknown vendors).
+FAMILIES: tuple[str, ...] = ("other", "pascal", "volta", "ampere", "hopper", "blackwell", "cdna")
+
+
+def library_family(device: DeviceSpec) -> str:
+    """The kernel-library family of a device (see ``FAMILIES``).
+
+    >>> library_family(get_device("tesla_t4")), library_family(get_device("mi210"))
+    ('volta', 'cdna')
+    """
+    if device.vendor.upper() == "AMD":
+        return "cdna" if device.compute_capability.startswith("gfx9") else "other"
+    major = device.compute_capability.split(".")[0]
+    if not major.isdigit():
+        return "other"
+    by_major = {6: "pascal", 7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell",
+                12: "blackwell"}
+    return by_major.get(int(major), "other")
 
 
 # L1 data cache per SM where the catalog has none (Pascal: a separate 24 KB L1/texture cache)
@@ -75,6 +99,7 @@ class DeviceTable:
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
     power_w: torch.Tensor  # NaN where unknown
+    family: torch.Tensor  # long, indexes FAMILIES
     peak_flops_per_s: torch.Tensor  # (D, n_dtypes), NaN where unsupported
     engine: torch.Tensor  # (D, n_dtypes) long, indexes ENGINES
     peak_key: torch.Tensor  # (D, n_dtypes) long, indexes PEAK_KEYS
@@ -93,6 +118,7 @@ class DeviceTable:
             l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
             regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
             power_w=col([board_power_w(d) for d in devices]),
+            family=torch.tensor([FAMILIES.index(library_family(d)) for d in devices]),
             # the L1 that serves global loads: unified with shared memory since Volta (96-256
             # KB); Pascal's separate L1 is not in the catalog, so its 24 KB is assumed
             l1_bytes=col([float(d.l1_bytes_per_sm or PASCAL_L1_BYTES) for d in devices]),
@@ -115,6 +141,7 @@ class RowInputs:
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
     power_w: torch.Tensor
+    family: torch.Tensor  # long
     peak_flops_per_s: torch.Tensor
     engine: torch.Tensor  # long
     peak_key: torch.Tensor  # long
@@ -143,6 +170,7 @@ class RowInputs:
             l2_bytes=table.l2_bytes[d],
             regfile_bytes=table.regfile_bytes[d],
             power_w=table.power_w[d],
+            family=table.family[d],
             l1_bytes=table.l1_bytes[d],
             peak_flops_per_s=table.peak_flops_per_s[d, t],
             engine=table.engine[d, t],

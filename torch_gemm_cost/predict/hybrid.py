@@ -1,15 +1,17 @@
 """The hybrid predictor: tile/wave physics, a cache model, instruction-aware intensity, a
 two-sided roofline and a small utilization MLP, trained jointly on measured GEMMs.
 
-    Td = NumWave · OpsPerWave / (min(Peak_tile, I · MemBw) · util)  ⊕  launch
+    Td = NumWave · (OpsPerWave / min(Peak_tile, I · MemBw) + c0) / util  ⊕  launch
 
 Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (power.py: the
 board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
-small tiles. The min is a p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max).
-The candidate (tile, split-K) is the one with the lowest time after a learned per-engine
-preference.
+small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
+p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max). The candidate (tile,
+split-K) is the one with the lowest time after a learned preference per engine, plus one per
+kernel-library family (features.FAMILIES: GPUs of one family run the same cuBLAS kernels, so a
+held-out T4 inherits V100's choices; a family never seen gets the shared preference alone).
 
-NB: the chosen tile is an envelope over plausible kernels, not the kernel cuBLAS runs.
+NB: the chosen tile is an envelope over plausible kernels, not always the kernel cuBLAS runs.
 
 Every stage is a batched torch function (see tiles, cache, intensity, mlp), so one call predicts
 thousands of GEMMs and training backpropagates through the whole chain. Ablations are switches of
@@ -30,7 +32,7 @@ import torch
 from ..devices import DeviceSpec, get_device
 from .base import GemmBatch, GemmPrediction
 from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
-from .features import MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
+from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .power import power_cap
@@ -72,7 +74,7 @@ class HybridPredictor:
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "2"
+    version = "3"
 
     # fitted state (set by fit or load)
     params_: dict[str, torch.Tensor]
@@ -147,6 +149,8 @@ class HybridPredictor:
             "power_q": torch.tensor([_inv_softplus(8.0)], dtype=f64),
             "power_alpha": torch.tensor([_logit((1.0 / 3.0 - 0.2) / 0.9)], dtype=f64),
             "roof_p": torch.tensor([_inv_softplus(3.0)], dtype=f64),
+            # SIMT: fixed cycles per wave (prologue, pipeline fill, epilogue), in thousands
+            "simt_wave_kcycles": torch.tensor([_inv_softplus(1.0)], dtype=f64),
             "issue_fma_per_load": full(len(ENGINES), _inv_softplus(0.5)),  # per ENGINES
             "launch_log_ms": torch.tensor([math.log(0.004), math.log(0.02), math.log(0.003)],
                                           dtype=f64),  # per TIMINGS
@@ -154,15 +158,18 @@ class HybridPredictor:
             "launch_p": torch.tensor([_inv_softplus(0.5)], dtype=f64),  # +1
             # (engines, unbatched/batched, C)
             "tile_pref": torch.zeros((len(ENGINES), 2, self._table.tile_m.shape[1]), dtype=f64),
+            # per kernel-library family, added to tile_pref (zero for a family never seen)
+            "tile_pref_family": torch.zeros(
+                (len(FAMILIES), len(ENGINES), 2, self._table.tile_m.shape[1]), dtype=f64),
         }
         p.update(init_mlp(len(MLP_FEATURES), self.hidden, gen))
         return p
 
     def trainable_names(self) -> tuple[str, ...]:
         """Parameters that affect predictions under the current switches."""
-        names = ["eta_dram", "peak_eff", "power_static", "power_dynamic",
-                 "power_q", "power_alpha", "roof_p", "tile_pref", "issue_fma_per_load",
-                 "launch_log_ms", "launch_source", "launch_p"]
+        names = ["eta_dram", "peak_eff", "power_static", "power_dynamic", "power_q",
+                 "power_alpha", "roof_p", "simt_wave_kcycles", "tile_pref", "tile_pref_family",
+                 "issue_fma_per_load", "launch_log_ms", "launch_source", "launch_p"]
         if self.use_cache:
             names += ["l2_share", "l1_bytes_per_clk", "l2_bytes_per_clk", "h1"]
         if self.use_instr:
@@ -284,11 +291,18 @@ class HybridPredictor:
         cap = power_cap(static_w + dynamic_w * activity, board_w, q=q, alpha=alpha)  # (N, C)
         tile_peak = tile_full * cap
         roof = soft_roof(tile_peak)
-        log_td = torch.log(geo["work"]) - torch.log(roof)
+        # each SIMT wave also pays a fixed prologue and epilogue: on NeuSight's fp32 bmm rows,
+        # where cuBLAS runs one kernel for every shape, time ≈ floor + waves·(c·k + c0) with
+        # c0 ≈ 2.5 µs (A100-40GB) and 2.0 µs (P100), about 3000 cycles
+        simt = (x.engine == ENGINES.index("simt")).to(x.clock_hz.dtype)
+        wave_s = (simt * sp(p["simt_wave_kcycles"]) * 1e3 / x.clock_hz).unsqueeze(1)  # (N, 1)
+        log_td = torch.log(geo["work"] / roof + geo["waves"] * wave_s)
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
         batched = (geo["b"] > 1.0).long()
-        score = log_td - p["tile_pref"][x.engine, batched].gather(1, geo["cand"])
+        pref = (p["tile_pref"][x.engine, batched]
+                + p["tile_pref_family"][x.family, x.engine, batched])
+        score = log_td - pref.gather(1, geo["cand"])
         score = torch.where(geo["valid"], score, torch.full_like(score, 1e3))
         best = torch.argmin(score, dim=1, keepdim=True)  # (N, 1)
         if soft:
@@ -333,7 +347,7 @@ class HybridPredictor:
         hi, lo = torch.maximum(gemm_ms, launch_ms), torch.minimum(gemm_ms, launch_ms)
         with_launch = hi * (1.0 + (lo / hi) ** lp) ** (1.0 / lp)
         time_ms = torch.where(nonempty, with_launch, zero)
-        compute_ms = work_c / (pick(tile_peak) * util) * 1e3
+        compute_ms = (work_c / pick(tile_peak) + waves * wave_s.squeeze(1)) / util * 1e3
         memory_ms = work_c / (inten_c * bw_c * util) * 1e3
         return {
             "time_ms": time_ms,
@@ -574,6 +588,7 @@ class HybridPredictor:
                 eng: float(sp(p["power_dynamic"][i]) * 10) for i, eng in enumerate(("simt", "matrix"))
             },
             "power_clock_exponent": float(0.2 + 0.9 * torch.sigmoid(p["power_alpha"])),
+            "simt_wave_cycles": float(sp(p["simt_wave_kcycles"]) * 1e3),
             "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
         }
 
