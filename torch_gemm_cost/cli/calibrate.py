@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TextIO
 
 from . import UsageError
 
@@ -35,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 class _Bar:
     """Elapsed share of the budget as a bar on stderr, redrawn at most 10 times a second."""
 
-    def __init__(self, stream=sys.stderr) -> None:  # type: ignore[no-untyped-def]
-        self.stream = stream
+    def __init__(self, stream: TextIO | None = None) -> None:
+        # sys.stderr looked up now, not at import: it may be redirected after the import
+        self.stream = stream if stream is not None else sys.stderr
         self.last = 0.0
 
     def __call__(self, done: int, total: int, elapsed_s: float, budget_s: float) -> None:
