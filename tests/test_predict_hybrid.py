@@ -67,7 +67,7 @@ def test_tiles_and_waves_by_hand() -> None:
     assert simt(64, 64, 1)["last_wave_fill"] == 0.2
     # 32x32: 32·32 = 1024 tiles: ⌈1024/80⌉ = 13 waves, the last holds 1024 − 960 = 64: 0.8
     assert (simt(32, 32, 1)["waves"], simt(32, 32, 1)["last_wave_fill"]) == (13, 0.8)
-    # filling split-K: 80 slots / 64 tiles = 1.25 -> nearest power of two is 1: no split
+    # filling split-K: 80 slots / 64 tiles = 1.25 -> largest power of two ≤ 1.25 is 1: no split
     assert simt(128, 128, 0)["split_k"] == 1
 
     # matrix units: CTAs per SM by registers, ⌊262144 / (Tm·Tn·4·2)⌋, at most 4
@@ -76,7 +76,8 @@ def test_tiles_and_waves_by_hand() -> None:
     assert mma(128, 128, 1)["slots"] == 160 and mma(128, 128, 1)["last_wave_fill"] == 0.4
     # 64x64: ⌊262144 / 32768⌋ = 8, capped at 4 -> 320 slots; 256 tiles: fill 256/320 = 0.8
     assert mma(64, 64, 1)["slots"] == 320 and mma(64, 64, 1)["last_wave_fill"] == 0.8
-    # 128x128 filling split-K: 160 slots / 64 tiles = 2.5 -> nearest power of two 2 (≤ 512/128):
+    # 128x128 filling split-K: 160 slots / 64 tiles = 2.5 -> largest power of two ≤ 2.5 is 2
+    # (and ≤ 512/128):
     # 128 tiles in 160 slots: 1 wave, fill 0.8; each tile does k/2 = 256
     split = mma(128, 128, 0)
     assert (split["split_k"], split["tiles"], split["k_slice"]) == (2, 128, 256)
@@ -92,7 +93,7 @@ def test_split_k_limits() -> None:
     assert torch.all(grid.split_k == 1)
     grid = tile_grid(one(1), one(64), one(64), one(2 ** 20), torch.tensor([1]), one(108),
                      one(262144))
-    # one 64x64 tile in 108·4 = 432 slots: 2^round(log2 432) = 512, capped at 64
+    # one 64x64 tile in 108·4 = 432 slots: 2^⌊log2 432⌋ = 256, capped at 64
     assert float(grid.split_k.max()) == 64
 
 

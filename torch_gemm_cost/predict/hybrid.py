@@ -7,9 +7,12 @@ Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (
 board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
 small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
 p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max). The candidate (tile,
-split-K) is the one with the lowest time after a learned preference per engine, plus one per
-kernel-library family (features.FAMILIES: GPUs of one family run the same cuBLAS kernels, so a
-held-out T4 inherits V100's choices; a family never seen gets the shared preference alone).
+split-K) is the one with the lowest time after a learned preference per engine. Batched GEMMs
+add one per kernel-library family (features.FAMILIES): strided-batched SGEMM runs one kernel for
+every shape (A100: 128x128, Pascal: 128x64), and GPUs of a family share it, so a held-out A100
+or P4 inherits it; a family never seen gets the shared preference alone. Non-batched GEMMs keep
+the shared preference only: there cuBLAS picks by shape, which a constant per family cannot
+follow (it misled DeepBench's n = 8..32 shapes on P100 by 3x).
 
 NB: the chosen tile is an envelope over plausible kernels, not always the kernel cuBLAS runs.
 
@@ -158,7 +161,8 @@ class HybridPredictor:
             "launch_p": torch.tensor([_inv_softplus(0.5)], dtype=f64),  # +1
             # (engines, unbatched/batched, C)
             "tile_pref": torch.zeros((len(ENGINES), 2, self._table.tile_m.shape[1]), dtype=f64),
-            # per kernel-library family, added to tile_pref (zero for a family never seen)
+            # per kernel-library family, added to tile_pref of batched GEMMs (zero for a
+            # family never seen)
             "tile_pref_family": torch.zeros(
                 (len(FAMILIES), len(ENGINES), 2, self._table.tile_m.shape[1]), dtype=f64),
         }
@@ -301,7 +305,7 @@ class HybridPredictor:
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
         batched = (geo["b"] > 1.0).long()
         pref = (p["tile_pref"][x.engine, batched]
-                + p["tile_pref_family"][x.family, x.engine, batched])
+                + batched.unsqueeze(1) * p["tile_pref_family"][x.family, x.engine, batched])
         score = log_td - pref.gather(1, geo["cand"])
         score = torch.where(geo["valid"], score, torch.full_like(score, 1e3))
         best = torch.argmin(score, dim=1, keepdim=True)  # (N, 1)

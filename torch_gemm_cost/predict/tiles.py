@@ -45,8 +45,8 @@ TILES: dict[str, tuple[tuple[int, int], ...]] = {
 # (A100-40GB) and 4.9% (P100) MAPE with waves over the SM count, against 14% and 24% with two
 # CTAs per SM.
 MAX_CTAS: dict[str, int] = {"simt": 1, "mma": 4, "mma_large": 4}
-# Split-K options per tile: 1 (none) or 0, meaning "fill the machine": the power of two nearest
-# to slots / tiles, at most 64 and keeping k/split ≥ 128.
+# Split-K options per tile: 1 (none) or 0, meaning "fill the machine": the largest power of two
+# that keeps the split tiles in one wave (≤ slots / tiles), at most 64 and keeping k/split ≥ 128.
 SPLITS: tuple[int, ...] = (1, 0)
 MAX_SPLIT_K = 64.0
 
@@ -121,7 +121,7 @@ def tile_grid(
     slots = sm_count.unsqueeze(1) * ctas_per_sm(tm, tn, regfile_bytes.unsqueeze(1),
                                                 max_ctas.unsqueeze(1))
     tiles_1 = b * torch.ceil(mm / tm) * torch.ceil(nn / tn)
-    fill_split = torch.exp2(torch.round(torch.log2(torch.clamp(slots / tiles_1, min=1.0))))
+    fill_split = torch.exp2(torch.floor(torch.log2(torch.clamp(slots / tiles_1, min=1.0))))
     fill_split = torch.clamp(torch.minimum(fill_split, torch.floor(kk / 128.0)), 1.0, MAX_SPLIT_K)
     sk = torch.where(sk == 0, fill_split, sk)
     tiles = tiles_1 * sk
