@@ -161,10 +161,10 @@ class HybridPredictor:
             "launch_p": torch.tensor([_inv_softplus(0.5)], dtype=f64),  # +1
             # (engines, unbatched/batched, C)
             "tile_pref": torch.zeros((len(ENGINES), 2, self._table.tile_m.shape[1]), dtype=f64),
-            # per kernel-library family, added to tile_pref of batched GEMMs (zero for a
-            # family never seen)
+            # (families, engines, C): added to tile_pref of batched GEMMs (zero for a family
+            # never seen)
             "tile_pref_family": torch.zeros(
-                (len(FAMILIES), len(ENGINES), 2, self._table.tile_m.shape[1]), dtype=f64),
+                (len(FAMILIES), len(ENGINES), self._table.tile_m.shape[1]), dtype=f64),
         }
         p.update(init_mlp(len(MLP_FEATURES), self.hidden, gen))
         return p
@@ -305,7 +305,7 @@ class HybridPredictor:
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
         batched = (geo["b"] > 1.0).long()
         pref = (p["tile_pref"][x.engine, batched]
-                + batched.unsqueeze(1) * p["tile_pref_family"][x.family, x.engine, batched])
+                + batched.unsqueeze(1) * p["tile_pref_family"][x.family, x.engine])
         score = log_td - pref.gather(1, geo["cand"])
         score = torch.where(geo["valid"], score, torch.full_like(score, 1e3))
         best = torch.argmin(score, dim=1, keepdim=True)  # (N, 1)
