@@ -297,7 +297,7 @@ class HybridPredictor:
         roof = soft_roof(tile_peak)
         # each SIMT wave also pays a fixed prologue and epilogue: on NeuSight's fp32 bmm rows,
         # where cuBLAS runs one kernel for every shape, time ≈ floor + waves·(c·k + c0) with
-        # c0 ≈ 2.5 µs (A100-40GB) and 2.0 µs (P100), about 3000 cycles
+        # c0 ≈ 2.5 µs (A100-40GB) and 2.2 µs (P100), about 3000 cycles
         simt = (x.engine == ENGINES.index("simt")).to(x.clock_hz.dtype)
         wave_s = (simt * sp(p["simt_wave_kcycles"]) * 1e3 / x.clock_hz).unsqueeze(1)  # (N, 1)
         log_td = torch.log(geo["work"] / roof + geo["waves"] * wave_s)
