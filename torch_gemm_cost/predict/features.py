@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..devices import DeviceSpec, get_device  # noqa: F401  (get_device: doctest)
+from ..devices import DeviceSpec
 from ..dtypes import DTYPES
 from .base import DTYPE_NAMES, GemmBatch
 from .tiles import ENGINES
@@ -43,6 +43,7 @@ FAMILIES: tuple[str, ...] = ("other", "pascal", "volta", "ampere", "hopper", "bl
 def library_family(device: DeviceSpec) -> str:
     """The kernel-library family of a device (see ``FAMILIES``).
 
+    >>> from torch_gemm_cost.devices import get_device
     >>> library_family(get_device("tesla_t4")), library_family(get_device("mi210"))
     ('volta', 'cdna')
     """
