@@ -219,9 +219,16 @@ def test_backward_gemms_of_an_mlp_by_hand(method: str) -> None:
     ]
     dw2 = sites[3]
     assert dw2.a_transposed and not dw2.b_transposed  # dYᵀ read transposed, H row-major
-    relu_back = [o for o in others if o.phase == "backward"]
+    back = [(o.module, o.op, o.op_class, o.dram_bytes) for o in others if o.phase == "backward"]
     relu = [o for o in others if o.phase == "forward" and o.op == "aten.relu"]
-    assert len(relu) == 1 and relu_back and relu_back[0].dram_bytes == 2 * relu[0].dram_bytes
+    assert len(relu) == 1
+    # the bias gradients sum dY over the 32 rows: fc2 reads 32·4 and writes 4 fp32 elements,
+    # (128 + 4)·4 = 528 B; fc1 (512 + 16)·4 = 2,112 B. ReLU's backward moves 2× its forward.
+    assert back == [
+        ("fc2", "aten.sum", "reduction", 528),
+        ("", "aten.relu", "elementwise", 2 * relu[0].dram_bytes),
+        ("fc1", "aten.sum", "reduction", 2_112),
+    ]
 
 
 def test_backward_follows_requires_grad() -> None:
@@ -343,3 +350,22 @@ def test_grouped_query_attention_reads_shared_keys_once() -> None:
     assert qk.shape == (8, 16, 16, 4) and pv.shape == (8, 16, 4, 16)
     # bf16: Q 8·16·4 + K 2·16·4 = 640 elements read -> 1280 B; PV reads V (128), writes O (512)
     assert qk.dram_bytes == 1280 and pv.dram_bytes == (128 + 512) * 2
+
+
+def test_bias_gradient_only_where_a_broadcast_bias_needs_grad() -> None:
+    mlp = Mlp()
+    mlp.fc2.bias.requires_grad_(False)
+    _, others = extract(capture(mlp, (torch.ones(32, 8),), train=True), "float32", mode="train")
+    # fc2's frozen bias gets no gradient; fc1's still does
+    assert [o.module for o in others if o.op == "aten.sum"] == ["fc1"]
+
+    class Scores(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+            return torch.baddbmm(bias, q, k)
+
+    q, k = torch.ones(2, 8, 4, requires_grad=True), torch.ones(2, 4, 8, requires_grad=True)
+    full = torch.ones(2, 8, 8, requires_grad=True)  # dC's own shape: the gradient passes through
+    row = torch.ones(8, requires_grad=True)  # broadcast: summed over 2·8 rows, (128 + 8)·4 B
+    for bias, expect in ((full, []), (row, [544])):
+        _, others = extract(capture(Scores(), (q, k, bias), train=True), "float32", mode="train")
+        assert [o.dram_bytes for o in others if o.op == "aten.sum"] == expect

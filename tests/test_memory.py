@@ -144,7 +144,13 @@ def test_two_layer_mlp_train_op_counts():
         for p in ("forward", "backward", "optimizer")
     }
     assert [o.op.op for o in by_phase["forward"]] == ["aten.gelu"]
-    assert [o.op.op for o in by_phase["backward"]] == ["aten.gelu"]
+    # backward, last layer first: its bias gradient, GELU's, then layer 1's bias gradient.
+    # A bias gradient sums dY (32, n) over the batch: reads 32·n, writes n fp32 elements:
+    # layer 2: (320 + 10)·4 = 1,320 B; layer 1: (4,096 + 128)·4 = 16,896 B
+    backward = by_phase["backward"]
+    assert [o.op.op for o in backward] == ["aten.sum", "aten.gelu", "aten.sum"]
+    assert [o.op.dram_bytes for o in backward if o.op.op == "aten.sum"] == [1_320, 16_896]
+    assert {o.op.op_class for o in backward if o.op.op == "aten.sum"} == {"reduction"}
     # AdamW over 64·128 + 128 + 128·10 + 10 = 9,610 parameters in 4 tensors: 8 foreach kernels
     # moving 2+3+2+3+2+2+2+4 = 20 passes · 4 B = 80 B per parameter = 768,800 B
     adam = by_phase["optimizer"]

@@ -283,6 +283,7 @@ class _Fwd:
         "b",
         "batch",
         "bias",
+        "bias_grad_elems",
         "grad_a",
         "grad_b",
         "io_elems",
@@ -310,10 +311,14 @@ class _Fwd:
         weight_b: bool = False,
         kept: int | None = None,
         io_elems: tuple[int, int] | None = None,
+        bias_grad_elems: int = 0,
     ) -> None:
         self.op, self.batch, self.m, self.n, self.k = op, batch, m, n, k
         self.a, self.b, self.bias, self.kept, self.io_elems = a, b, bias, kept, io_elems
         self.grad_a, self.grad_b, self.weight_b = grad_a, grad_b, weight_b
+        # elements of a broadcast bias that needs grad: backward sums dC down to it (a
+        # reduction kernel); 0 when there is none or it has dC's own shape (dC passes through)
+        self.bias_grad_elems = bias_grad_elems
 
 
 class _Env:
@@ -346,6 +351,14 @@ def _bind(node: Any) -> dict[str, Any]:
     return out
 
 
+def _bias_grad_elems(bias: Any, out_elems: int, env: _Env) -> int:
+    """Elements of ``bias``'s gradient when backward must reduce dC to it, else 0."""
+    t = env.val(bias) if bias is not None else None
+    if not isinstance(t, torch.Tensor) or not env.rg(bias) or t.numel() >= out_elems:
+        return 0
+    return int(t.numel())
+
+
 def _gemm_linear(b: dict, env: _Env) -> list[_Fwd]:
     val, rg, elem = env.val, env.rg, env.elem
     x, w = val(b["input"]), val(b["weight"])
@@ -365,6 +378,7 @@ def _gemm_linear(b: dict, env: _Env) -> list[_Fwd]:
             grad_a=rg(b["input"]),
             grad_b=rg(b["weight"]),
             weight_b=True,
+            bias_grad_elems=_bias_grad_elems(b.get("bias"), m * n, env),
         )
     ]
 
@@ -388,6 +402,8 @@ def _gemm_2d(op: str, a_key: str, b_key: str, bias_key: str | None):
                 bias=bias_key is not None and b.get(bias_key) is not None,
                 grad_a=rg(b[a_key]),
                 grad_b=rg(b[b_key]),
+                bias_grad_elems=(_bias_grad_elems(b.get(bias_key), batch * m * n, env)
+                                 if bias_key is not None else 0),
             )
         ]
 
@@ -756,7 +772,10 @@ def extract(
       autograd formulas compute them. Attention: dQ, dK, dP and dV, with the causal discount.
     - per non-view op whose output needs grad, an OtherOp with phase ``backward`` that moves
       2× the forward bytes. NB: a rule of thumb (read the saved input and the output grad,
-      write the input grad); bias gradients and optimizer steps are not GEMMs and not here.
+      write the input grad).
+    - per GEMM with a fused bias that needs grad (Linear, addmm, HF Conv1D), the bias gradient:
+      a ``reduction`` OtherOp (``aten.sum``, phase ``backward``) that reads dC and writes the
+      bias's gradient. Optimizer steps are not here (see ``predict.memory.optimizer_ops``).
     """
     if mode not in ("inference", "train"):
         raise ValueError(f"mode must be 'inference' or 'train', got {mode!r}")
@@ -813,6 +832,8 @@ def extract(
                         back[:0] = [_backward_other(soft)]
                 if train and not node.meta.get(NO_GRAD):  # backward runs in reverse, in a node too
                     back[:0] = _backward_sites(f, site)
+                    if f.bias_grad_elems:
+                        back.append(_bias_grad(site, f.bias_grad_elems, out_tensors[0], ctx))
         else:
             other = _other(node, name, inputs, out_tensors, ctx, module, module_type)
             records.append(other)
@@ -946,6 +967,22 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
                 )
             )
     return out
+
+
+def _bias_grad(site: GemmSite, elems: int, out: torch.Tensor, ctx: _Ctx) -> OtherOp:
+    """dbias = dC summed over its broadcast dims: reads dC once, writes the bias's gradient."""
+    elem = ctx.elem_bytes(out.dtype)
+    return OtherOp(
+        module=site.module,
+        module_type=site.module_type,
+        op="aten.sum",
+        node=site.node,
+        phase="backward",
+        op_class="reduction",
+        dtype=ctx.act_name,
+        numel=elems,
+        dram_bytes=(_unique_numel(out) + elems) * elem,
+    )
 
 
 def _sdpa_softmax(node: Any, f: _Fwd, ctx: _Ctx, module: str, module_type: str) -> OtherOp:

@@ -15,9 +15,9 @@ consecutive kernels, instead of that floor.
 - ``adamw_ops`` lists the optimizer update over the parameters as ops of its own.
 
 NB: every tensor is assumed to come from DRAM; on large-L2 GPUs (A100: 40 MB) small
-activations partly hit L2, so such ops run faster than predicted. NB: bias gradients (a column
-sum of each biased GEMM's output gradient) are not among the records yet, so not priced; nor
-are the gradient sums where a tensor feeds several GEMMs (Q, K and V of one hidden state).
+activations partly hit L2, so such ops run faster than predicted. NB: the gradient sums where a
+tensor feeds several GEMMs (Q, K and V of one hidden state) are not among the records yet, so
+not priced.
 """
 
 from __future__ import annotations
