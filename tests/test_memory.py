@@ -112,19 +112,30 @@ def test_views_free_unmodelled_none_and_counted():
     assert report.unmodelled == ()
 
 
-def test_residual_add_backward_sums_grads_mask_add_passes_through():
-    n = 1 << 20
-    residual = op("aten.add", "elementwise", n, 3 * 4 * n, node="a")  # x + y, both full
-    masked = op("aten.add", "elementwise", n, 2 * 4 * n + 4 * 1024, node="b")  # + broadcast mask
-    ops = [
-        residual,
-        masked,
-        op("aten.add", "elementwise", n, 2 * residual.dram_bytes, "backward", "a"),
-        op("aten.add", "elementwise", n, 2 * masked.dram_bytes, "backward", "b"),
-    ]
-    t = op_times_ms(ops, V100, TABLE)
-    assert t[2] == pytest.approx(t[0])  # read 2 grads, write 1: the forward's traffic
-    assert t[3] == 0.0
+class TwoBranches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(16, 16, bias=False)
+        self.k = nn.Linear(16, 16, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.q(x) + self.k(x)
+
+
+def test_gradients_are_summed_where_a_tensor_forks_and_adds_pass_them_through():
+    x = torch.ones(8, 16, requires_grad=True)
+    report = estimate(TwoBranches(), (x,), device=V100, mode="train")
+    back = [o for o in report.others if o.op.phase == "backward"]
+    sums = [o for o in back if o.op.node.endswith(".grad_sum")]
+    # x feeds q, k and the residual add: 3 uses, 2 sums of its 8·16·4 = 512 B gradient, each
+    # reading two and writing one: 1,536 B in one elementwise kernel
+    assert [o.op.dram_bytes for o in sums] == [1_536, 1_536]
+    assert all(o.op.op_class == "elementwise" and o.time_ms > 0 for o in sums)
+    one = op_times_ms([op("aten.add", "elementwise", 8 * 16, 1_536)], V100)[0]  # shipped costs
+    assert sums[0].time_ms == pytest.approx(one)
+    # the two adds joining the branches pass dy through: no kernel
+    joins = [o for o in back if o.op.op == "aten.add" and o not in sums]
+    assert len(joins) == 2 and all(o.time_ms == 0.0 for o in joins)
 
 
 def test_two_layer_mlp_train_op_counts():

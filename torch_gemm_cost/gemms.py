@@ -13,7 +13,7 @@ every broadcast case, ``einsum`` (per pairwise contraction) and scaled-dot-produ
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -776,6 +776,9 @@ def extract(
     - per GEMM with a fused bias that needs grad (Linear, addmm, HF Conv1D), the bias gradient:
       a ``reduction`` OtherOp (``aten.sum``, phase ``backward``) that reads dC and writes the
       bias's gradient. Optimizer steps are not here (see ``predict.memory.optimizer_ops``).
+    - per tensor that feeds k > 1 ops needing grad, k − 1 gradient sums (``aten.add``, node
+      ``<name>.grad_sum``), each reading two gradients and writing one. This is where a residual
+      stream pays for its branch; the ``add`` that joins the branch back passes dy through.
     """
     if mode not in ("inference", "train"):
         raise ValueError(f"mode must be 'inference' or 'train', got {mode!r}")
@@ -788,7 +791,7 @@ def extract(
     requires: dict[Any, bool] = {}
     fwd_gemms: list[GemmSite] = []
     fwd_others: list[OtherOp] = []
-    bwd: list[list[GemmSite | OtherOp]] = []
+    bwd: dict[Any, list[GemmSite | OtherOp]] = {}  # per node, in forward order
 
     def val(x: Any) -> Any:
         return x.meta.get("val") if hasattr(x, "meta") else x
@@ -799,6 +802,7 @@ def extract(
     for node in graph.nodes:
         if node.op == "placeholder":
             requires[node] = bool(captured.requires_grad.get(node.name, False))
+            bwd[node] = []
             continue
         if node.op != "call_function":
             continue
@@ -812,6 +816,7 @@ def extract(
             and any(t.dtype.is_floating_point for t in out_tensors)
             and any(requires.get(i, False) for i in inputs)
         )
+        bwd[node] = []
         if name == "getitem" or not out_tensors:
             continue
         module, module_type = _module_of(node, model_name)
@@ -841,12 +846,18 @@ def extract(
             if train and requires[node] and other.op_class != "view":
                 back.append(_backward_other(other))
         node.meta[META_KEY] = tuple(records) + tuple(back)
-        if back:
-            bwd.append(back)
+        bwd[node] = back
+
+    if train:
+        for node, back in bwd.items():
+            sums = _gradient_sums(node, requires, ctx, model_name)
+            if sums:  # autograd sums a tensor's gradients before the op that made it runs
+                back[:0] = sums
+                node.meta[META_KEY] = node.meta.get(META_KEY, ()) + tuple(sums)
 
     bwd_gemms: list[GemmSite] = []
     bwd_others: list[OtherOp] = []
-    for back in reversed(bwd):
+    for back in reversed(bwd.values()):
         for r in back:
             (bwd_gemms if isinstance(r, GemmSite) else bwd_others).append(r)  # type: ignore[arg-type]
     return tuple(fwd_gemms + bwd_gemms), tuple(fwd_others + bwd_others)
@@ -967,6 +978,36 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
                 )
             )
     return out
+
+
+def _gradient_sums(
+    node: Any, requires: Mapping[Any, bool], ctx: _Ctx, model_name: str
+) -> list[OtherOp]:
+    """The adds autograd runs for a tensor that feeds several differentiable ops (a residual
+    stream's fork, Q/K/V projections of one hidden state, a weight tied to two layers): one
+    per extra use, reading two gradients and writing their sum."""
+    t = node.meta.get("val")
+    if not requires.get(node) or not isinstance(t, torch.Tensor):
+        return []
+    uses = sum(1 for user in node.users if requires.get(user))
+    if uses < 2:
+        return []
+    module, module_type = _module_of(node, model_name)
+    size = ctx.tensor_bytes(t)
+    return [
+        OtherOp(
+            module=module,
+            module_type=module_type,
+            op="aten.add",
+            node=f"{node.name}.grad_sum",
+            phase="backward",
+            op_class="elementwise",
+            dtype=ctx.act_name,
+            numel=t.numel(),
+            dram_bytes=3 * size,
+        )
+        for _ in range(uses - 1)
+    ]
 
 
 def _bias_grad(site: GemmSite, elems: int, out: torch.Tensor, ctx: _Ctx) -> OtherOp:

@@ -15,9 +15,7 @@ consecutive kernels, instead of that floor.
 - ``adamw_ops`` lists the optimizer update over the parameters as ops of its own.
 
 NB: every tensor is assumed to come from DRAM; on large-L2 GPUs (A100: 40 MB) small
-activations partly hit L2, so such ops run faster than predicted. NB: the gradient sums where a
-tensor feeds several GEMMs (Q, K and V of one hidden state) are not among the records yet, so
-not priced.
+activations partly hit L2, so such ops run faster than predicted.
 """
 
 from __future__ import annotations
@@ -67,8 +65,11 @@ _UNMODELLED = ("other",)
 # kernels). E.g. gelu reads x, writes y (2 tensor passes); its backward reads dy and x and writes
 # dx (3 passes): 1.5x in one kernel. Names missing here use _BACKWARD_DEFAULT.
 BACKWARD: dict[str, tuple[float, int]] = {
-    # dx = dy (and dy for the other operand): no kernel. add and mul/div depend on their
+    # dx = dy (and dy for the other operand): no kernel. Where a residual stream forked,
+    # autograd sums the branch's gradient into the stream's: a record of its own at the fork
+    # (gemms.extract, ``<node>.grad_sum``), not the joining add's. mul/div depend on their
     # operands and are priced in _row.
+    "add": (0.0, 0),
     "sub": (0.0, 0),
     "neg": (1.0, 1),
     "gelu": (1.5, 1),
@@ -224,12 +225,7 @@ def _row(op: OtherOp, fwd: OtherOp | None) -> tuple[int, float, float, float]:
         return index, float(op.dram_bytes), 1.0, 0.0
     fwd_bytes = float(fwd.dram_bytes)
     full = _full_operands(fwd, fwd_bytes)
-    if base == "add":
-        # two full tensors join a residual branch: the stream forked before it, so backward
-        # sums two gradients (the forward's traffic); a broadcast bias, mask or scalar passes
-        # the gradient through
-        factor, kernels = (1.0, 1) if full else (0.0, 0)
-    elif base in ("mul", "div"):
+    if base in ("mul", "div"):
         # two full operands: dy·b and dy·a, 3 passes each; by a scalar: dy·c, as forward
         factor, kernels = (2.0, 2) if full else (1.0, 1)
     else:
