@@ -257,6 +257,15 @@ def test_mismatched_shapes_name_the_file_and_parameter(tmp_path) -> None:
         HybridPredictor.load(path)
 
 
+def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
+    doc = initialised().to_dict()
+    doc["version"] = "3"  # before b_transposed: its MLP reads 21 inputs, not 22
+    path = tmp_path / "v3.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"v3.json.*version 3 weights.*reads version 4"):
+        HybridPredictor.load(path)
+
+
 def test_fit_is_seeded_and_lowers_the_loss() -> None:
     rows = measured(COVERING_ROWS)
     a = HybridPredictor(steps=30, seed=3).fit(rows)

@@ -243,6 +243,7 @@ def gemm_batch_from_columns(
         b_align_bytes=_alignment(lead_b, in_bytes),
         c_align_bytes=_alignment(lead_c, out_bytes),
         bias=bias_t,
+        b_transposed=(lead[1] == dim_pos["k"]).double(),  # B stored (n, k)
     )
 
 

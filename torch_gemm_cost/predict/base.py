@@ -24,7 +24,9 @@ DTYPE_NAMES: tuple[str, ...] = tuple(DTYPES)
 class GemmBatch:
     """N GEMMs as float64 tensors of shape (N,), ready for batched physics.
 
-    ``dtype_index`` indexes ``DTYPE_NAMES``. Alignments are in bytes.
+    ``dtype_index`` indexes ``DTYPE_NAMES``. Alignments are in bytes. ``b_transposed`` is 1
+    where B is stored (n, k), k contiguous, as a Linear weight is (``GemmSite.b_transposed``),
+    and 0 for a row-major (k, n) B, the default.
     """
 
     batch: torch.Tensor
@@ -44,8 +46,11 @@ class GemmBatch:
     # compulsory DRAM bytes; A, B and C each moved once when omitted. A fused attention kernel
     # keeps the score matrix on chip, so its records bring their own, smaller count.
     dram_bytes: torch.Tensor = None  # type: ignore[assignment]
+    b_transposed: torch.Tensor = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        if self.b_transposed is None:
+            object.__setattr__(self, "b_transposed", torch.zeros_like(self.m))
         if self.kept_fraction is None:
             object.__setattr__(self, "kept_fraction", torch.ones_like(self.m))
         if self.dram_bytes is None:
@@ -89,6 +94,7 @@ class GemmBatch:
             kept_fraction=col([s.flops / s.dense_flops if s.causal and s.dense_flops else 1.0
                                 for s in sites]),
             dram_bytes=col([s.dram_bytes for s in sites]),
+            b_transposed=col([float(s.b_transposed) for s in sites]),
         )
 
     @classmethod

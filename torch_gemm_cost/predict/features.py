@@ -186,6 +186,7 @@ MLP_FEATURES: tuple[str, ...] = (
     "a_align", "b_align", "c_align", "in_bits",
     "h1", "h2", "log2_inst_per_tile", "log_intensity_over_ridge",
     "log2_sms", "log2_l2_over_working_set", "engine_simt", "engine_mma_large", "log2_l1_per_sm",
+    "b_transposed",
 )
 
 
@@ -194,10 +195,16 @@ def mlp_features(columns: dict[str, torch.Tensor]) -> torch.Tensor:
 
     ``columns`` holds: m, n, k, batch, tiles, waves, last_wave_fill, split_k, a_align, b_align,
     c_align, in_bytes, h1, h2, inst_per_tile, intensity_over_ridge, sm_count, l2_over_working_set,
-    engine (long), l1_per_sm.
+    engine (long), l1_per_sm, b_transposed.
 
     The L1 size separates the GPUs whose large-k GEMMs fall to a third of peak (P100, P4, MI210:
     separate L1 of 16-48 KB) from those that hold it (Volta on: unified L1 of 96 KB or more).
+
+    ``b_transposed`` (B stored (n, k), as a Linear weight is) tells a Linear from a matmul,
+    for which libraries run other kernels. On NeuSight's fp32 rows over 1 ms, Pascal's kernels for a Linear (B read along k,
+    ``maxwell_sgemm_*_tn``) reach 0.5-0.75 of the rate of its batched ``nn`` kernel (P4:
+    64x64_tn 1.1 TFLOP/s, 128x64_nn 2.0), where on Volta and Turing the Linear kernels are the
+    faster ones.
     """
     c = columns
     lg = torch.log2
@@ -211,5 +218,6 @@ def mlp_features(columns: dict[str, torch.Tensor]) -> torch.Tensor:
         (c["engine"] == ENGINES.index("simt")).to(c["m"].dtype),
         (c["engine"] == ENGINES.index("mma_large")).to(c["m"].dtype),
         (lg(c["l1_per_sm"]) - 16.0) / 2.0,
+        c["b_transposed"],
     ]
     return torch.stack(feats, dim=1)

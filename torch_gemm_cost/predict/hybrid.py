@@ -77,7 +77,7 @@ class HybridPredictor:
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "3"
+    version = "4"
 
     # fitted state (set by fit or load)
     params_: dict[str, torch.Tensor]
@@ -333,6 +333,7 @@ class HybridPredictor:
                 "sm_count": x.sm_count,
                 "l2_over_working_set": x.l2_bytes / ((m * k + k * n + m * n) * g.in_bytes),
                 "engine": x.engine, "l1_per_sm": x.l1_bytes,
+                "b_transposed": g.b_transposed,
             })
             util = mlp_utilization(feats, p)
         else:
@@ -551,6 +552,13 @@ class HybridPredictor:
     def from_dict(cls, doc: Mapping[str, Any]) -> HybridPredictor:
         if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
             raise ValueError(f"expected format {FORMAT!r}")
+        version = str(doc.get("version"))
+        if version != cls.version:
+            # an older model reads other features or parameters: refit rather than misread it
+            raise ValueError(
+                f"version {version} weights; this predictor reads version {cls.version} "
+                "(retrain: torch-gemm-cost train --data DATA --out W.json)"
+            )
         hyper = dict(doc["hyperparameters"])
         unknown = set(hyper) - set(_HYPER)
         if unknown:

@@ -179,6 +179,7 @@ def _batch_of(
         b_align_bytes=_align_bytes(dims[b], cd.in_bytes),
         c_align_bytes=_align_bytes(dims[c], cd.out_bytes),
         bias=torch.full((size,), float(bool(bias)), dtype=torch.float64),
+        b_transposed=torch.full((size,), float(b == 2), dtype=torch.float64),  # B is (n, k)
     )
 
 
@@ -229,7 +230,8 @@ def predict_gemm_ms(
     Dims are scalars or arrays (lists, tensors, NumPy) that broadcast together. Scalar dims give
     a float; otherwise a 1-D float64 tensor over the flattened broadcast shape. ``op`` is
     ``matmul``/``mm``/``bmm`` (A @ B), ``linear``/``addmm`` (x @ Wᵀ) or a DATA.md layout; it
-    sets which dims decide each operand's alignment. A zero-size batch costs 0 ms.
+    sets which dims decide each operand's alignment and whether B is read transposed (libraries
+    run other kernels for a Linear than for a matmul). A zero-size batch costs 0 ms.
     """
     gemms, pred, live, scalar = _run(device, m, n, k, batch, dtype, op, bias, predictor)
     time_ms = torch.zeros(len(gemms), dtype=torch.float64)
