@@ -402,8 +402,7 @@ def _gemm_2d(op: str, a_key: str, b_key: str, bias_key: str | None):
                 bias=bias_key is not None and b.get(bias_key) is not None,
                 grad_a=rg(b[a_key]),
                 grad_b=rg(b[b_key]),
-                bias_grad_elems=(_bias_grad_elems(b.get(bias_key), batch * m * n, env)
-                                 if bias_key is not None else 0),
+                bias_grad_elems=_bias_grad_elems(b.get(bias_key), batch * m * n, env),
             )
         ]
 
