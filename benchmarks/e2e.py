@@ -58,8 +58,10 @@ def load_rows(data_dir: Path) -> list[dict[str, str]]:
     return [r for r in rows if not r["option"] and r["model"] not in LEFT_OUT_MODELS]
 
 
-def build(data_dir: Path, model: str, batch: int, seq: int, mode: str) -> tuple[Any, tuple, dict]:
-    """The HF model on the meta device and its call arguments."""
+def build(
+    data_dir: Path, model: str, batch: int, seq: int, mode: str, device: str = "meta"
+) -> tuple[Any, tuple, dict]:
+    """The HF model on ``device`` (meta: shapes only) and its call arguments."""
     import transformers
 
     cfg = transformers.AutoConfig.from_pretrained(data_dir / "e2e" / "configs" / f"{model}.json")
@@ -72,15 +74,15 @@ def build(data_dir: Path, model: str, batch: int, seq: int, mode: str) -> tuple[
             if bert
             else transformers.AutoModelForCausalLM
         )
-    with torch.device("meta"):
+    with torch.device(device):
         net = cls.from_config(cfg, attn_implementation="eager", torch_dtype=torch.float32)
-    ids = torch.ones(batch, seq, dtype=torch.int64, device="meta")
+    ids = torch.ones(batch, seq, dtype=torch.int64, device=device)
     kwargs: dict[str, Any] = {}
     if bert:
         # the transformers releases of the measurements (the first with attn_implementation)
         # built an all-ones mask when none was given and added it to every layer's scores;
         # current ones skip that add unless a mask is passed
-        kwargs["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64, device="meta")
+        kwargs["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64, device=device)
     if not bert:
         # those releases kept the KV cache as the key/value tensors themselves; current ones
         # copy them into a cache object, kernels the measured runs did not have
@@ -88,7 +90,7 @@ def build(data_dir: Path, model: str, batch: int, seq: int, mode: str) -> tuple[
     if mode == "train":
         kwargs["labels"] = ids
         if bert:
-            kwargs["next_sentence_label"] = torch.zeros(batch, dtype=torch.int64, device="meta")
+            kwargs["next_sentence_label"] = torch.zeros(batch, dtype=torch.int64, device=device)
     return net, (ids,), kwargs
 
 

@@ -383,3 +383,111 @@ def test_other_jobs_share_from_cpu_times() -> None:
     assert cal._other_jobs_share(None, (1.0, 2.0, 3.0)) is None
     now = cal._cpu_times()
     assert now is None or (now[1] >= now[0] >= 0 and now[2] >= 0)
+
+
+# ------------------------------------------------------------------------------- alignment sweep
+def test_alignment_sweep_hand_worked() -> None:
+    # one weight (n, k) = (64, 32), 8 tokens, offsets 0 and -1, float16:
+    #   align_n: (8, 64, 32), (8, 63, 32); align_k: (8, 64, 32) again (kept once), (8, 64, 31);
+    #   bias: (8, 64, 32) with a bias; layout (matmul): (8, 64, 32), (8, 63, 32), (8, 64, 31)
+    # = 3 linear + 1 linear with bias + 3 matmul = 7 points
+    pts = cal.design_alignment_sweep(cpu_spec(), ["float16"], weights=((64, 32),), tokens=(8,),
+                                     offsets=(0, -1))
+    got = sorted((p.op, p.bias, p.m, p.n, p.k, p.regime) for p in pts)
+    assert got == [
+        ("linear", False, 8, 63, 32, "align_n"), ("linear", False, 8, 64, 31, "align_k"),
+        ("linear", False, 8, 64, 32, "align_n"), ("linear", True, 8, 64, 32, "bias"),
+        ("matmul", False, 8, 63, 32, "layout"), ("matmul", False, 8, 64, 31, "layout"),
+        ("matmul", False, 8, 64, 32, "layout"),
+    ]
+    assert [p.est_s for p in pts] == sorted(p.est_s for p in pts)
+    # fp8 runs through a column-major-B kernel only: no matmul twins
+    fp8 = cal.design_alignment_sweep(cpu_spec(), ["float8_e4m3fn"], weights=((64, 32),),
+                                     tokens=(8,), offsets=(0, -1))
+    assert {p.op for p in fp8} == {"linear"} and len(fp8) == 4
+
+
+def test_alignment_dtypes_add_fp8_where_the_gpu_has_it() -> None:
+    assert "float8_e4m3fn" in cal.alignment_dtypes(get_device("h200_sxm_141gb"))
+    assert "float8_e4m3fn" not in cal.alignment_dtypes(get_device("a100_sxm4_80gb"))
+    assert "float8_e4m3fn" not in cal.alignment_dtypes(cpu_spec())
+
+
+def test_sweep_point_rejects_impossible_calls() -> None:
+    with pytest.raises(ValueError, match=r"op must be one of bmm, linear, matmul, got 'mm'"):
+        SweepPoint(1, 2, 3, 4, "float32", "x", op="mm")
+    with pytest.raises(ValueError, match=r"op 'linear' takes batch 1, got batch=2"):
+        SweepPoint(2, 2, 3, 4, "float32", "x", op="linear")
+    with pytest.raises(ValueError, match=r"only op 'linear' fuses a bias"):
+        SweepPoint(1, 2, 3, 4, "float32", "x", op="matmul", bias=True)
+
+
+@pytest.mark.parametrize("op", ["bmm", "linear", "matmul"])
+def test_each_sweep_op_computes_its_gemm(op: str) -> None:
+    ops = cal._Operands("cpu")
+    p = SweepPoint(1, 5, 7, 3, "float32", "x", op=op, bias=op == "linear")
+    a, b = ops.get(p)
+    out = ops.call(p)()
+    if op == "bmm":
+        want = a @ b
+    elif op == "matmul":
+        want = a.view(5, 3) @ b.view(3, 7)
+    else:  # F.linear: the same buffer read as W (n, k), plus the bias pool
+        want = a.view(5, 3) @ b.view(7, 3).T + ops._pool("bias", torch.float32, 7)[:7]
+    torch.testing.assert_close(out, want)
+
+
+def test_fp8_linear_runs_through_scaled_mm() -> None:
+    ops = cal._Operands("cpu")
+    p = SweepPoint(1, 4, 32, 16, "float8_e4m3fn", "x", op="linear")
+    x, w = ops.get(p)
+    out = ops.call(p)()
+    assert out.dtype == torch.bfloat16 and out.shape == (4, 32)
+    want = x.view(4, 16).float() @ w.view(32, 16).float().T
+    torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_refused_points_are_skipped_and_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuBLAS's fp8 kernels refuse dims off a multiple of 16; the sweep records that and goes
+    on. Here torch._scaled_mm is made to refuse the same way on the CPU."""
+    real = torch._scaled_mm
+
+    def picky(a: torch.Tensor, b: torch.Tensor, *args: object, **kw: object) -> torch.Tensor:
+        if a.shape[1] % 16:
+            raise RuntimeError(f"Expected trailing dimension of mat1 to be divisible by 16 "
+                               f"but got mat1 shape: ({a.shape[0]}x{a.shape[1]}).")
+        return real(a, b, *args, **kw)
+
+    monkeypatch.setattr(torch, "_scaled_mm", picky)
+    pts = [SweepPoint(1, 4, 32, 16, "float8_e4m3fn", "align_k", op="linear"),
+           SweepPoint(1, 4, 32, 15, "float8_e4m3fn", "align_k", op="linear")]
+    refused: list = []
+    runs = run_sweep(pts, "cpu", CpuTimer(), 5.0, reps=3, refused=refused)
+    assert [r.point.k for r in runs] == [16]
+    assert [(p.k, msg.split(" but")[0]) for p, msg in refused] == \
+        [(15, "Expected trailing dimension of mat1 to be divisible by 16")]
+
+
+def test_linear_rows_and_kernels_in_the_data_schema(tmp_path: Path) -> None:
+    spec = cpu_spec()
+    p = SweepPoint(1, 8, 64, 32, "float16", "bias", op="linear", bias=True)
+    gemm = ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_f16_128x256_64x3_tn_align2>"
+            "(Params)")
+    kernels = ("Memset (Device)", gemm, "cublasLt::splitKreduce_kernel")
+    path = write_measurements(tmp_path / "m.csv", spec, [Measurement(p, 0.25, 7, kernels)],
+                              "event", source="tgc-align")
+    with open(path, newline="") as fh:
+        rec = next(csv.DictReader(fh))
+    # the GEMM kernel is named, not the workspace memset before it
+    assert (rec["source"], rec["op"], rec["layout"], rec["bias"]) == \
+        ("tgc-align", "linear", "x@W^T", "1")
+    assert rec["kernel"] == kernels[1] and rec["n_kernels"] == "3"
+    assert rec["aux_kernels"] == "Memset;cublasLt::splitKreduce_kernel"
+    back = read_measurements(path)
+    assert back.gemms.b_transposed.tolist() == [1.0] and back.gemms.bias.tolist() == [1.0]
+
+
+def test_kernel_names_are_empty_on_the_cpu() -> None:
+    pts = [SweepPoint(1, 4, 8, 8, "float32", "x"), SweepPoint(1, 4, 8, 8, "float32", "x",
+                                                             op="linear")]
+    assert cal.kernel_names(pts, "cpu") == [(), ()]

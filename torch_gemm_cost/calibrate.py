@@ -20,6 +20,7 @@ shapes better.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import logging
@@ -47,8 +48,10 @@ __all__ = [
     "Measurement",
     "SweepPoint",
     "calibrate",
+    "design_alignment_sweep",
     "design_sweep",
     "fit_profile",
+    "kernel_names",
     "load_profile",
     "read_measurements",
     "run_sweep",
@@ -69,20 +72,37 @@ CSV_COLUMNS: tuple[str, ...] = (
     "aux_kernels",
 )
 MAX_OPERAND_BYTES = 1 << 29  # largest A or B the sweep allocates (512 MiB)
+SWEEP_OPS = ("bmm", "linear", "matmul")
+LAYOUT = {"bmm": "A@B", "linear": "x@W^T", "matmul": "A@B"}  # DATA.md's layout column
 
 
 # ------------------------------------------------------------------------------- the sweep
 @dataclass(frozen=True)
 class SweepPoint:
-    """One GEMM to time, ``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]``."""
+    """One GEMM to time, ``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]``.
+
+    ``op`` is how it is called: ``bmm`` (``torch.bmm``, B stored (k, n)), ``linear``
+    (``F.linear``, the weight stored (n, k); fp8 through ``torch._scaled_mm``) or ``matmul``
+    (2-D ``A @ B``). ``linear`` and ``matmul`` take batch 1; ``bias`` adds a fused bias to a
+    ``linear``."""
 
     batch: int
     m: int
     n: int
     k: int
     dtype: str
-    regime: str  # square, skinny, flat, batched, tile_edge, wave_edge, random
+    regime: str  # square, skinny, flat, batched, tile_edge, wave_edge, random, align_n, ...
     est_s: float = field(default=0.0, compare=False)  # rough cost, for the small-first order
+    op: str = "bmm"
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        if self.op not in SWEEP_OPS:
+            raise ValueError(f"op must be one of {', '.join(SWEEP_OPS)}, got {self.op!r}")
+        if self.op != "bmm" and self.batch != 1:
+            raise ValueError(f"op {self.op!r} takes batch 1, got batch={self.batch}")
+        if self.bias and self.op != "linear":
+            raise ValueError(f"only op 'linear' fuses a bias, got op={self.op!r} with bias")
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -227,6 +247,72 @@ def design_sweep(
     return sorted(points.values(), key=lambda p: (p.est_s, p.dtype, p.shape))
 
 
+# (n, k) of common weights, each dim a multiple of 64: Llama-3-8B attention, MLP up and down,
+# GPT-2's padded vocabulary, Llama-2's vocabulary, GPT-2's MLP
+ALIGN_WEIGHTS: tuple[tuple[int, int], ...] = (
+    (4096, 4096), (14336, 4096), (4096, 14336), (50304, 768), (32000, 4096), (3072, 768),
+)
+# N + offset: the weight's own alignment, then 1, 2, 4 and 8 elements (GPT-2's 50257 = 50304 - 47)
+ALIGN_OFFSETS: tuple[int, ...] = (0, -1, -2, -4, -8)
+ALIGN_TOKENS: tuple[int, ...] = (1, 8, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def alignment_dtypes(spec: DeviceSpec) -> tuple[str, ...]:
+    """The alignment sweep's dtypes: the calibration sweep's, plus fp8 where the device has an
+    fp8 matrix rate (Ada, Hopper and later)."""
+    out = list(sweep_dtypes(spec))
+    if not _is_cpu(spec) and spec.peak("fp8"):
+        out.append("float8_e4m3fn")
+    return tuple(out)
+
+
+def design_alignment_sweep(
+    spec: DeviceSpec,
+    dtypes: Sequence[str] | None = None,
+    *,
+    weights: Sequence[tuple[int, int]] = ALIGN_WEIGHTS,
+    offsets: Sequence[int] = ALIGN_OFFSETS,
+    tokens: Sequence[int] = ALIGN_TOKENS,
+    max_est_s: float | None = None,
+) -> list[SweepPoint]:
+    """Linear layers whose n or k is moved off the weight's alignment, cheapest first.
+
+    For each weight (n, k), token count m and dtype: ``linear`` at (n + o, k) and at (n, k + o)
+    for each offset o (regimes ``align_n`` and ``align_k``); ``matmul`` (B stored (k, n)) at the
+    aligned shape and with n or k one off (``layout``, not for fp8, whose kernels take B
+    column-major only); and ``linear`` with a fused bias at the aligned shape (``bias``). The
+    pairs it makes (50304 against 50257 + 0, say) are what padding advice needs measured.
+    """
+    dtypes = tuple(resolve_dtype(d).name for d in (dtypes or alignment_dtypes(spec)))
+    max_est_s = max_est_s if max_est_s is not None else (3.0 if _is_cpu(spec) else 0.2)
+    points: dict[tuple[Any, ...], SweepPoint] = {}
+
+    def add(regime: str, dtype: str, m: int, n: int, k: int, op: str = "linear",
+            bias: bool = False) -> None:
+        cd = DTYPES[dtype]
+        key = (m, n, k, dtype, op, bias)
+        if key in points or min(m, n, k) < 1:
+            return
+        if max(m * k, k * n, m * n) * max(cd.in_bytes, cd.out_bytes) > MAX_OPERAND_BYTES:
+            return
+        est = _est_s((1, m, n, k), dtype, spec)
+        if est <= max_est_s:
+            points[key] = SweepPoint(1, m, n, k, dtype, regime, est, op, bias)
+
+    for dtype in dtypes:
+        fp8 = DTYPES[dtype].peak_key == "fp8"
+        for n, k in weights:
+            for m in tokens:
+                for o in offsets:
+                    add("align_n", dtype, m, n + o, k)
+                    add("align_k", dtype, m, n, k + o)
+                add("bias", dtype, m, n, k, bias=True)
+                if not fp8:
+                    for nn, kk in ((n, k), (n - 1, k), (n, k - 1)):
+                        add("layout", dtype, m, nn, kk, op="matmul")
+    return sorted(points.values(), key=lambda p: (p.est_s, p.dtype, p.op, p.shape))
+
+
 # ------------------------------------------------------------------------------- timing
 class CpuTimer:
     """Host wall clock (``time.perf_counter``) around each call; nothing to flush."""
@@ -285,6 +371,7 @@ class Measurement:
     point: SweepPoint
     latency_ms: float
     runs: int
+    kernels: tuple[str, ...] = ()  # the kernels it launched, where a profiler pass named them
 
 
 class _Operands:
@@ -301,7 +388,9 @@ class _Operands:
         if pool is None or pool.numel() < numel:
             size = max(numel, 2 * (pool.numel() if pool is not None else 0), 1 << 16)
             self._pools.pop(key, None)
-            pool = torch.empty(size, dtype=dtype, device=self.device).uniform_(-1.0, 1.0)
+            fill = torch.float16 if dtype.itemsize == 1 and dtype.is_floating_point else dtype
+            pool = torch.empty(size, dtype=fill, device=self.device).uniform_(-1.0, 1.0)
+            pool = pool.to(dtype)
             self._pools[key] = pool
         return pool
 
@@ -310,6 +399,26 @@ class _Operands:
         a = self._pool("a", dt, p.batch * p.m * p.k)[: p.batch * p.m * p.k]
         b = self._pool("b", dt, p.batch * p.k * p.n)[: p.batch * p.k * p.n]
         return a.view(p.batch, p.m, p.k), b.view(p.batch, p.k, p.n)
+
+    def call(self, p: SweepPoint) -> Callable[[], Any]:
+        """The call that runs ``p``: ``torch.bmm``, ``F.linear`` (fp8: ``torch._scaled_mm``
+        with unit scales and a bf16 output, the weight read column-major) or 2-D ``A @ B``."""
+        a, b = self.get(p)
+        if p.op == "bmm":
+            return lambda: torch.bmm(a, b)
+        x = a.view(p.m, p.k)
+        if p.op == "matmul":
+            w = b.view(p.k, p.n)
+            return lambda: torch.matmul(x, w)
+        weight = b.view(p.n, p.k)
+        cd = DTYPES[p.dtype]
+        if cd.peak_key == "fp8":
+            one = torch.ones((), dtype=torch.float32, device=self.device)
+            out = torch.bfloat16
+            bias = self._pool("bias", out, p.n)[: p.n] if p.bias else None
+            return lambda: torch._scaled_mm(x, weight.t(), one, one, bias=bias, out_dtype=out)
+        bias = self._pool("bias", cd.torch_dtype, p.n)[: p.n] if p.bias else None
+        return lambda: torch.nn.functional.linear(x, weight, bias)
 
 
 def _reps(first_ms: float, reps: int) -> int:
@@ -340,6 +449,7 @@ def run_sweep(
     revisit_share: float = 0.25,
     progress: Callable[[int, int, float, float], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    refused: list[tuple[SweepPoint, str]] | None = None,
 ) -> list[Measurement]:
     """Time ``points`` in order until ``budget_s`` is spent: a warm-up run, then the median of
     ``reps`` runs (more for sub-ms GEMMs).
@@ -350,7 +460,9 @@ def run_sweep(
     against their estimate first, so each gets a second chance at a quiet moment. The lowest
     median counts. A point whose runs would overrun its pass's budget, judged from recent
     points' measured/estimated ratio and its warm-up, ends that pass.
-    ``progress(done, total, elapsed_s, budget_s)`` follows every point."""
+    ``progress(done, total, elapsed_s, budget_s)`` follows every point. A point the backend
+    refuses (fp8 kernels take no dims off a multiple of 16, say) is skipped and, with its error,
+    appended to ``refused``."""
     start = clock()
     operands = _Operands(device)
     best: dict[int, tuple[float, int]] = {}  # point index -> (lowest median ms, runs)
@@ -366,10 +478,17 @@ def run_sweep(
         if p.est_s * ratio * (reps + 1) > left:
             return False
         torch.backends.cuda.matmul.allow_tf32 = p.dtype == "tf32"
-        a, b = operands.get(p)
-        fn = lambda: torch.bmm(a, b)
-        first = time_runs(fn, 2 if p.est_s < 1e-3 else 1, timer)[-1]
-        ratios.append(first * 1e-3 / p.est_s)
+        fn = operands.call(p)
+        try:
+            first = time_runs(fn, 2 if p.est_s < 1e-3 else 1, timer)[-1]
+        except RuntimeError as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.info("%s %s refused: %s", p.op, p.shape, message)
+            if refused is not None:
+                refused.append((p, message))
+            return True
+        if p.est_s > 0:
+            ratios.append(first * 1e-3 / p.est_s)
         runs = _reps(first, reps)
         if runs * first * 1e-3 > until_s - (clock() - start):
             return False
@@ -400,20 +519,78 @@ def run_sweep(
     return [Measurement(points[i], ms, runs) for i, (ms, runs) in sorted(best.items())]
 
 
+
+def _short_kernel(name: str) -> str:
+    """``void cutlass::Kernel2<...>(...)`` -> ``cutlass::Kernel2``; plain names unchanged."""
+    head = name.split("(", 1)[0].split("<", 1)[0].strip()
+    return head.rsplit(" ", 1)[-1] or name
+
+
+def kernel_names(points: Sequence[SweepPoint], device: str) -> list[tuple[str, ...]]:
+    """The device kernels each point launches, in launch order, from one profiler pass that runs
+    every point once. Empty on the CPU (no device kernels) and for a point the backend refuses.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    operands = _Operands(device)
+    cuda = device.startswith("cuda")
+    calls = [operands.call(p) for p in points]
+    tf32 = [p.dtype == "tf32" for p in points]
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    tag = "tgc_point_"
+    try:
+        with profile(activities=activities) as prof:
+            for i, fn in enumerate(calls):
+                torch.backends.cuda.matmul.allow_tf32 = tf32[i]
+                with record_function(f"{tag}{i}"):
+                    try:
+                        fn()
+                    except RuntimeError:  # refused: no kernels
+                        pass
+            if cuda:
+                torch.cuda.synchronize(device)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+    events = list(prof.events())
+    ranges = sorted((e.time_range.start, e.time_range.end, int(e.name[len(tag):]))
+                    for e in events if e.name.startswith(tag))
+    starts = [r[0] for r in ranges]
+    found: list[dict[str, None]] = [{} for _ in points]
+    for e in events:
+        if e.name.startswith(tag) or not getattr(e, "kernels", None):
+            continue
+        j = bisect.bisect_right(starts, e.time_range.start) - 1
+        if j >= 0 and e.time_range.start <= ranges[j][1]:
+            for kernel in e.kernels:
+                found[ranges[j][2]].setdefault(kernel.name, None)
+    return [tuple(f) for f in found]
+
+
 # ------------------------------------------------------------------------------- data files
 def write_measurements(
-    path: str | Path, spec: DeviceSpec, runs: Iterable[Measurement], timing: str
+    path: str | Path, spec: DeviceSpec, runs: Iterable[Measurement], timing: str,
+    source: str = SOURCE,
 ) -> Path:
-    """Write ``runs`` in DATA.md's gemm schema (op bmm, layout A@B, source calibrate)."""
+    """Write ``runs`` in DATA.md's gemm schema: op and layout as each point was called, the
+    kernels where a profiler pass named them (the first in ``kernel``, short names of the rest
+    in ``aux_kernels``; a workspace memset is never the first)."""
     path = Path(path)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(CSV_COLUMNS)
         for r in runs:
             p = r.point
-            row = {"gpu": spec.id, "gpu_name": spec.name, "source": SOURCE, "timing": timing,
-                   "op": "bmm", "dtype": p.dtype, "batch": p.batch, "m": p.m, "n": p.n,
-                   "k": p.k, "bias": 0, "layout": "A@B", "latency_ms": f"{r.latency_ms:.6g}"}
+            row = {"gpu": spec.id, "gpu_name": spec.name, "source": source, "timing": timing,
+                   "op": p.op, "dtype": p.dtype, "batch": p.batch, "m": p.m, "n": p.n,
+                   "k": p.k, "bias": int(p.bias), "layout": LAYOUT[p.op],
+                   "latency_ms": f"{r.latency_ms:.6g}"}
+            if r.kernels:
+                main = next((k for k in r.kernels if not k.startswith(("Memset", "Memcpy"))),
+                            r.kernels[0])
+                row.update(kernel=main, n_kernels=len(r.kernels),
+                           aux_kernels=";".join(_short_kernel(k) for k in r.kernels
+                                                if k != main))
             writer.writerow([row.get(c, "") for c in CSV_COLUMNS])
     return path
 
