@@ -85,3 +85,19 @@ def test_load_small_source(data_dir) -> None:
     assert len(sub) == 22 and set(sub.gpu) == {"mi210"}
     assert torch.equal(sub.gemms.m, d.gemms.m[mask])
     assert torch.equal(sub.latency_ms, d.latency_ms[mask])
+
+
+def test_deepbench_fp16_rows_count_as_padded(tmp_path) -> None:
+    """DeepBench padded misaligned fp16 shapes to multiples of 8 before timing (DATA.md): such a
+    row's kernels saw 16-byte operands. Other sources and dtypes keep the dims' alignment."""
+    (tmp_path / "gemm").mkdir()
+    head = "gpu,gpu_name,source,timing,op,dtype,batch,m,n,k,bias,layout,latency_ms\n"
+    rows = ["tesla_t4,x,deepbench,kernel,gemm_NN,float16,1,35,7133,1760,0,colmajor_NN,0.4\n",
+            "tesla_t4,x,deepbench,kernel,gemm_NN,float32,1,35,7133,1760,0,colmajor_NN,0.4\n",
+            "tesla_t4,x,vidur,kernel,linear,float16,1,35,7133,1761,0,x@W^T,0.4\n"]
+    with gzip.open(tmp_path / "gemm" / "x.csv.gz", "wt") as fh:
+        fh.write(head + "".join(rows))
+    g = load_gemms(tmp_path).gemms
+    narrowest = torch.minimum(torch.minimum(g.a_align_bytes, g.b_align_bytes), g.c_align_bytes)
+    # fp16 padded: 16; fp32 7133 · 4 B = 28532 B -> 4; vidur fp16 k = 1761 · 2 B -> 2
+    assert narrowest.tolist() == [16.0, 4.0, 2.0]
