@@ -23,7 +23,7 @@ from torch_gemm_cost.predict.tiles import ENGINES, SPLITS, TILES, tile_grid
 
 DETAIL_KEYS = ("tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
                "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms",
-               "memory_ms")
+               "memory_ms", "load_issue_ms")
 
 
 def initialised(**kw) -> HybridPredictor:
@@ -259,10 +259,10 @@ def test_mismatched_shapes_name_the_file_and_parameter(tmp_path) -> None:
 
 def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc = initialised().to_dict()
-    doc["version"] = "3"  # before b_transposed: its MLP reads 21 inputs, not 22
-    path = tmp_path / "v3.json"
+    doc["version"] = "4"  # before the misaligned-load roof: no misaligned_load_cycles
+    path = tmp_path / "v4.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v3.json.*version 3 weights.*reads version 4"):
+    with pytest.raises(ValueError, match=r"v4.json.*version 4 weights.*reads version 5"):
         HybridPredictor.load(path)
 
 
@@ -386,3 +386,70 @@ def test_simt_wave_overhead_by_hand() -> None:
     without, _ = compute_ms(-40.0)  # softplus(-40)·1000 ≈ 4e-15 cycles
     assert waves == 2
     assert with_overhead - without == pytest.approx(2 * 3000 / 1.41e9 * 1e3, rel=1e-4)
+
+
+def _load_issue_ms(gemms: GemmBatch, device: str, cycles: float, **kw) -> tuple[float, dict]:
+    model = initialised(use_mlp=False, **kw)
+    model.params_["misaligned_load_cycles"][0] = math.log(math.expm1(cycles))  # softplus⁻¹
+    pred = model.predict(gemms, device)
+    return float(pred.details["load_issue_ms"][0]), {k: float(v[0]) for k, v in
+                                                     pred.details.items()}
+
+
+def test_misaligned_load_roof_by_hand() -> None:
+    # bf16, m = k = 4096, n = 4095 on an H200 (132 SMs, 1980 MHz): C's rows are 8190 bytes, so
+    # the kernel copies 2 bytes a lane. For a Tm×Tn tile A is read once per column of tiles
+    # and B once per row of tiles. At 128x128: A 4096·4096·⌈4095/128⌉ = 536,870,912 and
+    # B 4095·4096·⌈4096/128⌉ = 536,739,840 elements, 1,073,610,752 · 2 B / 2 B / 32 lanes
+    # = 33,550,336 warp loads; 1024 tiles keep all 132 SMs busy. At 16 cycles a load:
+    # 33,550,336 · 16 / (132 · 1.98e9) s = 2.05393 ms.
+    gemms = GemmBatch.from_dims(m=[4096], n=[4095], k=[4096], dtype="bfloat16")
+    ms, d = _load_issue_ms(gemms, "h200_sxm_141gb", 16.0)
+    tm, tn = d["tile_m"], d["tile_n"]
+    loads = (4096 * 4096 * math.ceil(4095 / tn) + 4095 * 4096 * math.ceil(4096 / tm)) / 32
+    tiles = math.ceil(4096 / tm) * math.ceil(4095 / tn) * d["split_k"]
+    assert ms == pytest.approx(16 * loads / (min(tiles, 132) * 1.98e9) * 1e3, rel=1e-5)
+    if (tm, tn) == (128.0, 128.0):
+        assert ms == pytest.approx(2.05393, rel=1e-4)
+    # it is a roof: the predicted time is at least the load time, and above the aligned one
+    aligned = GemmBatch.from_dims(m=[4096], n=[4096], k=[4096], dtype="bfloat16")
+    model = initialised(use_mlp=False)
+    model.params_["misaligned_load_cycles"][0] = math.log(math.expm1(16.0))
+    t_mis = float(model.predict(gemms, "h200_sxm_141gb").time_ms[0])
+    t_ali = float(model.predict(aligned, "h200_sxm_141gb").time_ms[0])
+    assert t_mis >= ms and t_mis > 2 * t_ali
+    assert d["compute_ms"] >= ms  # counted on the compute side
+
+
+@pytest.mark.parametrize(("dims", "dtype", "device"), [
+    ((4096, 4096, 4096), "bfloat16", "h200_sxm_141gb"),  # aligned: cp.async / TMA copies
+    ((4096, 4095, 4096), "float32", "h200_sxm_141gb"),  # SIMT: no matrix kernel to fall from
+    ((1, 4095, 4096), "bfloat16", "h200_sxm_141gb"),  # m = 1: a GEMV kernel peels the rows
+    ((4096, 4095, 4096), "bfloat16", "mi300x"),  # AMD's libraries: not these kernels
+])
+def test_misaligned_load_roof_spares(dims, dtype, device) -> None:
+    m, n, k = dims
+    ms, _ = _load_issue_ms(GemmBatch.from_dims(m=[m], n=[n], k=[k], dtype=dtype), device, 16.0)
+    assert ms == 0.0
+
+
+def test_fit_alignment_recovers_the_load_cost() -> None:
+    """Rows priced by a model with 12 cycles a load: the fit finds 12 from their ratios alone,
+    whatever the overall level (every latency here is also doubled)."""
+    truth = initialised()
+    truth.params_["misaligned_load_cycles"][0] = math.log(math.expm1(12.0))
+    dims = [(m, n, k) for m in (256, 2048) for n, k in ((4096, 4096), (4095, 4096),
+                                                         (4096, 4095), (4092, 4096))]
+    rows = measured([("h200_sxm_141gb", "tgc-align", "event", "linear", "bfloat16", 1, m, n, k,
+                      1.0) for m, n, k in dims])
+    rows = MeasuredGemms(rows.gemms, rows.gpu, rows.source, rows.timing,
+                         2.0 * truth.predict_measured(rows))
+    model = initialised()
+    fitted = model.fit_alignment(rows)
+    assert fitted["pairs"] == 6  # three misaligned shapes at each of two m
+    assert fitted["cycles_per_warp_load"] == pytest.approx(12.0, rel=0.03)
+    assert fitted["ratio_mape"] < 0.01 < fitted["ratio_mape_without_roof"]
+    assert model.physical_constants()["misaligned_load_cycles_per_warp_load"] == \
+        pytest.approx(fitted["cycles_per_warp_load"], abs=1e-4)
+    with pytest.raises(ValueError, match="no misaligned row has an aligned partner"):
+        model.fit_alignment(rows.select([0, 4]))  # both aligned

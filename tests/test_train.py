@@ -25,6 +25,7 @@ HEADER = "gpu,gpu_name,source,timing,op,dtype,batch,m,n,k,bias,layout,latency_ms
 
 def small_data(tmp_path):
     """Three GPUs, two sources: a few shapes each, latency from a crude 70%-of-peak model."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     peaks = {"tesla_t4": (8.1e12, 320e9), "tesla_v100_pcie_32gb": (14e12, 900e9),
              "a100_pcie_40gb": (19.5e12, 1555e9)}
     lines = [HEADER]
@@ -123,3 +124,34 @@ def test_shipped_weights_carry_credit_and_metrics() -> None:
     assert meta["data_sources"] == list(CREDITS)
     assert "train" in meta["training_command"]
     assert meta["metrics"]["groups"]
+
+
+def test_train_fits_the_misaligned_load_cost_to_alignment_data(tmp_path) -> None:
+    data = small_data(tmp_path / "main")
+    align = tmp_path / "align"
+    (align / "gemm").mkdir(parents=True)
+    # aligned and one-off Linear layers: the one-off ones run 3x longer
+    lines = [HEADER]
+    for m in (512, 2048):
+        t = 2 * m * 4096 * 4096 / 500e12 * 1e3
+        lines.append(f"h200_sxm_141gb,x,tgc-align,event,linear,bfloat16,1,{m},4096,4096,0,"
+                     f"x@W^T,{t:.6f}\n")
+        lines.append(f"h200_sxm_141gb,x,tgc-align,event,linear,bfloat16,1,{m},4095,4096,0,"
+                     f"x@W^T,{3 * t:.6f}\n")
+    (align / "gemm" / "tgc-align.csv").write_text("".join(lines))
+    out = tmp_path / "w.json"
+    assert main(["train", "--data", str(data), "--alignment-data", str(align), "--out",
+                 str(out), "--steps", "10", "--skip-ops"]) == 0
+    meta = json.loads(out.read_text())["metadata"]
+    fit = meta["alignment_fit"]
+    assert (fit["data"], fit["source"], fit["pairs"]) == (str(align), "tgc-align", 2)
+    assert fit["ratio_mape"] < fit["ratio_mape_without_roof"]
+    assert meta["physical_constants"]["misaligned_load_cycles_per_warp_load"] == \
+        pytest.approx(fit["cycles_per_warp_load"], abs=1e-3)
+
+
+def test_train_rejects_alignment_data_without_gemms(tmp_path, capsys) -> None:
+    data = small_data(tmp_path / "main")
+    assert main(["train", "--data", str(data), "--alignment-data", str(tmp_path / "none"),
+                 "--out", str(tmp_path / "w.json"), "--skip-ops"]) == 2
+    assert "--alignment-data" in capsys.readouterr().err

@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default="../shared/data",
                    help="measured data directory holding gemm/*.csv.gz (default: ../shared/data)")
     p.add_argument("--out", required=True, help="weights file to write (JSON)")
+    p.add_argument("--alignment-data", metavar="DIR", default=None,
+                   help="then fit the misaligned-load cost to the alignment ratios measured in "
+                        "DIR/gemm/tgc-align.csv.gz (the shipped weights: benchmarks/data/h200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=None, help="Adam steps (default: the model's)")
     p.add_argument("--warm-start", metavar="W", default=None,
@@ -43,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
     data = Path(args.data)
     if not (data / "gemm").is_dir():
         raise UsageError(f"--data {data}: no gemm/ directory with measured GEMMs there")
+    align = Path(args.alignment_data) if args.alignment_data else None
+    if align is not None and not (align / "gemm").is_dir():
+        raise UsageError(f"--alignment-data {align}: no gemm/ directory with measured GEMMs "
+                         "there")
     out = Path(args.out)
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: directory {out.parent} does not exist")
@@ -57,6 +64,15 @@ def run(args: argparse.Namespace) -> int:
                            "warm_start_from": str(args.warm_start)}
     else:
         model = train_gemm_predictor(data, seed=args.seed, command=command, **hyper)
+    if align is not None:
+        try:
+            rows = load_gemms(align, sources=["tgc-align"])
+        except FileNotFoundError as e:
+            raise UsageError(f"--alignment-data {align}: {e}") from None
+        fitted = model.fit_alignment(rows)
+        model.metadata_["alignment_fit"] = {"data": str(align), "source": "tgc-align", **fitted}
+        model.metadata_["physical_constants"] = model.physical_constants()
+        log.info("misaligned loads: %s", fitted)
     if args.held_out_metrics:
         try:
             held = json.loads(Path(args.held_out_metrics).read_text())

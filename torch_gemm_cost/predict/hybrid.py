@@ -36,7 +36,7 @@ from ..devices import DeviceSpec, get_device
 from .base import GemmBatch, GemmPrediction
 from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
-from .intensity import TileTraffic, intensity, tile_traffic
+from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .power import power_cap
 from .tiles import ENGINES, candidate_table, tile_grid
@@ -77,7 +77,7 @@ class HybridPredictor:
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "4"
+    version = "5"
 
     # fitted state (set by fit or load)
     params_: dict[str, torch.Tensor]
@@ -155,6 +155,8 @@ class HybridPredictor:
             # SIMT: fixed cycles per wave (prologue, pipeline fill, epilogue), in thousands
             "simt_wave_kcycles": torch.tensor([_inv_softplus(1.0)], dtype=f64),
             "issue_fma_per_load": full(len(ENGINES), _inv_softplus(0.5)),  # per ENGINES
+            # SM cycles per warp-wide load in NVIDIA's misaligned matrix kernels (intensity.py)
+            "misaligned_load_cycles": torch.tensor([_inv_softplus(4.0)], dtype=f64),
             "launch_log_ms": torch.tensor([math.log(0.004), math.log(0.02), math.log(0.003)],
                                           dtype=f64),  # per TIMINGS
             "launch_source": full(len(SOURCES), 0.0),  # log offset per SOURCES
@@ -201,6 +203,8 @@ class HybridPredictor:
         l2 = l2_geometry(grid, b, m, n, k, g.in_bytes)
         traffic = tile_traffic(grid, g.in_bytes, g.out_bytes, g.a_align_bytes, g.b_align_bytes,
                                g.c_align_bytes)
+        narrowest = library_vector_bytes(torch.minimum(torch.minimum(
+            g.a_align_bytes, g.b_align_bytes), g.c_align_bytes))
         return {
             # per row
             "nonempty": (g.batch > 0) & (g.m > 0) & (g.n > 0) & (g.k > 0),
@@ -217,6 +221,8 @@ class HybridPredictor:
             "requested": l2.requested, "unique_wave": l2.unique_wave,
             "tile_ops": traffic.ops, "tile_mem": traffic.mem_bytes,
             "read_inst": traffic.read_inst, "write_inst": traffic.write_inst,
+            "narrowest_load_bytes": narrowest,
+            "narrow_loads": narrow_loads(grid, b, m, n, k, g.in_bytes, narrowest),
         }
 
     @staticmethod
@@ -300,7 +306,19 @@ class HybridPredictor:
         # c0 ≈ 2.5 µs (A100-40GB) and 2.2 µs (P100), about 3000 cycles
         simt = (x.engine == ENGINES.index("simt")).to(x.clock_hz.dtype)
         wave_s = (simt * sp(p["simt_wave_kcycles"]) * 1e3 / x.clock_hz).unsqueeze(1)  # (N, 1)
-        log_td = torch.log(geo["work"] / roof + geo["waves"] * wave_s)
+        td = geo["work"] / roof + geo["waves"] * wave_s
+        # an operand off 16 bytes sends NVIDIA's matrix GEMMs to kernels that load through
+        # registers, 4 or 2 bytes a lane, and the SMs' load issue becomes a roof of its own:
+        # every warp-wide load of A and B costs cycles on one of the busy SMs (intensity.py).
+        # GEMV shapes (m or n = 1) peel misaligned rows and stay exempt.
+        slow = ((x.engine != ENGINES.index("simt")) & (x.family != FAMILIES.index("cdna"))
+                & (geo["narrowest_load_bytes"] < 16.0) & (geo["m"] > 1.0) & (geo["n"] > 1.0)
+                ).to(td.dtype).unsqueeze(1)
+        busy = torch.minimum(geo["tiles"], x.sm_count.unsqueeze(1))
+        narrow_s = (sp(p["misaligned_load_cycles"]) * geo["narrow_loads"] * slow
+                    / (busy * x.clock_hz.unsqueeze(1)))
+        td = td * (1.0 + (narrow_s / td) ** rp) ** (1.0 / rp)
+        log_td = torch.log(td)
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
         batched = (geo["b"] > 1.0).long()
@@ -354,6 +372,9 @@ class HybridPredictor:
         time_ms = torch.where(nonempty, with_launch, zero)
         compute_ms = (work_c / pick(tile_peak) + waves * wave_s.squeeze(1)) / util * 1e3
         memory_ms = work_c / (inten_c * bw_c * util) * 1e3
+        # misaligned loads are issued by the SMs: their roof counts on the compute side
+        load_issue_ms = pick(narrow_s) / util * 1e3
+        compute_ms = compute_ms * (1.0 + (load_issue_ms / compute_ms) ** rp) ** (1.0 / rp)
         return {
             "time_ms": time_ms,
             "compute_bound": compute_ms >= memory_ms,
@@ -372,6 +393,7 @@ class HybridPredictor:
             "compute_ms": torch.where(nonempty, compute_ms, zero),
             "memory_ms": torch.where(nonempty, memory_ms, zero),
             "launch_ms": torch.where(nonempty, torch.exp(launch_log), zero),
+            "load_issue_ms": torch.where(nonempty, load_issue_ms, zero),
             "score": score,
         }
 
@@ -416,6 +438,66 @@ class HybridPredictor:
                               torch.zeros_like(floor_ms))
         return GemmPrediction(time_ms=time_ms, compute_bound=out["compute_bound"],
                               details=details)
+
+    def fit_alignment(self, measured: Any, *, grid_points: int = 57) -> dict[str, Any]:
+        """Fit ``misaligned_load_cycles`` to measured alignment ratios; every other weight stays.
+
+        Pairs each row of ``measured`` whose narrowest operand is under 16 bytes with the row of
+        the same gpu, source, dtype, layout, bias and m whose n and k are the next multiples of
+        64 (``benchmarks/data/h200``'s alignment sweep holds both). Only ratios are fitted, so a
+        GPU's overall level, which the main fit sets, stays out of it. A 1-D search over log
+        cycles minimises the squared error of log(t_misaligned / t_aligned), then refines around
+        the best point. Returns the pair count, the cycles,
+        and the ratios' MAPE with the fitted roof and without it.
+        """
+        g = measured.gemms
+        names = g.dtype_names()
+
+        def key(i: int, n: int, k: int) -> tuple[Any, ...]:
+            return (measured.gpu[i], measured.source[i], names[i], int(g.b_transposed[i]),
+                    int(g.bias[i]), int(g.batch[i]), int(g.m[i]), n, k)
+
+        rows = {key(i, int(g.n[i]), int(g.k[i])): i for i in range(len(measured))}
+        narrow = torch.minimum(torch.minimum(g.a_align_bytes, g.b_align_bytes), g.c_align_bytes)
+        pairs = []
+
+        def up(d: int) -> int:  # the next multiple of 64
+            return -(-d // 64) * 64
+
+        for i in torch.nonzero(narrow < 16.0).flatten().tolist():
+            j = rows.get(key(i, up(int(g.n[i])), up(int(g.k[i]))))
+            if j is not None and j != i:
+                pairs.append((i, j))
+        if not pairs:
+            raise ValueError("no misaligned row has an aligned partner (same gpu, source, dtype, "
+                             "layout, bias and m; n and k rounded up to multiples of 64)")
+        mis = torch.tensor([i for i, _ in pairs])
+        ali = torch.tensor([j for _, j in pairs])
+        sub = measured.select(torch.cat([mis, ali]))
+        target = torch.log(measured.latency_ms[mis] / measured.latency_ms[ali])
+        params = self._params()
+
+        def loss_at(log_c: float) -> tuple[float, torch.Tensor]:
+            params["misaligned_load_cycles"] = torch.tensor(
+                [_inv_softplus(math.exp(log_c))], dtype=torch.float64)
+            pred = torch.log(self.predict_measured(sub))
+            ratio = pred[: len(pairs)] - pred[len(pairs):]
+            return float(((ratio - target) ** 2).mean()), ratio
+
+        def ratio_mape(ratio: torch.Tensor) -> float:
+            return float((torch.exp(ratio - target) - 1.0).abs().mean())
+
+        with torch.no_grad():
+            without = ratio_mape(loss_at(math.log(1e-9))[1])
+            grid = torch.linspace(math.log(0.25), math.log(128.0), grid_points).tolist()
+            best = min(grid, key=lambda c: loss_at(c)[0])
+            step = grid[1] - grid[0]
+            fine = torch.linspace(best - step, best + step, 21).tolist()
+            best = min(fine, key=lambda c: loss_at(c)[0])
+            _, ratio = loss_at(best)
+        return {"pairs": len(pairs), "cycles_per_warp_load": round(math.exp(best), 4),
+                "ratio_mape_without_roof": round(without, 4),
+                "ratio_mape": round(ratio_mape(ratio), 4)}
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Predicted ms for every row of a ``MeasuredGemms``, using each row's gpu, timing and
@@ -601,6 +683,7 @@ class HybridPredictor:
             },
             "power_clock_exponent": float(0.2 + 0.9 * torch.sigmoid(p["power_alpha"])),
             "simt_wave_cycles": float(sp(p["simt_wave_kcycles"]) * 1e3),
+            "misaligned_load_cycles_per_warp_load": float(sp(p["misaligned_load_cycles"])),
             "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
         }
 

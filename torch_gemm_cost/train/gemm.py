@@ -42,6 +42,9 @@ CREDITS: tuple[dict[str, str], ...] = (
      "license": "Apache-2.0"},
     {"source": "llmcompass", "project": "LLMCompass (PrincetonUniversity/LLMCompass)",
      "license": "BSD-3-Clause"},
+    {"source": "tgc-align", "project": "torch_gemm_cost's own H200 alignment sweep "
+     "(benchmarks/data/h200), for the misaligned-load cost (train --alignment-data)",
+     "license": "MIT"},
 )
 
 
@@ -137,6 +140,7 @@ def train_gemm_predictor(
         "description": "torch_gemm_cost hybrid GEMM predictor weights",
         "data_sources": list(CREDITS),
         "training_command": command,
+        "trained_gpus": sorted(set(measured.gpu)),
         "trained_rows": model.n_train_rows_,
         "measured_rows": len(measured),
         "impossible_rows_dropped": int(impossible_rows(measured).sum()),
