@@ -47,6 +47,7 @@ __all__ = [
     "CudaTimer",
     "Measurement",
     "SweepPoint",
+    "alignment_dtypes",
     "calibrate",
     "design_alignment_sweep",
     "design_sweep",
@@ -281,7 +282,7 @@ def design_alignment_sweep(
     for each offset o (regimes ``align_n`` and ``align_k``); ``matmul`` (B stored (k, n)) at the
     aligned shape and with n or k one off (``layout``, not for fp8, whose kernels take B
     column-major only); and ``linear`` with a fused bias at the aligned shape (``bias``). The
-    pairs it makes (50304 against 50257 + 0, say) are what padding advice needs measured.
+    pairs it makes (n = 50304 against 50303, say) are what padding advice needs measured.
     """
     dtypes = tuple(resolve_dtype(d).name for d in (dtypes or alignment_dtypes(spec)))
     max_est_s = max_est_s if max_est_s is not None else (3.0 if _is_cpu(spec) else 0.2)
