@@ -12,7 +12,8 @@ all) and the pure roofline. Sections:
 2. Operand alignment: median TFLOP/s of Linear and matmul GEMMs with m ≥ 2048, by the narrower
    of A's, B's and C's alignment in bytes, measured and predicted.
 3. Padding: the time of an n or k one element off a multiple of 64, over the aligned time.
-4. Whole models: ``h200/e2e/labels.csv`` (rebuilt as ``benchmarks/e2e.py`` rebuilds NeuSight's
+4. Non-GEMM ops: ``h200/vec`` against the shipped op costs.
+5. Whole models: ``h200/e2e/labels.csv`` (rebuilt as ``benchmarks/e2e.py`` rebuilds NeuSight's
    rows) against ``estimate``.
 
 Writes ``benchmarks/results/h200.md``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import logging
 import statistics
 import sys
@@ -127,6 +129,31 @@ def padding_section(h200: MeasuredGemms, preds: dict[str, torch.Tensor]) -> str:
     return tabulate(rows, headers=head, tablefmt="github", floatfmt=".2f")
 
 
+def vec_section(path: Path) -> str:
+    """DATA.md's vec ops on the H200 against the shipped op costs (fitted on NeuSight's GPUs)."""
+    from torch_gemm_cost.devices import get_device
+    from torch_gemm_cost.predict import memory
+    from torch_gemm_cost.train.ops import VEC_OPS, VecRow, _score
+
+    bw = get_device(GPU).dram_bw_bytes_per_s
+    with gzip.open(path, "rt", newline="") as f:
+        rows = [VecRow(GPU, r["source"], r["op"], VEC_OPS[r["op"]][0], int(r["rows"]),
+                       int(r["cols"]), float(VEC_OPS[r["op"]][1] * int(r["rows"]) * int(r["cols"])
+                                         * 4), bw, float(r["latency_ms"]))
+                for r in csv.DictReader(f)]
+    costs = memory.load_op_costs()
+    body = []
+    for cls in sorted({r.op_class for r in rows}):
+        i = memory.OP_CLASSES.index(cls)
+        eta, floor = costs.eta[i], costs.floor_ms[i]
+        sc = _score([r for r in rows if r.op_class == cls], eta, floor)
+        body.append([cls, sc["n"], sc["mape_pct"], sc["median_ape_pct"],
+                     sc["mape_ge_0.1ms_pct"], eta, floor])
+    return tabulate(body, headers=["op class", "rows", "MAPE%", "median APE%",
+                                   "MAPE% (≥ 0.1 ms)", "η (shipped)", "floor ms (shipped)"],
+                    tablefmt="github", floatfmt=".3g")
+
+
 def e2e_section(data_dir: Path, labels: Path, predictors: dict[str, Any]) -> str:
     with open(labels, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -192,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         + alignment_section(h200, preds) + "\n\n"
         "## Padding: an n or k one element off a multiple of 64, time over the aligned time\n\n"
         + padding_section(h200, preds) + "\n\n"
+        "## Non-GEMM ops (float32; bytes / (η·DRAM bandwidth) with a floor, per op class)\n\n"
+        "The shipped op costs are fitted on NeuSight's P4, P100, V100, T4 and A100-40GB kernels; "
+        "the H200's event floor is its host's (`benchmarks/data/README.md`).\n\n"
+        + vec_section(args.h200 / "vec" / "tgc-vec.csv.gz") + "\n\n"
         "## Whole models (float32, eager attention; NeuSight's label rows rebuilt on the H200)"
         "\n\nfloat32 GEMMs run on CUDA cores, aligned or not, so the misaligned-load cost does "
         "not enter these rows.\n\n" + e2e + "\n"
