@@ -55,12 +55,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "h200.md"
 PADDED_DTYPES = ("bfloat16", "float16", "tf32")
 
 
-def alignment_class(dim: int, elem_bytes: int) -> int:
-    """Bytes of alignment of a row of ``dim`` elements, capped at 16."""
-    b = dim * elem_bytes
-    return next(a for a in (16, 8, 4, 2, 1) if b % a == 0)
-
-
 def gemm_section(h200: MeasuredGemms, preds: dict[str, torch.Tensor]) -> str:
     scores = {name: {(s.source, s.dtype): s for s in score_groups(h200, p)}
               for name, p in preds.items()}
@@ -89,13 +83,12 @@ def alignment_section(h200: MeasuredGemms, preds: dict[str, torch.Tensor]) -> st
     g = h200.gemms
     groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
     names = g.dtype_names()
+    narrowest = torch.minimum(torch.minimum(g.a_align_bytes, g.b_align_bytes), g.c_align_bytes)
     for i in range(len(h200)):
         if h200.source[i] != "tgc-align" or g.m[i] < 2048 or g.bias[i]:
             continue
-        eb = int(g.in_bytes[i])
-        cls = min(alignment_class(int(g.n[i]), eb), alignment_class(int(g.k[i]), eb))
         op = "linear" if g.b_transposed[i] else "matmul"
-        groups[(names[i], op, cls)].append(i)
+        groups[(names[i], op, int(narrowest[i]))].append(i)
     rows = []
     for (dtype, op, cls), idx in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1],
                                                                           -kv[0][2])):

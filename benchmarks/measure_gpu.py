@@ -56,6 +56,7 @@ VEC_OPS: dict[str, Any] = {
     "ln": lambda x, y: torch.nn.functional.layer_norm(x, x.shape[-1:], y[0], y[1]),
     "softmax": lambda x, y: torch.softmax(x, dim=-1),
 }
+E2E_STEPS = 3  # timed steps per whole model, after one warm-up step
 VEC_ROWS = (1, 64, 1024, 8192, 32768, 131072, 524288)
 VEC_COLS = (64, 768, 1024, 1600, 4096, 50257)
 E2E_COLUMNS = ("gpu", "gpu_name", "model", "mode", "seq_len", "batch", "option", "num_layer",
@@ -141,7 +142,7 @@ def e2e_rows(data_dir: Path) -> list[tuple[str, str, int, int, str]]:
 
 
 def time_model(net: Any, args: tuple, kwargs: dict, mode: str, dev: str, steps: int,
-               ) -> tuple[float, float, int]:
+               ) -> tuple[float, float]:
     """Median forward and backward ms over ``steps`` timed steps after one warm-up step."""
     cuda = dev.startswith("cuda")
 
@@ -178,7 +179,7 @@ def time_model(net: Any, args: tuple, kwargs: dict, mode: str, dev: str, steps: 
         if step:
             fw.append(ms(t0, t1))
             bw.append(ms(t1, t2))
-    return statistics.median(fw), statistics.median(bw), steps
+    return statistics.median(fw), statistics.median(bw)
 
 
 def e2e_part(data_dir: Path, spec: Any, dev: str, path: Path, clock: Clock,
@@ -195,13 +196,13 @@ def e2e_part(data_dir: Path, spec: Any, dev: str, path: Path, clock: Clock,
         try:
             t = time.perf_counter()
             net, args, kwargs = build(data_dir, model, batch, seq, mode, device=dev)
-            fw, bw, steps = time_model(net, args, kwargs, mode, dev, steps=3)
+            fw, bw = time_model(net, args, kwargs, mode, dev, E2E_STEPS)
             log.info("e2e %s %s b%d s%d: fw %.1f ms, bw %.1f ms (%.0f s)", model, mode, batch,
                      seq, fw, bw, time.perf_counter() - t)
             out.append({"gpu": spec.id, "gpu_name": spec.name, "model": model, "mode": mode,
                         "seq_len": seq, "batch": batch, "option": "", "num_layer": layers,
                         "measured_total_ms": f"{fw + bw:.4f}", "measured_fw_ms": f"{fw:.4f}",
-                        "measured_bwall_ms": f"{bw:.4f}", "steps": steps})
+                        "measured_bwall_ms": f"{bw:.4f}", "steps": E2E_STEPS})
         except torch.OutOfMemoryError:
             log.warning("e2e %s %s b%d s%d: out of memory", model, mode, batch, seq)
         finally:

@@ -27,8 +27,7 @@ import torch
 
 from .tiles import TileGrid
 
-__all__ = ["WARP", "TileTraffic", "intensity", "library_vector_bytes", "narrow_loads",
-           "tile_traffic"]
+__all__ = ["TileTraffic", "intensity", "library_vector_bytes", "narrow_loads", "tile_traffic"]
 
 WARP = 32  # lanes per warp-wide load instruction
 
