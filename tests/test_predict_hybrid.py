@@ -259,10 +259,10 @@ def test_mismatched_shapes_name_the_file_and_parameter(tmp_path) -> None:
 
 def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc = initialised().to_dict()
-    doc["version"] = "4"  # before the misaligned-load roof: no misaligned_load_cycles
-    path = tmp_path / "v4.json"
+    doc["version"] = "5"  # before the DRAM roof: no dram_p
+    path = tmp_path / "v5.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v4.json.*version 4 weights.*reads version 5"):
+    with pytest.raises(ValueError, match=r"v5.json.*version 5 weights.*reads version 6"):
         HybridPredictor.load(path)
 
 
@@ -453,3 +453,22 @@ def test_fit_alignment_recovers_the_load_cost() -> None:
         pytest.approx(fitted["cycles_per_warp_load"], abs=1e-4)
     with pytest.raises(ValueError, match="no misaligned row has an aligned partner"):
         model.fit_alignment(rows.select([0, 4]))  # both aligned
+
+
+def test_dram_roof_by_hand() -> None:
+    # bf16 GEMV, m = 1, n = k = 8192, on an H100 SXM (3.35 TB/s): A, B and C hold
+    # (1·8192 + 8192·8192 + 1·8192) · 2 B = 134,250,496 bytes. At the prior η = 0.8:
+    # 134,250,496 / (0.8 · 3.35e12) s = 0.0500935 ms, whatever the caches serve.
+    model = initialised(use_mlp=False)  # util = 1
+    gemv = GemmBatch.from_dims(m=[1], n=[8192], k=[8192], dtype="bfloat16")
+    pred = model.predict(gemv, "h100_sxm5_80gb")
+    dram_ms = float(pred.details["dram_ms"][0])
+    assert dram_ms == pytest.approx(0.0500935, rel=1e-5)
+    # a roof: the time and the memory side are at least the DRAM time
+    assert float(pred.time_ms[0]) >= dram_ms
+    assert float(pred.details["memory_ms"][0]) >= dram_ms
+    # the bandwidth is the sustained one: at η = 0.4 the roof doubles, and sets the time
+    model.params_["eta_dram"][0] = math.log(0.4 / 0.6)
+    slow = model.predict(gemv, "h100_sxm5_80gb")
+    assert float(slow.details["dram_ms"][0]) == pytest.approx(2 * dram_ms, rel=1e-5)
+    assert float(slow.time_ms[0]) >= 2 * dram_ms > float(pred.time_ms[0])

@@ -1,12 +1,15 @@
 """The hybrid predictor: tile/wave physics, a cache model, instruction-aware intensity, a
 two-sided roofline and a small utilization MLP, trained jointly on measured GEMMs.
 
-    Td = NumWave · (OpsPerWave / min(Peak_tile, I · MemBw) + c0) / util  ⊕  launch
+    Td = max_p(NumWave · (OpsPerWave / min(Peak_tile, I · MemBw) + c0),  Bytes / (η·BW))
+         / util  ⊕  launch
 
 Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (power.py: the
 board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
 small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
-p-norm soft-min, and ⊕ is a fitted p-norm (between a sum and a max). The candidate (tile,
+p-norm soft-min, ⊕ is a fitted p-norm (between a sum and a max), and max_p is a p-norm with
+a fitted p of its own: the DRAM roof, where Bytes is what A, B and C hold (each crosses DRAM at least
+once, whatever the caches serve) and η·BW the sustained DRAM bandwidth. The candidate (tile,
 split-K) is the one with the lowest time after a learned preference per engine. Batched GEMMs
 add one per kernel-library family (features.FAMILIES): strided-batched SGEMM runs one kernel for
 every shape (A100: 128x128, Pascal: 128x64), and GPUs of a family share it, so a held-out A100
@@ -77,7 +80,7 @@ class HybridPredictor:
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "5"
+    version = "6"
 
     # fitted state (set by fit or load)
     params_: dict[str, torch.Tensor]
@@ -152,6 +155,7 @@ class HybridPredictor:
             "power_q": torch.tensor([_inv_softplus(8.0)], dtype=f64),
             "power_alpha": torch.tensor([_logit((1.0 / 3.0 - 0.2) / 0.9)], dtype=f64),
             "roof_p": torch.tensor([_inv_softplus(3.0)], dtype=f64),
+            "dram_p": torch.tensor([_inv_softplus(7.0)], dtype=f64),  # +1
             # SIMT: fixed cycles per wave (prologue, pipeline fill, epilogue), in thousands
             "simt_wave_kcycles": torch.tensor([_inv_softplus(1.0)], dtype=f64),
             "issue_fma_per_load": full(len(ENGINES), _inv_softplus(0.5)),  # per ENGINES
@@ -174,7 +178,8 @@ class HybridPredictor:
     def trainable_names(self) -> tuple[str, ...]:
         """Parameters that affect predictions under the current switches."""
         names = ["eta_dram", "peak_eff", "power_static", "power_dynamic", "power_q",
-                 "power_alpha", "roof_p", "simt_wave_kcycles", "tile_pref", "tile_pref_family",
+                 "power_alpha", "roof_p", "dram_p", "simt_wave_kcycles", "tile_pref",
+                 "tile_pref_family",
                  "issue_fma_per_load", "launch_log_ms", "launch_source", "launch_p"]
         if self.use_cache:
             names += ["l2_share", "l1_bytes_per_clk", "l2_bytes_per_clk", "h1"]
@@ -318,6 +323,14 @@ class HybridPredictor:
         narrow_s = (sp(p["misaligned_load_cycles"]) * geo["narrow_loads"] * slow
                     / (busy * x.clock_hz.unsqueeze(1)))
         td = td * (1.0 + (narrow_s / td) ** rp) ** (1.0 / rp)
+        # the DRAM roof: whatever the caches serve, every operand byte crosses DRAM at least
+        # once at the sustained bandwidth. The tile traffic above is what the SMs request, and
+        # for a GEMV-like shape (m ≤ 64) its hit rates can put fewer bytes on DRAM than A and B
+        # hold. Its p-norm has a p of its own (about 2 when fitted): DRAM streams while the SMs
+        # work on what arrived, so the two overlap only in part.
+        dp = sp(p["dram_p"]) + 1.0
+        dram_s = (g.compulsory_bytes / dram_eff.squeeze(1)).unsqueeze(1)  # (N, 1)
+        td = td * (1.0 + (dram_s / td) ** dp) ** (1.0 / dp)
         log_td = torch.log(td)
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
@@ -372,6 +385,8 @@ class HybridPredictor:
         time_ms = torch.where(nonempty, with_launch, zero)
         compute_ms = (work_c / pick(tile_peak) + waves * wave_s.squeeze(1)) / util * 1e3
         memory_ms = work_c / (inten_c * bw_c * util) * 1e3
+        dram_ms = dram_s.squeeze(1) / util * 1e3
+        memory_ms = memory_ms * (1.0 + (dram_ms / memory_ms) ** dp) ** (1.0 / dp)
         # misaligned loads are issued by the SMs: their roof counts on the compute side
         load_issue_ms = pick(narrow_s) / util * 1e3
         compute_ms = compute_ms * (1.0 + (load_issue_ms / compute_ms) ** rp) ** (1.0 / rp)
@@ -394,6 +409,7 @@ class HybridPredictor:
             "memory_ms": torch.where(nonempty, memory_ms, zero),
             "launch_ms": torch.where(nonempty, torch.exp(launch_log), zero),
             "load_issue_ms": torch.where(nonempty, load_issue_ms, zero),
+            "dram_ms": torch.where(nonempty, dram_ms, zero),
             "score": score,
         }
 
@@ -684,6 +700,7 @@ class HybridPredictor:
             "power_clock_exponent": float(0.2 + 0.9 * torch.sigmoid(p["power_alpha"])),
             "simt_wave_cycles": float(sp(p["simt_wave_kcycles"]) * 1e3),
             "misaligned_load_cycles_per_warp_load": float(sp(p["misaligned_load_cycles"])),
+            "dram_roof_p": float(sp(p["dram_p"]) + 1.0),
             "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
         }
 
