@@ -262,7 +262,7 @@ def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc["version"] = "5"  # before the DRAM roof: no dram_p
     path = tmp_path / "v5.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v5.json.*version 5 weights.*reads version 6"):
+    with pytest.raises(ValueError, match=r"v5.json.*version 5 weights.*reads version 7"):
         HybridPredictor.load(path)
 
 
@@ -472,3 +472,23 @@ def test_dram_roof_by_hand() -> None:
     slow = model.predict(gemv, "h100_sxm5_80gb")
     assert float(slow.details["dram_ms"][0]) == pytest.approx(2 * dram_ms, rel=1e-5)
     assert float(slow.time_ms[0]) >= 2 * dram_ms > float(pred.time_ms[0])
+
+
+def test_large_tile_engine_takes_the_fastest_tile() -> None:
+    # the learned tile preference moves the choice on Volta..Ada matrix units, never on the
+    # large-tile engine (Hopper on), whose only training rows are the B200's tables
+    model = initialised(use_mlp=False)
+    gemms = GemmBatch.from_dims(m=[1, 15, 4096], n=[32000, 6528, 4096], k=[4096, 4800, 4096],
+                                dtype="bfloat16")
+    before = {gpu: model.predict(gemms, gpu) for gpu in ("h200_sxm_141gb", "a100_sxm4_80gb")}
+    width = model.params_["tile_pref"].shape[-1]
+    for engine in ("mma", "mma_large"):  # favour the last candidates (the widest tiles) by e^6
+        model.params_["tile_pref"][ENGINES.index(engine)] = torch.linspace(-3.0, 3.0, width)
+    after = {gpu: model.predict(gemms, gpu) for gpu in before}
+    h200_0, h200_1 = before["h200_sxm_141gb"], after["h200_sxm_141gb"]
+    assert torch.equal(h200_0.time_ms, h200_1.time_ms)
+    assert torch.equal(h200_0.details["tile_m"], h200_1.details["tile_m"])
+    assert float(h200_1.details["tile_m"][0]) == 64.0  # a GEMV runs the shortest tile
+    a100_0, a100_1 = before["a100_sxm4_80gb"], after["a100_sxm4_80gb"]
+    assert not torch.equal(a100_0.details["tile_m"] * a100_0.details["tile_n"],
+                           a100_1.details["tile_m"] * a100_1.details["tile_n"])

@@ -10,7 +10,8 @@ small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels
 p-norm soft-min, ⊕ is a fitted p-norm (between a sum and a max), and max_p is a p-norm with
 a fitted p of its own: the DRAM roof, where Bytes is what A, B and C hold (each crosses DRAM at least
 once, whatever the caches serve) and η·BW the sustained DRAM bandwidth. The candidate (tile,
-split-K) is the one with the lowest time after a learned preference per engine. Batched GEMMs
+split-K) is the one with the lowest time after a learned preference per engine (none on the
+large-tile engine of Hopper on, whose only rows are the B200's tables). Batched GEMMs
 add one per kernel-library family (features.FAMILIES): strided-batched SGEMM runs one kernel for
 every shape (A100: 128x128, Pascal: 128x64), and GPUs of a family share it, so a held-out A100
 or P4 inherits it; a family never seen gets the shared preference alone. Non-batched GEMMs keep
@@ -80,7 +81,7 @@ class HybridPredictor:
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "6"
+    version = "7"
 
     # fitted state (set by fit or load)
     params_: dict[str, torch.Tensor]
@@ -334,9 +335,13 @@ class HybridPredictor:
         log_td = torch.log(td)
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
+        # Except on the large-tile engine (Hopper on): its only rows are the B200's tables,
+        # powers of two from 256, whose preference for 256-wide tiles then priced an H200's
+        # decode GEMMs (m < 64) as 256-row tiles, 1.45x too slow; there the fastest tile stands.
         batched = (geo["b"] > 1.0).long()
-        pref = (p["tile_pref"][x.engine, batched]
-                + batched.unsqueeze(1) * p["tile_pref_family"][x.family, x.engine])
+        learned = (x.engine != ENGINES.index("mma_large")).to(log_td.dtype).unsqueeze(1)
+        pref = learned * (p["tile_pref"][x.engine, batched]
+                          + batched.unsqueeze(1) * p["tile_pref_family"][x.family, x.engine])
         score = log_td - pref.gather(1, geo["cand"])
         score = torch.where(geo["valid"], score, torch.full_like(score, 1e3))
         best = torch.argmin(score, dim=1, keepdim=True)  # (N, 1)
