@@ -8,8 +8,8 @@ Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (
 board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
 small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
 p-norm soft-min, ⊕ is a fitted p-norm (between a sum and a max), and max_p is a p-norm with
-a fitted p of its own: the DRAM roof, where Bytes is what A, B and C hold (each crosses DRAM at least
-once, whatever the caches serve) and η·BW the sustained DRAM bandwidth. The candidate (tile,
+a fitted p of its own: the DRAM roof, where Bytes is what A, B and C hold (each crosses DRAM at
+least once, whatever the caches serve) and η·BW the sustained DRAM bandwidth. The candidate (tile,
 split-K) is the one with the lowest time after a learned preference per engine (none on the
 large-tile engine of Hopper on, whose only rows are the B200's tables). Batched GEMMs
 add one per kernel-library family (features.FAMILIES): strided-batched SGEMM runs one kernel for
