@@ -39,8 +39,8 @@ def main() -> None:
     lines = [
         "# Achieved throughput by operand alignment (measured data)",
         "",
-        "Command: `python benchmarks/alignment_evidence.py`. GEMMs of at least 2 GFLOP; median "
-        "TFLOP/s (rows) by the narrower of A's and B's vector width. Groups also differ in shapes.",
+        ("Command: `python benchmarks/alignment_evidence.py`. GEMMs of at least 2 GFLOP; median "
+         "TFLOP/s (rows) by the narrower of A's and B's vector width. Groups also differ in shapes."),
         "",
         "| gpu | dtype | " + " | ".join(f"{w} B" for w in widths) + " |",
         "|---|---|" + "---:|" * len(widths),

@@ -91,7 +91,7 @@ def main() -> int:
     calm = wait_quiet()
     load_before = load()
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall_s = time.perf_counter() - t0
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
@@ -130,27 +130,27 @@ def main() -> int:
     lines = [
         "# Calibrating on the CPU: held-out accuracy",
         "",
-        f"Command: `python benchmarks/calibrate_cpu.py --budget-s {args.budget_s:g}`, which runs "
-        f"`torch-gemm-cost calibrate --device cpu --budget-s {args.budget_s:g} --out DIR`.",
+        (f"Command: `python benchmarks/calibrate_cpu.py --budget-s {args.budget_s:g}`, which runs "
+         f"`torch-gemm-cost calibrate --device cpu --budget-s {args.budget_s:g} --out DIR`."),
         "",
-        f"- CPU: {spec.name}, {spec.sm_count} cores in use, {spec.compute_capability}; torch "
-        f"{torch.__version__}",
-        f"- calibrate wall time: {wall_s:.1f} s (budget {args.budget_s:g} s); timed "
-        f"{cal['measured']} of {cal['planned']} sweep GEMMs in {', '.join(cal['dtypes'])}",
-        f"- sweep hold-out (20% of timed rows): MAPE {fit['holdout'][fit['chosen']]['mape']:.1f}%, "
-        f"median APE {fit['holdout'][fit['chosen']]['median_ape']:.1f}% ({fit['chosen']})",
-        f"- other jobs' share of the host's CPU time during the sweep: "
-        f"{cal['other_jobs_cpu_share']}",
-        f"- load average (1, 5, 15 min): before {load_before}; after calibrate {load_after_cal}; "
-        f"after the checks {load_after}. The host's cores are shared, so timings are noisy.",
+        (f"- CPU: {spec.name}, {spec.sm_count} cores in use, {spec.compute_capability}; torch "
+         f"{torch.__version__}"),
+        (f"- calibrate wall time: {wall_s:.1f} s (budget {args.budget_s:g} s); timed "
+         f"{cal['measured']} of {cal['planned']} sweep GEMMs in {', '.join(cal['dtypes'])}"),
+        (f"- sweep hold-out (20% of timed rows): MAPE {fit['holdout'][fit['chosen']]['mape']:.1f}%, "
+         f"median APE {fit['holdout'][fit['chosen']]['median_ape']:.1f}% ({fit['chosen']})"),
+        (f"- other jobs' share of the host's CPU time during the sweep: "
+         f"{cal['other_jobs_cpu_share']}"),
+        (f"- load average (1, 5, 15 min): before {load_before}; after calibrate {load_after_cal}; "
+         f"after the checks {load_after}. The host's cores are shared, so timings are noisy."),
         "",
-        f"**12 held-out fp32 shapes: MAPE {mape:.1f}% (profile) against {mape_roof:.1f}% "
-        f"(datasheet roofline of the detected CPU).** Measured: median of 7 `torch.bmm` runs "
-        "after one warm-up, the lowest such median of 3 rounds through the 12 shapes, each "
-        "started once the host's CPUs were 70% idle (waiting at most 60 s): other jobs on the "
-        f"shared host stall whole batches of runs by scheduler ticks. {quiet} of 3 rounds "
-        f"found the host quiet; calibrate {'started on a quiet' if calm else 'found no quiet'} "
-        "host.",
+        (f"**12 held-out fp32 shapes: MAPE {mape:.1f}% (profile) against {mape_roof:.1f}% "
+         f"(datasheet roofline of the detected CPU).** Measured: median of 7 `torch.bmm` runs "
+         "after one warm-up, the lowest such median of 3 rounds through the 12 shapes, each "
+         "started once the host's CPUs were 70% idle (waiting at most 60 s): other jobs on the "
+         f"shared host stall whole batches of runs by scheduler ticks. {quiet} of 3 rounds "
+         f"found the host quiet; calibrate {'started on a quiet' if calm else 'found no quiet'} "
+         "host."),
         "",
         "| batch | m | n | k | measured ms | profile ms | APE % | roofline ms |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

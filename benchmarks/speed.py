@@ -17,8 +17,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tabulate import tabulate
@@ -71,10 +72,11 @@ def predictor_rows(predictors: dict[str, Predictor], quick: bool) -> list[list[A
     for size in SIZES[:2] if quick else SIZES:
         gemms = random_gemms(size)
         for label, pred in predictors.items():
-            per_call = time_call(lambda: pred.predict(gemms, device))
+            per_call = time_call(lambda pred=pred, gemms=gemms: pred.predict(gemms, device))
             rows.append([label, "predictor.predict", size, per_call * 1e3, size / per_call])
         m, n, k = gemms.m, gemms.n, gemms.k
-        per_call = time_call(lambda: predict_gemm_ms(DEVICE, m=m, n=n, k=k, dtype="bf16"))
+        per_call = time_call(
+            lambda m=m, n=n, k=k: predict_gemm_ms(DEVICE, m=m, n=n, k=k, dtype="bf16"))
         rows.append([default_predictor().name, "tgc.predict_gemm_ms (bf16)", size,
                      per_call * 1e3, size / per_call])
     return rows
@@ -144,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     text = [
         "# Prediction speed",
         "",
-        f"`{command}` on {datetime.date.today().isoformat()}: one CPU thread "
-        f"(`torch.set_num_threads(1)`), {cpu}, torch {torch.__version__}, "
-        f"torch_gemm_cost {tgc.__version__}. Device {DEVICE}; seeded random GEMMs (dims "
-        "log-uniform in [1, 16384]; fp32/tf32/bf16/fp16/fp8; matmul/linear/bmm); median of "
-        "repeated calls after a warm-up.",
+        (f"`{command}` on {datetime.date.today().isoformat()}: one CPU thread "
+         f"(`torch.set_num_threads(1)`), {cpu}, torch {torch.__version__}, "
+         f"torch_gemm_cost {tgc.__version__}. Device {DEVICE}; seeded random GEMMs (dims "
+         "log-uniform in [1, 16384]; fp32/tf32/bf16/fp16/fp8; matmul/linear/bmm); median of "
+         "repeated calls after a warm-up."),
         "",
         "## GEMM predictions per second",
         "",
@@ -171,11 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if llama:
         text += [
-            "Llama-2-7B config (32 layers, hidden 4096, MLP 11008, vocab 32000) built on the "
-            "meta device; bf16 on the same device. Wall and process CPU time of one "
-            "`estimate()` call (capture + GEMM records + prediction + report); the first call "
-            "also pays one-time setup (lazy imports, tracing caches). CPU time is the figure to "
-            "trust on a shared machine.",
+            ("Llama-2-7B config (32 layers, hidden 4096, MLP 11008, vocab 32000) built on the "
+             "meta device; bf16 on the same device. Wall and process CPU time of one "
+             "`estimate()` call (capture + GEMM records + prediction + report); the first call "
+             "also pays one-time setup (lazy imports, tracing caches). CPU time is the figure to "
+             "trust on a shared machine."),
             "",
             tabulate(
                 [[r[0], r[1], r[2], f"{r[3]:.2f}", f"{r[4]:.2f}", f"{r[5]:.1f}", r[6]]

@@ -54,11 +54,11 @@ def main() -> None:
     lines = [
         "# Chosen tile against cuBLAS's kernel (NeuSight rows)",
         "",
-        f"Command: `python benchmarks/tile_match.py`; predictor {predictor.name} "
-        f"v{predictor.version}, torch {torch.__version__}.",
+        (f"Command: `python benchmarks/tile_match.py`; predictor {predictor.name} "
+         f"v{predictor.version}, torch {torch.__version__}."),
         "",
-        "The tile is an envelope over candidates, not a kernel picker: these shares say how often "
-        "the candidate that bounds the time is the tile cuBLAS ran.",
+        ("The tile is an envelope over candidates, not a kernel picker: these shares say how often "
+         "the candidate that bounds the time is the tile cuBLAS ran."),
         "",
         "| gpu | rows | tile_m×tile_n as named | column-major reading | either | same tile area |",
         "|---|---:|---:|---:|---:|---:|",

@@ -90,7 +90,7 @@ def test_huge_dims_are_finite_and_positive():
 
 
 def test_same_call_same_number():
-    kw = dict(m=[3, 333, 3333], n=1024, k=77, dtype="float16")
+    kw = {"m": [3, 333, 3333], "n": 1024, "k": 77, "dtype": "float16"}
     assert torch.equal(predict_gemm_ms("a40", **kw), predict_gemm_ms("a40", **kw))
 
 
@@ -133,22 +133,22 @@ def test_bf16_on_a_bf16_device_does_not_warn():
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(m=0), r"^m = 0: dims must be integers in \[1, 2\*\*53\]; nearest valid value: 1"),
-        (dict(m=2**60), r"^m = 1152921504606846976: .*nearest valid value: 9007199254740992"),
-        (dict(n=-5), r"^n = -5: .*nearest valid value: 1"),
-        (dict(k=3.5), r"^k = 3\.5: dims must be integers.*nearest valid value: 4"),
-        (dict(m=[64, 128, 0]), r"^m\[2\] = 0: "),
-        (dict(k=[2.0, float("nan")]), r"^k\[1\] = nan: "),
-        (dict(n=float("inf")), r"^n = inf: .*nearest valid value: 1"),
-        (dict(batch=-1), r"^batch = -1: .*in \[0, 2\*\*53\]; nearest valid value: 0"),
-        (dict(m="big"), r"^m must be an integer or an array of integers, got 'big'"),
-        (dict(m=True), r"^m must be an integer"),
-        (dict(m=[1, 2], n=[1, 2, 3]), r"do not broadcast.*m\(2,\), n\(3,\)"),
-        (dict(op="gemm_XX"), r"unknown op 'gemm_XX'; known: .*gemm_NN"),
+        ({"m": 0}, r"^m = 0: dims must be integers in \[1, 2\*\*53\]; nearest valid value: 1"),
+        ({"m": 2**60}, r"^m = 1152921504606846976: .*nearest valid value: 9007199254740992"),
+        ({"n": -5}, r"^n = -5: .*nearest valid value: 1"),
+        ({"k": 3.5}, r"^k = 3\.5: dims must be integers.*nearest valid value: 4"),
+        ({"m": [64, 128, 0]}, r"^m\[2\] = 0: "),
+        ({"k": [2.0, float("nan")]}, r"^k\[1\] = nan: "),
+        ({"n": float("inf")}, r"^n = inf: .*nearest valid value: 1"),
+        ({"batch": -1}, r"^batch = -1: .*in \[0, 2\*\*53\]; nearest valid value: 0"),
+        ({"m": "big"}, r"^m must be an integer or an array of integers, got 'big'"),
+        ({"m": True}, r"^m must be an integer"),
+        ({"m": [1, 2], "n": [1, 2, 3]}, r"do not broadcast.*m\(2,\), n\(3,\)"),
+        ({"op": "gemm_XX"}, r"unknown op 'gemm_XX'; known: .*gemm_NN"),
     ],
 )
 def test_bad_dims_and_ops_name_the_value(kw, message):
-    args = dict(m=64, n=64, k=64)
+    args = {"m": 64, "n": 64, "k": 64}
     args.update(kw)
     with pytest.raises(ValueError, match=message):
         predict_gemm_ms("l4", **args)
@@ -242,7 +242,7 @@ def test_explain_passes_predictor_details_and_invents_none():
 
 
 def test_explain_time_matches_predict_gemm_ms_for_default_predictor():
-    kw = dict(m=[1, 96, 4096], n=4096, k=11008, dtype="bf16")
+    kw = {"m": [1, 96, 4096], "n": 4096, "k": 11008, "dtype": "bf16"}
     times = predict_gemm_ms("h100_sxm5_80gb", **kw)
     rows = explain("h100_sxm5_80gb", **kw)
     assert [r["time_ms"] for r in rows] == times.tolist()
@@ -297,7 +297,7 @@ def test_any_gemm_is_finite_deterministic_and_above_the_physical_floor(pair, m, 
 def test_threads_get_identical_results():
     from concurrent.futures import ThreadPoolExecutor
 
-    kw = dict(m=[1, 77, 4096, 50257], n=4096, k=[4096, 11008, 128, 768], dtype="bf16")
+    kw = {"m": [1, 77, 4096, 50257], "n": 4096, "k": [4096, 11008, 128, 768], "dtype": "bf16"}
     ref = predict_gemm_ms("h100_sxm5_80gb", **kw)
     with ThreadPoolExecutor(max_workers=4) as pool:
         outs = list(pool.map(lambda _: predict_gemm_ms("h100_sxm5_80gb", **kw), range(16)))

@@ -221,7 +221,7 @@ def design_sweep(
     rng = random.Random(seed)
 
     def log_uniform(lo: int, hi: int) -> int:
-        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+        return round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
     for i in range(n_random):
         b = 1 if rng.random() < 0.7 else log_uniform(2, 64)
@@ -925,7 +925,7 @@ class CalibratedPredictor:
     def from_dict(cls, doc: Mapping[str, Any]) -> CalibratedPredictor:
         hyper = doc["hyperparameters"]
         if not isinstance(hyper, Mapping):
-            raise ValueError("'hyperparameters' must be an object")
+            raise TypeError("'hyperparameters' must be an object")
         unknown = sorted(set(hyper) - set(_HYPER))
         if unknown:
             raise ValueError(f"unknown hyperparameters {unknown}; known: {', '.join(_HYPER)}")
@@ -942,7 +942,7 @@ class CalibratedPredictor:
         model.dtypes_ = tuple(resolve_dtype(d).name for d in dtypes)
         raw = doc["params"]
         if not isinstance(raw, Mapping):
-            raise ValueError("'params' must be an object")
+            raise TypeError("'params' must be an object")
         params = {}
         for name in (*_PER_DTYPE, *_SHARED):
             if name not in raw:
@@ -986,7 +986,7 @@ def ape_metrics(pred_ms: torch.Tensor, true_ms: torch.Tensor) -> dict[str, float
 
 def _split(n: int, share: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    cut = max(1, int(round(n * share))) if n >= 10 else 0
+    cut = max(1, round(n * share)) if n >= 10 else 0
     return perm[cut:], perm[:cut]
 
 
@@ -1010,8 +1010,8 @@ def _measured_spec(spec: DeviceSpec, data: Calibration) -> DeviceSpec:
         return spec
     return replace(spec, peak_flops=tuple(sorted(peaks.items())),
                    uncertain=tuple(dict.fromkeys((*spec.uncertain, "peak_flops"))),
-                   notes=(*spec.notes, f"peaks {', '.join(raised)} raised to 1.05x the best "
-                          "measured rate"))
+                   notes=(*spec.notes, (f"peaks {', '.join(raised)} raised to 1.05x the best "
+                                        "measured rate")))
 
 
 def _as_measured(data: Calibration, spec: DeviceSpec) -> Any:
@@ -1124,13 +1124,13 @@ def _spec_record(spec: DeviceSpec) -> dict[str, Any]:
 
 def _spec_from_record(rec: Any) -> DeviceSpec:
     if not isinstance(rec, Mapping):
-        raise ValueError("'device' must be an object")
+        raise TypeError("'device' must be an object")
     for key, types in _SPEC_FIELDS.items():
         if key not in rec:
             raise ValueError(f"'device' lacks {key!r}")
         if not isinstance(rec[key], types) or isinstance(rec[key], bool):
-            raise ValueError(f"'device.{key}' has type {type(rec[key]).__name__}, expected "
-                             + " or ".join(t.__name__ for t in types))
+            raise TypeError(f"'device.{key}' has type {type(rec[key]).__name__}, expected "
+                            + " or ".join(t.__name__ for t in types))
     peaks = {}
     for key, value in rec["peak_flops_per_s"].items():
         if value is not None and not (isinstance(value, (int, float)) and value > 0):

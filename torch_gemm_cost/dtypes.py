@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ComputeDtype", "DTYPES", "resolve_dtype", "dtype_of_tensor_dtype"]
+__all__ = ["DTYPES", "ComputeDtype", "dtype_of_tensor_dtype", "resolve_dtype"]
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import importlib
 import logging
 import sys
 import typing
-from typing import Sequence
+from collections.abc import Sequence
 
-__all__ = ["main", "UsageError"]
+__all__ = ["UsageError", "main"]
 
 # module name in this package -> registered in this order
 SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "predict_csv", "train", "calibrate")

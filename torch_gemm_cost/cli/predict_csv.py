@@ -17,9 +17,10 @@ import logging
 import os
 import typing
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Union
+from typing import TYPE_CHECKING, Union
 
 import torch
 
@@ -70,7 +71,7 @@ def _open_text(path: Path, mode: str, gz: bool) -> typing.IO[str]:
     if gz:
         text_mode: typing.Literal["rt", "wt"] = "wt" if mode == "w" else "rt"
         return gzip.open(path, text_mode, encoding="utf-8", newline="")
-    return open(path, mode, encoding="utf-8", newline="")  # noqa: SIM115
+    return open(path, mode, encoding="utf-8", newline="")
 
 
 def _read(path: Path) -> _Table:

@@ -6,8 +6,9 @@ signature, so callers and benchmarks swap them in one line.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -75,7 +76,7 @@ class GemmBatch:
         return [DTYPE_NAMES[i] for i in self.dtype_index.tolist()]
 
     @classmethod
-    def from_sites(cls, sites: Sequence[GemmSite]) -> "GemmBatch":
+    def from_sites(cls, sites: Sequence[GemmSite]) -> GemmBatch:
         def col(values: Sequence[float]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.float64)
 
@@ -107,7 +108,7 @@ class GemmBatch:
         batch: torch.Tensor | None = None,
         dtype: str | torch.dtype = "float32",
         bias: torch.Tensor | None = None,
-    ) -> "GemmBatch":
+    ) -> GemmBatch:
         """A batch of row-major GEMMs of one dtype; alignment follows from the dims."""
         from ..gemms import alignment_bytes
 

@@ -14,7 +14,7 @@ import difflib
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -24,8 +24,8 @@ from .base import DTYPE_NAMES, GemmBatch, GemmPrediction, Predictor
 
 __all__ = ["check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms", "resolve_target"]
 
-DimLike = Union[int, float, torch.Tensor, Any]  # also lists and NumPy arrays
-DeviceLike = Union[str, DeviceSpec, "os.PathLike[str]"]
+DimLike = int | float | torch.Tensor | Any  # also lists and NumPy arrays
+DeviceLike = str | DeviceSpec | os.PathLike[str]
 
 # details keys of GemmPrediction, in the order explain() lists them
 _EXPLAIN_KEYS: tuple[str, ...] = (
