@@ -568,6 +568,18 @@ class _FunctionRecorder(TorchFunctionMode):
         return out
 
 
+def _grouped_mm_any_dtype(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``aten._grouped_mm`` whatever the operands' float dtype. Its fake kernel takes bf16 only,
+    as the CUDA kernel does, yet transformers routes a float32 model's MoE experts to it on the
+    meta device; only the output's shape matters here, so it runs in bf16 and hands back the
+    model's dtype."""
+    floats = [a for a in args if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
+    if all(a.dtype == torch.bfloat16 for a in floats):
+        return func(*args, **kwargs)
+    cast = tuple(a.to(torch.bfloat16) if any(a is f for f in floats) else a for a in args)
+    return func(*cast, **kwargs).to(floats[0].dtype)
+
+
 class _DispatchRecorder(TorchDispatchMode):
     def __init__(self, rec: _Recorder) -> None:
         super().__init__()
@@ -577,7 +589,10 @@ class _DispatchRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.rec.suppress == 0:
             self.rec.current = self.rec.where(func)
-        out = func(*args, **kwargs)
+        if func is torch.ops.aten._grouped_mm.default:
+            out = _grouped_mm_any_dtype(func, args, kwargs)
+        else:
+            out = func(*args, **kwargs)
         if self.rec.suppress == 0:
             self.rec.record(func, args, kwargs, out)
         return out
