@@ -369,3 +369,82 @@ def test_bias_gradient_only_where_a_broadcast_bias_needs_grad() -> None:
     for bias, expect in ((full, []), (row, [544])):
         _, others = extract(capture(Scores(), (q, k, bias), train=True), "float32", mode="train")
         assert [o.dram_bytes for o in others if o.op == "aten.sum"] == expect
+
+
+class Moe(nn.Module):
+    """An MoE layer as transformers writes it: 4 experts (8 -> 16), 2 of them per row, one
+    ``grouped_mm`` over the rows sorted by expert."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(8, 4, bias=False)
+        self.experts = nn.Parameter(torch.randn(4, 16, 8))  # (experts, n, k), Linear weights
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, top = self.router(x).softmax(-1).topk(2, dim=-1)  # (rows, 2) each
+        ids, perm = torch.sort(top.reshape(-1))  # 2·rows picks, by expert
+        rows = x[perm // 2]
+        counts = torch.histc(ids.float(), bins=4, min=0, max=3)
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        out = F.grouped_mm(rows, self.experts.transpose(-2, -1), offs=offs)
+        return out * weight.reshape(-1)[perm].unsqueeze(-1)
+
+
+def test_active_groups_by_hand() -> None:
+    from torch_gemm_cost.gemms import active_groups
+
+    # 64 rows over 4 experts: 4·(1 − 0.75^64) = 4.0; 2 rows: 4·(1 − 0.75²) = 1.75 -> 2
+    assert active_groups(4, 64) == 4 and active_groups(4, 2) == 2
+    assert active_groups(4, 1) == 1 and active_groups(1, 500) == 1 and active_groups(8, 0) == 1
+
+
+def test_grouped_mm_is_one_gemm_per_routed_expert() -> None:
+    # float32 weights on the meta device: the grouped_mm fake kernel takes bf16 only
+    with torch.device("meta"):
+        moe = Moe()
+    x = torch.ones(32, 8, device="meta")
+    sites, others = extract(capture(moe, (x,), train=True), "bfloat16", mode="train")
+    got = [(s.module, s.op, s.phase, s.shape, s.flops) for s in sites]
+    # 32 rows × 2 picks = 64 rows over 4 experts, all of them hit: 4 GEMMs of 16 rows.
+    # forward (16, 8)·(8, 16) per expert: 2·4·16·16·8 = 16,384 = 2·64·16·8
+    # dW (8, 16) per expert = rowsᵀ (8, 16) · dY (16, 16): k = 16 rows, 16,384 FLOPs; the
+    # input needs no grad, so no dX. The router's weight gets its gradient through the
+    # routing weights: dW (4, 8) = dLogitsᵀ (4, 32) · X (32, 8).
+    assert got == [
+        ("router", "linear", "forward", (1, 32, 4, 8), 2_048),  # 2·32·4·8
+        ("", "grouped_mm", "forward", (4, 16, 16, 8), 16_384),
+        ("", "grouped_mm", "backward_dw", (4, 8, 16, 16), 16_384),
+        ("router", "linear", "backward_dw", (1, 4, 8, 32), 2_048),
+    ]
+    fwd = sites[1]
+    assert fwd.b_transposed and not fwd.a_transposed  # the experts are stored (n, k)
+    # A, B and C each once, bf16: (4·16·8 + 4·8·16 + 4·16·16)·2 = 4,096 B
+    assert fwd.dram_bytes == 4_096
+    assert {o.op for o in others} >= {"aten.histc", "aten.topk", "aten.sort"}
+    assert all(o.op_class != "other" for o in others if o.op in ("aten.histc", "aten.sort"))
+    # one token (decode): 2 rows reach 4·(1 − 0.75²) = 1.75 -> 2 experts, one row each
+    sites, _ = extract(capture(moe, (torch.ones(1, 8, device="meta"),)), "bfloat16")
+    assert [s.shape for s in sites if s.op == "grouped_mm"] == [(2, 1, 16, 8)]
+
+
+def test_mixtral_experts_are_costed() -> None:
+    import transformers
+
+    from torch_gemm_cost.api import estimate
+
+    cfg = transformers.MixtralConfig(
+        num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, num_local_experts=4, num_experts_per_tok=2,
+    )
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    ids = torch.ones(2, 16, dtype=torch.long, device="meta")
+    report = estimate(model, (ids,), device="h100_sxm5_80gb", dtype="bf16")
+    assert not report.unmodelled
+    experts = [g.site for g in report.gemms if g.site.op == "grouped_mm"]
+    # 32 tokens × 2 picks = 64 rows; gate and up fused (64 -> 2·128), then down (128 -> 64):
+    # 2·64·256·64 + 2·64·64·128 = 2,097,152 + 1,048,576 FLOPs over 4 experts of 16 rows
+    assert [(s.shape, s.flops) for s in experts] == [
+        ((4, 16, 256, 64), 2_097_152),
+        ((4, 16, 64, 128), 1_048_576),
+    ]

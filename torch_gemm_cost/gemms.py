@@ -61,7 +61,7 @@ class GemmSite:
     module: str  # dotted module path, e.g. "model.layers.0.self_attn.q_proj"; "" at top level
     module_type: str  # class name of that module, e.g. "Linear"
     op: str  # linear, addmm, mm, bmm, baddbmm, addbmm, mv, addmv, dot, matmul, einsum,
-    # conv1d (HF Conv1D), sdpa_qk, sdpa_pv
+    # conv1d (HF Conv1D), sdpa_qk, sdpa_pv, grouped_mm (MoE experts)
     node: str  # FX node name (or recorder op index) that produced it
     phase: str  # "forward", "backward_dx" or "backward_dw"
     batch: int
@@ -502,6 +502,58 @@ def _gemm_sdpa(b: dict, env: _Env) -> list[_Fwd]:
     return [qk, pv]
 
 
+def active_groups(groups: int, rows: int) -> int:
+    """Groups (experts) that receive at least one of ``rows`` rows routed uniformly at random:
+    the expectation groups·(1 − (1 − 1/groups)^rows), rounded, at least 1.
+
+    >>> active_groups(8, 1), active_groups(8, 4), active_groups(8, 4096)
+    (1, 3, 8)
+    """
+    if groups <= 1 or rows <= 0:
+        return max(1, min(groups, rows))
+    return max(1, round(groups * (1.0 - (1.0 - 1.0 / groups) ** rows)))
+
+
+def _gemm_grouped_mm(b: dict, env: _Env) -> list[_Fwd]:
+    """``torch._grouped_mm``: one GEMM per group (an MoE layer's experts). With ``offs`` a 2-D
+    operand is cut into groups along its jagged dim, whose sizes depend on the routing and so
+    are unknown until it runs: the rows are taken as routed uniformly, spread over the groups
+    that receive any (``active_groups``), each group a GEMM of ⌈rows / active⌉. Only those
+    groups' weights are read. Without ``offs`` both operands are 3-D, a bmm."""
+    val, rg, elem = env.val, env.rg, env.elem
+    x, y = val(b["self"]), val(b["mat2"])
+    offs = val(b.get("offs")) if b.get("offs") is not None else None
+    groups = int(offs.numel()) if isinstance(offs, torch.Tensor) else int(x.shape[0])
+    if x.dim() == 3 and y.dim() == 3:  # (G, m, k)·(G, k, n)
+        batch, m, k, n = groups, int(x.shape[1]), int(x.shape[2]), int(y.shape[2])
+    elif x.dim() == 2 and y.dim() == 3:  # rows of x jagged: (Σm, k)·(G, k, n) -> (Σm, n)
+        rows, k, n = int(x.shape[0]), int(x.shape[1]), int(y.shape[2])
+        batch = active_groups(groups, rows)
+        m = -(-rows // batch)
+    elif x.dim() == 3 and y.dim() == 2:  # columns of y jagged: (G, m, k)·(k, Σn) -> (m, Σn)
+        cols, m, k = int(y.shape[1]), int(x.shape[1]), int(x.shape[2])
+        batch = active_groups(groups, cols)
+        n = -(-cols // batch)
+    else:  # the reduction dim jagged (a weight gradient): (m, Σk)·(Σk, n) -> (G, m, n)
+        depth, m, n = int(x.shape[1]), int(x.shape[0]), int(y.shape[1])
+        batch = active_groups(groups, depth)
+        k = -(-depth // batch)
+    return [
+        _Fwd(
+            "grouped_mm",
+            batch,
+            m,
+            n,
+            k,
+            _matrix(x, elem),
+            _matrix(y, elem),
+            bias=b.get("bias") is not None,
+            grad_a=rg(b["self"]),
+            grad_b=rg(b["mat2"]),
+        )
+    ]
+
+
 def _gemm_vector(op: str, a_key: str, b_key: str, bias_key: str | None):
     """mv (m, k)·(k,) and dot (k,)·(k,): GEMMs with n = 1 (and m = 1)."""
 
@@ -541,6 +593,7 @@ _GEMM_HANDLERS: dict[str, Callable[..., list[_Fwd]]] = {
     "baddbmm": _gemm_2d("baddbmm", "batch1", "batch2", "self"),
     "matmul": _gemm_matmul,
     "einsum": _gemm_einsum,
+    "_grouped_mm": _gemm_grouped_mm,
     "scaled_dot_product_attention": _gemm_sdpa,
     # the fused kernels SDPA dispatches to, where a graph holds them directly
     "_scaled_dot_product_flash_attention": _gemm_sdpa,
@@ -633,7 +686,8 @@ _CLASSES: dict[str, tuple[str, ...]] = {
         "_native_batch_norm_legit_no_training",
         "instance_norm",
     ),
-    "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli"),
+    "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli",
+                    "floor_divide"),
     "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"),
     "reduction": (
         "sum",
@@ -660,6 +714,8 @@ _CLASSES: dict[str, tuple[str, ...]] = {
         "topk",
         "sort",
         "diff",
+        "histc",
+        "bincount",
     ),
     "embedding": ("embedding", "index", "index_select", "gather", "take_along_dim"),
 }
