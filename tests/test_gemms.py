@@ -448,3 +448,58 @@ def test_mixtral_experts_are_costed() -> None:
         ((4, 16, 256, 64), 2_097_152),
         ((4, 16, 64, 128), 1_048_576),
     ]
+
+
+class Convs(nn.Module):
+    """Every convolution flavour once: strided, padded, dilated, grouped, 3-D, transposed, 'same'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv1d(6, 12, 5, stride=2, padding=1)
+        self.c2 = nn.Conv2d(12, 24, 3, stride=2, padding=2, dilation=2, groups=3)
+        self.c3 = nn.Conv3d(4, 8, (2, 3, 3), stride=(1, 2, 2), bias=False)
+        self.t2 = nn.ConvTranspose2d(24, 10, 4, stride=2, padding=1, output_padding=1)
+        self.same = nn.Conv2d(10, 10, 3, padding="same")
+
+    def forward(self, x1: torch.Tensor, x3: torch.Tensor) -> torch.Tensor:
+        h = self.c1(x1)  # (2, 12, 30)
+        h = self.c2(h.unsqueeze(-1).expand(-1, -1, -1, 16).contiguous())  # (2, 24, 8, 15)
+        h = self.same(self.t2(h))  # (2, 10, 17, 31)
+        return h.sum() + self.c3(x3).sum()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_convolution_flops_match_the_flop_counter(method: str) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model, x1, x3 = Convs(), torch.randn(2, 6, 61), torch.randn(2, 4, 5, 9, 9)
+    with FlopCounterMode(display=False) as counter:
+        model(x1, x3)
+    want = {k.removeprefix("Convs."): sum(v.values())
+            for k, v in counter.get_flop_counts().items() if k.startswith("Convs.")}
+    sites, others = extract(capture(model, (x1, x3), method=method), "float32")
+    assert {s.module: s.flops for s in sites} == want
+    assert not [o for o in others if o.op_class == "other"]
+
+
+def test_convolution_gemm_and_backward_by_hand() -> None:
+    x1 = torch.randn(2, 6, 61, requires_grad=True)
+    sites, _ = extract(capture(Convs(), (x1, torch.randn(2, 4, 5, 9, 9)), train=True),
+                       "float32", mode="train")
+    c1 = [(s.phase, s.shape, s.flops, s.dram_bytes) for s in sites if s.module == "c1"]
+    # Conv1d(6 -> 12, kernel 5, stride 2, padding 1) on (2, 6, 61): (61 + 2 − 5) // 2 + 1 = 30
+    # outputs per image, so m = 2·30 = 60 rows, n = 12 filters, k = 6·5 = 30 taps:
+    # 2·60·12·30 = 43,200 FLOPs. Bytes are the tensors': X 2·6·61 = 732, W 12·6·5 = 360 and
+    # Y 2·12·30 = 720 elements, (732 + 360 + 720)·4 = 7,248 B, in each direction.
+    assert c1 == [
+        ("forward", (1, 60, 12, 30), 43_200, 7_248),
+        ("backward_dx", (1, 60, 30, 12), 43_200, 7_248),  # dX = dY·W: reads dY, W; writes dX
+        ("backward_dw", (1, 12, 30, 60), 43_200, 7_248),  # dW = dYᵀ·X: reads X, dY; writes dW
+    ]
+    # the grouped conv is 3 GEMMs of (2·8·15) rows × 24/3 filters × 12/3·3·3 taps
+    c2 = next(s for s in sites if s.module == "c2" and s.phase == "forward")
+    assert c2.shape == (3, 240, 8, 36) and c2.op == "convolution"
+    t2 = next(s for s in sites if s.module == "t2" and s.phase == "forward")
+    # transposed: input positions 2·8·15 = 240 × 10·4·4 = 160 outputs' taps, over 24 channels
+    assert t2.shape == (1, 240, 160, 24) and t2.op == "conv_transpose"
+

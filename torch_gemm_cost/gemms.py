@@ -61,7 +61,8 @@ class GemmSite:
     module: str  # dotted module path, e.g. "model.layers.0.self_attn.q_proj"; "" at top level
     module_type: str  # class name of that module, e.g. "Linear"
     op: str  # linear, addmm, mm, bmm, baddbmm, addbmm, mv, addmv, dot, matmul, einsum,
-    # conv1d (HF Conv1D), sdpa_qk, sdpa_pv, grouped_mm (MoE experts)
+    # conv1d (HF Conv1D), sdpa_qk, sdpa_pv, grouped_mm (MoE experts), convolution and
+    # conv_transpose (nn.ConvNd and ConvTransposeNd, as implicit GEMMs)
     node: str  # FX node name (or recorder op index) that produced it
     phase: str  # "forward", "backward_dx" or "backward_dw"
     batch: int
@@ -292,6 +293,7 @@ class _Fwd:
         "m",
         "n",
         "op",
+        "tensor_elems",
         "weight_b",
     )
 
@@ -312,9 +314,13 @@ class _Fwd:
         kept: int | None = None,
         io_elems: tuple[int, int] | None = None,
         bias_grad_elems: int = 0,
+        tensor_elems: tuple[int, int, int] | None = None,
     ) -> None:
         self.op, self.batch, self.m, self.n, self.k = op, batch, m, n, k
         self.a, self.b, self.bias, self.kept, self.io_elems = a, b, bias, kept, io_elems
+        # elements of the tensors behind A, B and C when A is implicit (a convolution's
+        # unfolded input): what crosses DRAM, forward and backward, instead of the matrices
+        self.tensor_elems = tensor_elems
         self.grad_a, self.grad_b, self.weight_b = grad_a, grad_b, weight_b
         # elements of a broadcast bias that needs grad: backward sums dC down to it (a
         # reduction kernel); 0 when there is none or it has dC's own shape (dC passes through)
@@ -554,6 +560,75 @@ def _gemm_grouped_mm(b: dict, env: _Env) -> list[_Fwd]:
     ]
 
 
+def _per_dim(value: Any, nd: int, default: int) -> tuple[int, ...]:
+    if value is None:
+        return (default,) * nd
+    vals = _ints(value) if isinstance(value, (list, tuple)) else (int(value),)
+    return vals * nd if len(vals) == 1 else vals
+
+
+def _gemm_convolution(transposed_op: bool):
+    """A convolution as the implicit GEMM cuDNN runs, one per group: (N·output positions) rows
+    by C_out/g filters, reducing over C_in/g·kernel taps. A transposed convolution runs the data
+    gradient's GEMM: (N·input positions) by C_out/g·taps, reducing over C_in/g. Its bytes are
+    the input, weight and output tensors', not the unfolded matrix's; A's alignment is the
+    unfolded row's (cuDNN's first-layer kernels pad a 3-channel image)."""
+
+    def handler(b: dict, env: _Env) -> list[_Fwd]:
+        x, w = env.val(b["input"]), env.val(b["weight"])
+        nd = w.dim() - 2
+        groups = int(b.get("groups") or 1)
+        transposed = transposed_op or bool(b.get("transposed") or False)
+        batched = x.dim() == nd + 2
+        n_img = int(x.shape[0]) if batched else 1
+        spatial = _ints(x.shape[-nd:]) if nd else ()
+        taps = math.prod(_ints(w.shape[2:]))
+        stride = _per_dim(b.get("stride"), nd, 1)
+        dilation = _per_dim(b.get("dilation"), nd, 1)
+        pad = b.get("padding")
+        if isinstance(pad, str):  # "same" (stride 1) keeps the size, "valid" pads nothing
+            padding = tuple((d * (kk - 1)) // 2 for d, kk in zip(dilation, _ints(w.shape[2:])))
+            if pad == "valid":
+                padding = (0,) * nd
+        else:
+            padding = _per_dim(pad, nd, 0)
+        if transposed:  # weight (C_in, C_out/g, *kernel)
+            c_in, c_out_g = int(w.shape[0]), int(w.shape[1])
+            extra = _per_dim(b.get("output_padding"), nd, 0)
+            out_sp = [(i - 1) * st - 2 * p + d * (kk - 1) + e + 1 for i, st, p, d, kk, e in
+                      zip(spatial, stride, padding, dilation, _ints(w.shape[2:]), extra)]
+            m, n, k = n_img * math.prod(spatial), c_out_g * taps, c_in // groups
+            out_elems = n_img * c_out_g * groups * math.prod(out_sp)
+            name = "conv_transpose"
+        else:  # weight (C_out, C_in/g, *kernel)
+            c_out, c_in_g = int(w.shape[0]), int(w.shape[1])
+            out_sp = [(i + 2 * p - d * (kk - 1) - 1) // st + 1 for i, st, p, d, kk in
+                      zip(spatial, stride, padding, dilation, _ints(w.shape[2:]))]
+            m, n, k = n_img * math.prod(out_sp), c_out // groups, c_in_g * taps
+            out_elems = n_img * c_out * math.prod(out_sp)
+            name = "convolution"
+        elem = env.elem
+        return [
+            _Fwd(
+                name,
+                groups,
+                m,
+                n,
+                k,
+                _layout(m, k, k, 1, 0, elem),  # unfolded input, row-major
+                _layout(k, n, 1, k, 0, elem),  # filters stored (n, k), as a Linear weight
+                bias=b.get("bias") is not None,
+                grad_a=env.rg(b["input"]),
+                grad_b=env.rg(b["weight"]),
+                weight_b=True,
+                bias_grad_elems=_bias_grad_elems(b.get("bias"), out_elems, env),
+                tensor_elems=(_unique_numel(x), _unique_numel(w), out_elems),
+            )
+        ]
+
+    return handler
+
+
 def _gemm_vector(op: str, a_key: str, b_key: str, bias_key: str | None):
     """mv (m, k)·(k,) and dot (k,)·(k,): GEMMs with n = 1 (and m = 1)."""
 
@@ -594,6 +669,14 @@ _GEMM_HANDLERS: dict[str, Callable[..., list[_Fwd]]] = {
     "matmul": _gemm_matmul,
     "einsum": _gemm_einsum,
     "_grouped_mm": _gemm_grouped_mm,
+    "convolution": _gemm_convolution(False),
+    "_convolution": _gemm_convolution(False),
+    "conv1d": _gemm_convolution(False),
+    "conv2d": _gemm_convolution(False),
+    "conv3d": _gemm_convolution(False),
+    "conv_transpose1d": _gemm_convolution(True),
+    "conv_transpose2d": _gemm_convolution(True),
+    "conv_transpose3d": _gemm_convolution(True),
     "scaled_dot_product_attention": _gemm_sdpa,
     # the fused kernels SDPA dispatches to, where a graph holds them directly
     "_scaled_dot_product_flash_attention": _gemm_sdpa,
@@ -932,6 +1015,9 @@ def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmS
         flops = dense // (f.m * kv) * f.kept
     if f.io_elems is not None:  # elements read, elements written
         dram = f.io_elems[0] * cd.in_bytes + f.io_elems[1] * cd.out_bytes
+    elif f.tensor_elems is not None:  # A's and B's tensors read, C's written
+        a, b, c = f.tensor_elems
+        dram = (a + b) * cd.in_bytes + c * cd.out_bytes
     else:
         dram = _gemm_bytes(f.batch, f.m, f.n, f.k, cd)
     op = "conv1d" if module_type == "Conv1D" and f.op == "addmm" else f.op
@@ -972,6 +1058,11 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
     ) -> GemmSite:
         dense = 2 * b * m * n * k
         flops = dense * fwd.flops // dense_fwd if fwd.causal else dense
+        dram = _gemm_bytes(b, m, n, k, cd)
+        if f.tensor_elems is not None:  # dX reads dY and W, writes dX; dW reads X and dY
+            x, w, y = f.tensor_elems
+            read, written = (y + w, x) if phase == "backward_dx" else (x + y, w)
+            dram = read * cd.in_bytes + written * cd.out_bytes
         return GemmSite(
             module=fwd.module,
             module_type=fwd.module_type,
@@ -991,7 +1082,7 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
             c_align_bytes=alignment_bytes(n, cd.out_bytes),
             bias=False,
             flops=flops,
-            dram_bytes=_gemm_bytes(b, m, n, k, cd),
+            dram_bytes=dram,
             causal=fwd.causal,
         )
 
