@@ -503,3 +503,30 @@ def test_convolution_gemm_and_backward_by_hand() -> None:
     # transposed: input positions 2·8·15 = 240 × 10·4·4 = 160 outputs' taps, over 24 channels
     assert t2.shape == (1, 240, 160, 24) and t2.op == "conv_transpose"
 
+
+def test_fused_attention_keeps_its_score_rows_off_the_load_path() -> None:
+    # 197 tokens (ViT-B/16 on 224 px), head dim 64, bf16. Eagerly, S = QKᵀ is stored with rows
+    # of 197·2 = 394 B, which admit only 2-byte loads; the fused kernel never stores S or P.
+    class Fused(nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, q, q)
+
+    class Eager(nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return (q @ q.transpose(-2, -1)).softmax(-1) @ q
+
+    q = torch.ones(2, 12, 197, 64, requires_grad=True)
+    fused, _ = extract(capture(Fused(), (q,), train=True), "bf16", mode="train")
+    aligns = [(s.op, s.phase, s.a_align_bytes, s.b_align_bytes, s.c_align_bytes) for s in fused]
+    # Q, K, V, O and their gradients have 64·2 = 128 B rows: 16-byte loads everywhere
+    assert aligns == [
+        ("sdpa_qk", "forward", 16, 16, 16),
+        ("sdpa_pv", "forward", 16, 16, 16),
+        ("sdpa_pv", "backward_dx", 16, 16, 16),  # dP = dO·Vᵀ stays on chip
+        ("sdpa_pv", "backward_dw", 16, 16, 16),  # dV = Pᵀ·dO
+        ("sdpa_qk", "backward_dx", 16, 16, 16),  # dQ = dS·K, dS on chip
+        ("sdpa_qk", "backward_dw", 16, 16, 16),
+    ]
+    eager, _ = extract(capture(Eager(), (q,)), "bf16")
+    qk, pv = eager
+    assert qk.c_align_bytes == 2 and pv.a_align_bytes == 2  # S and P stored, 394-byte rows

@@ -498,7 +498,7 @@ def _gemm_sdpa(b: dict, env: _Env) -> list[_Fwd]:
         q_len,
         d_v,
         kv_len,
-        _layout(q_len, kv_len, kv_len, 1, 0, elem),
+        (False, 16),  # P: on chip, never loaded from memory
         _matrix(v, elem),
         grad_a=g_q or g_k,
         grad_b=g_v,
@@ -1037,7 +1037,8 @@ def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmS
         b_transposed=f.b[0],
         a_align_bytes=f.a[1],
         b_align_bytes=f.b[1],
-        c_align_bytes=alignment_bytes(f.n, cd.out_bytes),
+        # the scores of a fused attention kernel stay on chip: no row of them is stored
+        c_align_bytes=16 if f.op == "sdpa_qk" else alignment_bytes(f.n, cd.out_bytes),
         bias=f.bias,
         flops=flops,
         dram_bytes=dram,
@@ -1050,6 +1051,17 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
     cd_out = fwd.out_dtype
     cd = DTYPES[fwd.dtype]
     dc_align = alignment_bytes(fwd.n, cd.in_bytes)  # dC is a contiguous (m, n) gradient
+    # fused attention's backward keeps dS (QKᵀ's dC) and dP (PV's dA) on chip, as the forward
+    # keeps S and P: their alignment costs nothing
+    if fwd.op == "sdpa_qk":
+        dc_align = 16
+
+    def c_align(phase: str, n: int) -> int:
+        if fwd.op == "sdpa_pv" and phase == "backward_dx":  # dP
+            return 16
+        if fwd.op == "sdpa_qk" and phase == "backward_dw":  # dKᵀ, stored as dK's (kv, d) rows
+            return alignment_bytes(fwd.k, cd.out_bytes)
+        return alignment_bytes(n, cd.out_bytes)
     dense_fwd = 2 * fwd.batch * fwd.m * fwd.n * fwd.k
     out: list[GemmSite] = []
 
@@ -1079,7 +1091,7 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
             b_transposed=bb[0],
             a_align_bytes=a[1],
             b_align_bytes=bb[1],
-            c_align_bytes=alignment_bytes(n, cd.out_bytes),
+            c_align_bytes=c_align(phase, n),
             bias=False,
             flops=flops,
             dram_bytes=dram,
