@@ -329,3 +329,57 @@ def lambda_module(fn):
             return fn(*args)
 
     return Fn()
+
+
+SMALL = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+         "num_attention_heads": 4}
+EXPERTS = {"num_key_value_heads": 2, "vocab_size": 256, "num_experts_per_tok": 2}
+
+
+def vit() -> nn.Module:
+    return transformers.ViTForImageClassification(
+        transformers.ViTConfig(**SMALL, image_size=32, patch_size=8)
+    )
+
+
+REACH: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[tuple, dict]]]] = {
+    "mixtral": (lambda: transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        **SMALL, **EXPERTS, num_local_experts=4)), lambda: ((ids(2, 16),), {})),
+    "qwen3_moe": (lambda: transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+        **SMALL, **EXPERTS, num_experts=4, moe_intermediate_size=32)), lambda: ((ids(2, 16),), {})),
+    "gpt_oss": (lambda: transformers.GptOssForCausalLM(transformers.GptOssConfig(
+        **SMALL, **EXPERTS, num_local_experts=4, head_dim=16)), lambda: ((ids(2, 16),), {})),
+    "vit": (vit, lambda: ((torch.ones(2, 3, 32, 32, device="meta"),), {})),
+    "whisper": (lambda: transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(
+        encoder_layers=1, decoder_layers=1, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=256, num_mel_bins=16,
+        max_source_positions=20, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=1)),
+        lambda: ((), {"input_features": torch.ones(2, 16, 40, device="meta"),
+                      "decoder_input_ids": ids(2, 8)})),
+}
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+@pytest.mark.parametrize("name", list(REACH))
+def test_moe_and_convolution_models_leave_no_op_unmodelled(name: str, mode: str) -> None:
+    make, inputs = REACH[name]
+    with torch.device("meta"):
+        model = make()
+    args, kwargs = inputs()
+    report = tgc.estimate(model, args, kwargs, device="h100_sxm5_80gb", dtype="bf16", mode=mode)
+    assert not report.unmodelled
+    ops = {g.site.op for g in report.gemms}
+    assert ("grouped_mm" in ops) == (name not in ("vit", "whisper"))
+    assert ("convolution" in ops) == (name in ("vit", "whisper"))
+
+
+def test_vit_flops_equal_flop_counter() -> None:
+    with torch.device("meta"):
+        model = vit().eval()
+    x = torch.ones(2, 3, 32, 32, device="meta")
+    sites, _ = extract(capture(model, (x,)), "float32")
+    # the patch embedding is a Conv2d(3 -> 64, 8×8, stride 8): 2·16 patches × 64 × 3·8·8 taps
+    patch = next(s for s in sites if s.op == "convolution")
+    assert patch.shape == (1, 32, 64, 192)
+    assert sum(s.dense_flops for s in sites) == flop_counter_total(model, (x,), {})
