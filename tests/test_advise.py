@@ -219,3 +219,29 @@ def test_training_pads_every_phase_of_the_vocab_gemm():
     assert top.gemms == 3 and top.current == 50257
     phases = {g.site.phase for g in report.gemms if 50257 in g.site.shape}
     assert phases == {"forward", "backward_dx", "backward_dw"}
+
+
+def test_convolutions_are_padded_along_their_channels_only():
+    import torch_gemm_cost as tgc
+
+    class Stem(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+            self.conv2 = torch.nn.Conv2d(64, 100, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv2(self.conv1(x))
+
+    with torch.device("meta"):
+        model = Stem()
+    x = torch.ones(8, 3, 64, 64, device="meta")
+    for mode in ("inference", "train"):
+        report = tgc.estimate(model, (x,), device="a100_sxm4_80gb", dtype="fp16", mode=mode,
+                              predictor=AlignmentRoofline())
+        advice = report.padding_advice()
+        # conv1's k is 3 channels × 7·7 taps = 147, misaligned but not a size anyone sets;
+        # conv2's 100 filters are, and every phase of conv2 holds them
+        assert [(a.dim, a.current, a.suggested) for a in advice] == [
+            ("out_channels (n)", 100, 104)]
+        assert advice[0].gemms == (1 if mode == "inference" else 3)

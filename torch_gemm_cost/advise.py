@@ -32,6 +32,14 @@ __all__ = ["PaddingAdvice", "config_dims", "padded_size", "padding_advice"]
 MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
 _AXES = ("m", "n", "k")
 _LINEAR_OPS = ("linear", "addmm", "conv1d", "mm", "matmul")
+# a convolution's implicit GEMM has one dim a user can pad, its channels (m is images × positions,
+# the rest channels × kernel taps): the axis of (m, n, k) that holds them, per op and phase
+_CHANNEL_AXIS = {
+    ("convolution", "forward"): 1, ("convolution", "backward_dx"): 2,
+    ("convolution", "backward_dw"): 0, ("conv_transpose", "forward"): 2,
+    ("conv_transpose", "backward_dx"): 1, ("conv_transpose", "backward_dw"): 1,
+}
+_CHANNEL_ROLE = {"convolution": "out_channels", "conv_transpose": "in_channels"}
 # predictor details quoted in a cause when padding moves them by more than 1%
 _STAGES = (("intensity_flops_per_byte", "FLOP/B"), ("util", "util"), ("h2", "L2 hits"),
            ("tile_n", "tile n"), ("tile_m", "tile m"))
@@ -163,6 +171,12 @@ def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
     from .report import _template
 
     sites = [g.site for g in report.gemms]
+    paddable = torch.ones_like(dims, dtype=torch.bool)
+    for i, s in enumerate(sites):
+        axis = _CHANNEL_AXIS.get((s.op, s.phase))
+        if axis is not None:
+            paddable[i] = False
+            paddable[i, axis] = True
     fields: dict[int, str] = {}
     for name, value in report.config.items():
         fields.setdefault(int(value), name)
@@ -172,7 +186,7 @@ def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
         value = int(value)
         if value < 8 or value % MULTIPLES[-1] == 0:
             continue
-        hit = dims == value  # (N, 3)
+        hit = (dims == value) & paddable  # (N, 3)
         rows = torch.nonzero(hit.any(dim=1)).flatten()
         field = fields.get(value) or ("tokens (batch × seq)" if value in tokens else None)
         if field is not None:
@@ -279,6 +293,8 @@ def padding_advice(
 def _role(site: Any, axis: int) -> str:
     if site.op in _LINEAR_OPS and site.phase == "forward":
         return ("tokens", "out_features", "in_features")[axis]
+    if site.op in _CHANNEL_ROLE and site.phase == "forward":
+        return _CHANNEL_ROLE[site.op]
     return "dim"
 
 
