@@ -1,4 +1,5 @@
-"""Prediction speed on one CPU thread: GEMM predictions per second, and estimate() on Llama-7B.
+"""Prediction speed on one CPU thread: GEMM predictions per second, and estimate() on Llama-7B
+and Mixtral-8x7B.
 
     python benchmarks/speed.py                       # writes benchmarks/results/speed.md
     python benchmarks/speed.py --weights W.json      # also times the hybrid with these weights
@@ -82,30 +83,43 @@ def predictor_rows(predictors: dict[str, Predictor], quick: bool) -> list[list[A
     return rows
 
 
-def llama_7b_rows() -> tuple[list[list[Any]], str]:
-    """estimate() wall time on Llama-7B geometry (meta weights), or why it was skipped."""
+def estimate_rows() -> tuple[list[list[Any]], str]:
+    """estimate() wall time on Llama-7B and Mixtral-8x7B geometry (meta weights), or why it
+    was skipped."""
     estimate = getattr(tgc, "estimate", None)
     if estimate is None:
         return [], "skipped: torch_gemm_cost.estimate is not available in this installation"
     try:
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import (
+            LlamaConfig,
+            LlamaForCausalLM,
+            MixtralConfig,
+            MixtralForCausalLM,
+        )
     except ImportError as e:
-        return [], f"skipped: transformers is needed to build the model ({e})"
-    config = LlamaConfig(  # Llama-2-7B
+        return [], f"skipped: transformers is needed to build the models ({e})"
+    llama = LlamaConfig(  # Llama-2-7B
         vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
     )
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config).eval()
+    mixtral = MixtralConfig(  # Mixtral-8x7B: 8 experts of MLP 14336, 2 per token
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, num_local_experts=8,
+        num_experts_per_tok=2,
+    )
     rows = []
-    ids = torch.ones((1, 2048), dtype=torch.long, device="meta")
-    for mode, label in (("inference", "inference, first call"), ("inference", "inference"),
-                        ("train", "train")):
-        wall, cpu = time.perf_counter(), time.process_time()
-        report = estimate(model, (ids,), device=DEVICE, dtype=torch.bfloat16, mode=mode)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        rows.append([label, "1 x 2048", len(report.gemms), wall, cpu, report.total_ms,
-                     report.predictor])
+    for name, make, config in (("Llama-7B", LlamaForCausalLM, llama),
+                               ("Mixtral-8x7B", MixtralForCausalLM, mixtral)):
+        with torch.device("meta"):
+            model = make(config).eval()
+        ids = torch.ones((1, 2048), dtype=torch.long, device="meta")
+        for mode, label in (("inference", "inference, first call"), ("inference", "inference"),
+                            ("train", "train")):
+            wall, cpu = time.perf_counter(), time.process_time()
+            report = estimate(model, (ids,), device=DEVICE, dtype=torch.bfloat16, mode=mode)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            rows.append([name, label, "1 x 2048", len(report.gemms), wall, cpu,
+                         report.total_ms, report.predictor])
     return rows, ""
 
 
@@ -113,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--weights", type=Path, help="also time the hybrid with these weights")
-    parser.add_argument("--quick", action="store_true", help="1k and 10k only, no Llama-7B")
+    parser.add_argument("--quick", action="store_true", help="1k and 10k only, no whole models")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -127,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         predictors[f"hybrid ({args.weights.name})"] = load_weights(args.weights)
 
     rows = predictor_rows(predictors, args.quick)
-    llama, skipped = ([], "skipped: --quick") if args.quick else llama_7b_rows()
+    models, skipped = ([], "skipped: --quick") if args.quick else estimate_rows()
     worst = {
         label: min(r[4] for r in rows if r[0] == label and r[1] == "predictor.predict")
         for label in predictors
@@ -168,21 +182,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         + ". `predict_gemm_ms` adds input checks and batch building to the predictor call.",
         "",
-        "## estimate() on Llama-7B geometry",
+        "## estimate() on Llama-7B and Mixtral-8x7B geometry",
         "",
     ]
-    if llama:
+    if models:
         text += [
-            ("Llama-2-7B config (32 layers, hidden 4096, MLP 11008, vocab 32000) built on the "
-             "meta device; bf16 on the same device. Wall and process CPU time of one "
-             "`estimate()` call (capture + GEMM records + prediction + report); the first call "
-             "also pays one-time setup (lazy imports, tracing caches). CPU time is the figure to "
-             "trust on a shared machine."),
+            ("Llama-2-7B (32 layers, hidden 4096, MLP 11008, vocab 32000) and Mixtral-8x7B (the "
+             "same with 8 experts of MLP 14336, 2 per token, 8 key/value heads) built from their "
+             "configs on the meta device; bf16 on the same device. Wall and process CPU time of "
+             "one `estimate()` call (capture + GEMM records + prediction + report); the first "
+             "call also pays one-time setup (lazy imports, tracing caches). CPU time is the "
+             "figure to trust on a shared machine."),
             "",
             tabulate(
-                [[r[0], r[1], r[2], f"{r[3]:.2f}", f"{r[4]:.2f}", f"{r[5]:.1f}", r[6]]
-                 for r in llama],
-                headers=["mode", "tokens", "GEMMs", "wall s", "CPU s", "predicted ms",
+                [[r[0], r[1], r[2], r[3], f"{r[4]:.2f}", f"{r[5]:.2f}", f"{r[6]:.1f}", r[7]]
+                 for r in models],
+                headers=["model", "mode", "tokens", "GEMMs", "wall s", "CPU s", "predicted ms",
                          "predictor"],
                 tablefmt="github",
             ),
