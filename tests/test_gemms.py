@@ -530,3 +530,26 @@ def test_fused_attention_keeps_its_score_rows_off_the_load_path() -> None:
     eager, _ = extract(capture(Eager(), (q,)), "bf16")
     qk, pv = eager
     assert qk.c_align_bytes == 2 and pv.a_align_bytes == 2  # S and P stored, 394-byte rows
+
+
+def test_pooling_masks_rope_and_random_ops_are_costed() -> None:
+    class Ops(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (2, 4, 8, 8)
+            p = F.max_pool2d(x, 2)  # (2, 4, 4, 4)
+            a = F.adaptive_avg_pool2d(x, 1)  # (2, 4, 1, 1)
+            t = torch.tril(x)
+            z = torch.view_as_real(torch.polar(x, x))  # rotary embeddings written with complex
+            r = torch.rand_like(x)
+            return p.sum() + a.sum() + t.sum() + z.sum() + r.sum()
+
+    _, others = extract(capture(Ops(), (torch.ones(2, 4, 8, 8),)), "float32")
+    by_op = {o.op: o for o in others}
+    classes = {op: o.op_class for op, o in by_op.items()}
+    assert classes["aten.tril"] == classes["aten.polar"] == classes["aten.rand_like"] == (
+        "elementwise")
+    assert classes["aten.view_as_real"] == "view"
+    assert "other" not in classes.values()
+    # max pooling reads x (512 floats) and writes its maxima and their int64 indices:
+    # 512·4 + 128·4 + 128·8 = 3,584 B
+    pool = next(o for o in others if o.op.startswith("aten.max_pool2d"))
+    assert pool.op_class == "reduction" and pool.dram_bytes == 3_584
