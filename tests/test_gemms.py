@@ -553,3 +553,13 @@ def test_pooling_masks_rope_and_random_ops_are_costed() -> None:
     # 512·4 + 128·4 + 128·8 = 3,584 B
     pool = next(o for o in others if o.op.startswith("aten.max_pool2d"))
     assert pool.op_class == "reduction" and pool.dram_bytes == 3_584
+
+
+def test_depthwise_convolution_is_a_memory_bound_op() -> None:
+    dw = nn.Conv2d(4, 4, 3, groups=4, padding=1)  # one input channel per group
+    sites, others = extract(capture(dw, (torch.ones(2, 4, 8, 8),)), "float32")
+    assert sites == ()
+    (conv,) = [o for o in others if o.op == "aten.convolution"]
+    # reads x (2·4·8·8 = 512), the 4·1·3·3 = 36 weights and 4 biases, writes 512 outputs:
+    # (512 + 36 + 4 + 512)·4 B = 4,256 B
+    assert conv.op_class == "elementwise" and conv.dram_bytes == 4_256

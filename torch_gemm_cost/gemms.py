@@ -572,7 +572,8 @@ def _gemm_convolution(transposed_op: bool):
     by C_out/g filters, reducing over C_in/g·kernel taps. A transposed convolution runs the data
     gradient's GEMM: (N·input positions) by C_out/g·taps, reducing over C_in/g. Its bytes are
     the input, weight and output tensors', not the unfolded matrix's; A's alignment is the
-    unfolded row's (cuDNN's first-layer kernels pad a 3-channel image)."""
+    unfolded row's. A depthwise convolution (one input channel per group) is no GEMM: the
+    handler declines it and it is costed as the memory-bound op it is."""
 
     def handler(b: dict, env: _Env) -> list[_Fwd]:
         x, w = env.val(b["input"]), env.val(b["weight"])
@@ -592,6 +593,7 @@ def _gemm_convolution(transposed_op: bool):
                 padding = (0,) * nd
         else:
             padding = _per_dim(pad, nd, 0)
+        c_in = c_in_g = 0
         if transposed:  # weight (C_in, C_out/g, *kernel)
             c_in, c_out_g = int(w.shape[0]), int(w.shape[1])
             extra = _per_dim(b.get("output_padding"), nd, 0)
@@ -607,6 +609,8 @@ def _gemm_convolution(transposed_op: bool):
             m, n, k = n_img * math.prod(out_sp), c_out // groups, c_in_g * taps
             out_elems = n_img * c_out * math.prod(out_sp)
             name = "convolution"
+        if groups > 1 and (c_in // groups if transposed else c_in_g) == 1:
+            return []  # depthwise: a memory-bound stencil, costed as an elementwise op
         elem = env.elem
         return [
             _Fwd(
@@ -773,7 +777,11 @@ _CLASSES: dict[str, tuple[str, ...]] = {
     ),
     "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli",
                     "floor_divide", "tril", "triu", "polar", "exponential", "uniform", "normal",
-                    "rand_like", "randn_like", "randint_like"),
+                    "rand_like", "randn_like", "randint_like",
+                    # depthwise convolutions (the GEMM handler declines them): each output
+                    # reads a few neighbours of one channel, a stencil at DRAM speed
+                    "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
+                    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"),
     "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"),
     "reduction": (
         "sum",
@@ -981,9 +989,10 @@ def extract(
         records: list[GemmSite | OtherOp] = []
         back: list[GemmSite | OtherOp] = []
         handler = _GEMM_HANDLERS.get(name)
-        if handler is not None:
-            env = _Env(val, rg, cd.in_bytes, module in causal_modules)
-            for f in handler(_bind(node), env):
+        env = _Env(val, rg, cd.in_bytes, module in causal_modules)
+        fwds = handler(_bind(node), env) if handler is not None else []
+        if fwds:
+            for f in fwds:
                 site = _site(f, ctx, module, module_type, node.name)
                 records.append(site)
                 fwd_gemms.append(site)
