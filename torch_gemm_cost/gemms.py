@@ -587,29 +587,26 @@ def _gemm_convolution(transposed_op: bool):
         stride = _per_dim(b.get("stride"), nd, 1)
         dilation = _per_dim(b.get("dilation"), nd, 1)
         pad = b.get("padding")
-        if isinstance(pad, str):  # "same" (stride 1) keeps the size, "valid" pads nothing
-            padding = tuple((d * (kk - 1)) // 2 for d, kk in zip(dilation, _ints(w.shape[2:])))
-            if pad == "valid":
-                padding = (0,) * nd
-        else:
-            padding = _per_dim(pad, nd, 0)
-        c_in = c_in_g = 0
+        padding = (0,) * nd if isinstance(pad, str) else _per_dim(pad, nd, 0)
+        kernel = _ints(w.shape[2:])
         if transposed:  # weight (C_in, C_out/g, *kernel)
-            c_in, c_out_g = int(w.shape[0]), int(w.shape[1])
+            in_per_group, c_out_g = int(w.shape[0]) // groups, int(w.shape[1])
             extra = _per_dim(b.get("output_padding"), nd, 0)
             out_sp = [(i - 1) * st - 2 * p + d * (kk - 1) + e + 1 for i, st, p, d, kk, e in
-                      zip(spatial, stride, padding, dilation, _ints(w.shape[2:]), extra)]
-            m, n, k = n_img * math.prod(spatial), c_out_g * taps, c_in // groups
+                      zip(spatial, stride, padding, dilation, kernel, extra)]
+            m, n, k = n_img * math.prod(spatial), c_out_g * taps, in_per_group
             out_elems = n_img * c_out_g * groups * math.prod(out_sp)
             name = "conv_transpose"
         else:  # weight (C_out, C_in/g, *kernel)
-            c_out, c_in_g = int(w.shape[0]), int(w.shape[1])
+            c_out, in_per_group = int(w.shape[0]), int(w.shape[1])
             out_sp = [(i + 2 * p - d * (kk - 1) - 1) // st + 1 for i, st, p, d, kk in
-                      zip(spatial, stride, padding, dilation, _ints(w.shape[2:]))]
-            m, n, k = n_img * math.prod(out_sp), c_out // groups, c_in_g * taps
+                      zip(spatial, stride, padding, dilation, kernel)]
+            if pad == "same":  # stride 1, padded to keep every size
+                out_sp = list(spatial)
+            m, n, k = n_img * math.prod(out_sp), c_out // groups, in_per_group * taps
             out_elems = n_img * c_out * math.prod(out_sp)
             name = "convolution"
-        if groups > 1 and (c_in // groups if transposed else c_in_g) == 1:
+        if groups > 1 and in_per_group == 1:
             return []  # depthwise: a memory-bound stencil, costed as an elementwise op
         elem = env.elem
         return [
