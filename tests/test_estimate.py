@@ -137,6 +137,10 @@ def test_estimate_runs_with_default_kwargs(name: str) -> None:
     assert "% total" in str(report)
     assert {"elementwise", "view"} <= {o.op.op_class for o in report.others}
     assert {o.op.phase for o in report.others} == {"forward"}
+    assert not report.unmodelled
+    model.train()
+    train = tgc.estimate(model, (ids(2, 16),), kwargs, device="a100_sxm4_80gb", mode="train")
+    assert not train.unmodelled and train.total_ms > report.total_ms
 
 
 def test_causal_attention_flops_halved_in_llama() -> None:
