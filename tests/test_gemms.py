@@ -563,3 +563,20 @@ def test_depthwise_convolution_is_a_memory_bound_op() -> None:
     # reads x (2·4·8·8 = 512), the 4·1·3·3 = 36 weights and 4 biases, writes 512 outputs:
     # (512 + 36 + 4 + 512)·4 B = 4,256 B
     assert conv.op_class == "elementwise" and conv.dram_bytes == 4_256
+
+
+def test_every_grouped_mm_layout_by_hand() -> None:
+    class Layouts(nn.Module):
+        def forward(self, a3: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor,
+                    b3: torch.Tensor) -> torch.Tensor:
+            offs = torch.tensor([16, 32, 48, 64], dtype=torch.int32)  # 4 groups of 16
+            cols = torch._grouped_mm(a3, b2, offs=offs)  # (4, 8, 16)·(16, Σn = 64) -> (8, 64)
+            depth = torch._grouped_mm(a2, b2.t(), offs=offs)  # (8, Σk = 64)·(64, 16) -> (4, 8, 16)
+            bmm = torch._grouped_mm(a3, b3)  # (4, 8, 16)·(4, 16, 16) -> (4, 8, 16)
+            return cols.sum() + depth.sum() + bmm.sum()
+
+    args = (torch.ones(4, 8, 16), torch.ones(16, 64), torch.ones(8, 64), torch.ones(4, 16, 16))
+    sites, _ = extract(capture(Layouts(), args), "bfloat16")
+    # all 64 columns, reduction rows or batches reach the 4 groups: 4·(1 − 0.75^64) = 4.0,
+    # 16 each; every layout is 4 GEMMs of 8×16×16, 2·4·8·16·16 = 16,384 FLOPs
+    assert [(s.op, s.shape, s.flops) for s in sites] == [("grouped_mm", (4, 8, 16, 16), 16_384)] * 3
