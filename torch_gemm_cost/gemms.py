@@ -530,20 +530,19 @@ def _gemm_grouped_mm(b: dict, env: _Env) -> list[_Fwd]:
     x, y = val(b["self"]), val(b["mat2"])
     offs = val(b.get("offs")) if b.get("offs") is not None else None
     groups = int(offs.numel()) if isinstance(offs, torch.Tensor) else int(x.shape[0])
+
+    def jagged(total: int) -> tuple[int, int]:  # (groups that receive any, size of each)
+        hit = active_groups(groups, total)
+        return hit, -(-total // hit)
+
     if x.dim() == 3 and y.dim() == 3:  # (G, m, k)·(G, k, n)
         batch, m, k, n = groups, int(x.shape[1]), int(x.shape[2]), int(y.shape[2])
     elif x.dim() == 2 and y.dim() == 3:  # rows of x jagged: (Σm, k)·(G, k, n) -> (Σm, n)
-        rows, k, n = int(x.shape[0]), int(x.shape[1]), int(y.shape[2])
-        batch = active_groups(groups, rows)
-        m = -(-rows // batch)
+        (batch, m), k, n = jagged(int(x.shape[0])), int(x.shape[1]), int(y.shape[2])
     elif x.dim() == 3 and y.dim() == 2:  # columns of y jagged: (G, m, k)·(k, Σn) -> (m, Σn)
-        cols, m, k = int(y.shape[1]), int(x.shape[1]), int(x.shape[2])
-        batch = active_groups(groups, cols)
-        n = -(-cols // batch)
+        (batch, n), m, k = jagged(int(y.shape[1])), int(x.shape[1]), int(x.shape[2])
     else:  # the reduction dim jagged (a weight gradient): (m, Σk)·(Σk, n) -> (G, m, n)
-        depth, m, n = int(x.shape[1]), int(x.shape[0]), int(y.shape[1])
-        batch = active_groups(groups, depth)
-        k = -(-depth // batch)
+        (batch, k), m, n = jagged(int(x.shape[1])), int(x.shape[0]), int(y.shape[1])
     return [
         _Fwd(
             "grouped_mm",
@@ -583,12 +582,12 @@ def _gemm_convolution(transposed_op: bool):
         batched = x.dim() == nd + 2
         n_img = int(x.shape[0]) if batched else 1
         spatial = _ints(x.shape[-nd:]) if nd else ()
-        taps = math.prod(_ints(w.shape[2:]))
         stride = _per_dim(b.get("stride"), nd, 1)
         dilation = _per_dim(b.get("dilation"), nd, 1)
         pad = b.get("padding")
         padding = (0,) * nd if isinstance(pad, str) else _per_dim(pad, nd, 0)
         kernel = _ints(w.shape[2:])
+        taps = math.prod(kernel)
         if transposed:  # weight (C_in, C_out/g, *kernel)
             in_per_group, c_out_g = int(w.shape[0]) // groups, int(w.shape[1])
             extra = _per_dim(b.get("output_padding"), nd, 0)

@@ -62,6 +62,12 @@ def _inv_softplus(x: float) -> float:
     return math.log(math.expm1(x))
 
 
+def _pnorm(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """(aᵖ + bᵖ)^(1/p), written relative to ``a`` so float32 never overflows: between a + b
+    (p = 1) and max(a, b) (large p)."""
+    return a * (1.0 + (b / a) ** p) ** (1.0 / p)
+
+
 def _logit(x: float) -> float:
     return math.log(x / (1.0 - x))
 
@@ -323,7 +329,7 @@ class HybridPredictor:
         busy = torch.minimum(geo["tiles"], x.sm_count.unsqueeze(1))
         narrow_s = (sp(p["misaligned_load_cycles"]) * geo["narrow_loads"] * slow
                     / (busy * x.clock_hz.unsqueeze(1)))
-        td = td * (1.0 + (narrow_s / td) ** rp) ** (1.0 / rp)
+        td = _pnorm(td, narrow_s, rp)
         # the DRAM roof: whatever the caches serve, every operand byte crosses DRAM at least
         # once at the sustained bandwidth. The tile traffic above is what the SMs request, and
         # for a GEMV-like shape (m ≤ 64) its hit rates can put fewer bytes on DRAM than A and B
@@ -331,7 +337,7 @@ class HybridPredictor:
         # work on what arrived, so the two overlap only in part.
         dp = sp(p["dram_p"]) + 1.0
         dram_s = (g.compulsory_bytes / dram_eff.squeeze(1)).unsqueeze(1)  # (N, 1)
-        td = td * (1.0 + (dram_s / td) ** dp) ** (1.0 / dp)
+        td = _pnorm(td, dram_s, dp)
         log_td = torch.log(td)
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
@@ -386,15 +392,15 @@ class HybridPredictor:
         lp = sp(p["launch_p"]) + 1.0
         gemm_ms, launch_ms = gemm_s * 1e3, torch.exp(launch_log)
         hi, lo = torch.maximum(gemm_ms, launch_ms), torch.minimum(gemm_ms, launch_ms)
-        with_launch = hi * (1.0 + (lo / hi) ** lp) ** (1.0 / lp)
+        with_launch = _pnorm(hi, lo, lp)
         time_ms = torch.where(nonempty, with_launch, zero)
         compute_ms = (work_c / pick(tile_peak) + waves * wave_s.squeeze(1)) / util * 1e3
         memory_ms = work_c / (inten_c * bw_c * util) * 1e3
         dram_ms = dram_s.squeeze(1) / util * 1e3
-        memory_ms = memory_ms * (1.0 + (dram_ms / memory_ms) ** dp) ** (1.0 / dp)
+        memory_ms = _pnorm(memory_ms, dram_ms, dp)
         # misaligned loads are issued by the SMs: their roof counts on the compute side
         load_issue_ms = pick(narrow_s) / util * 1e3
-        compute_ms = compute_ms * (1.0 + (load_issue_ms / compute_ms) ** rp) ** (1.0 / rp)
+        compute_ms = _pnorm(compute_ms, load_issue_ms, rp)
         return {
             "time_ms": time_ms,
             "compute_bound": compute_ms >= memory_ms,
