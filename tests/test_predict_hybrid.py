@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from torch_gemm_cost.devices import get_device, list_devices
 from torch_gemm_cost.dtypes import DTYPES
 from torch_gemm_cost.measurements import MeasuredGemms, gemm_batch_from_columns
-from torch_gemm_cost.predict.base import GemmBatch
+from torch_gemm_cost.predict.base import DTYPE_NAMES, GemmBatch
 from torch_gemm_cost.predict.cache import effective_bandwidth
 from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable
 from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
 from torch_gemm_cost.predict.power import power_cap
+from torch_gemm_cost.predict.query import predict_gemm_ms
 from torch_gemm_cost.predict.tiles import ENGINES, SPLITS, TILES, tile_grid
 
 DETAIL_KEYS = ("tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
@@ -133,6 +134,9 @@ COVERING_ROWS = [
     ("tesla_t4", "deepbench", "kernel", "gemm_NN", "int8", 1, 4096, 4096, 4096, 2.0),
     ("h100_sxm5_80gb", "xla-ptable", "table", "matmul", "float8_e4m3fn", 1, 4096, 4096, 4096, 0.2),
     ("h100_sxm5_80gb", "xla-ptable", "table", "bmm", "bfloat16", 2, 512, 512, 512, 0.01),
+    ("mi300x", "xla-ptable", "table", "matmul", "bfloat16", 1, 4096, 4096, 4096, 0.3),
+    ("mi300x", "xla-ptable", "table", "matmul", "tf32", 1, 4096, 4096, 4096, 0.6),
+    ("mi300x", "xla-ptable", "table", "matmul", "float8_e4m3fnuz", 1, 4096, 4096, 4096, 0.1),
 ]
 
 
@@ -259,10 +263,10 @@ def test_mismatched_shapes_name_the_file_and_parameter(tmp_path) -> None:
 
 def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc = initialised().to_dict()
-    doc["version"] = "5"  # before the DRAM roof: no dram_p
-    path = tmp_path / "v5.json"
+    doc["version"] = "7"  # before tf32/fp16/bf16/fp8 shared one efficiency on NVIDIA
+    path = tmp_path / "v7.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v5.json.*version 5 weights.*reads version 7"):
+    with pytest.raises(ValueError, match=r"v7.json.*version 7 weights.*reads version 8"):
         HybridPredictor.load(path)
 
 
@@ -492,3 +496,18 @@ def test_large_tile_engine_takes_the_fastest_tile() -> None:
     a100_0, a100_1 = before["a100_sxm4_80gb"], after["a100_sxm4_80gb"]
     assert not torch.equal(a100_0.details["tile_m"] * a100_0.details["tile_n"],
                            a100_1.details["tile_m"] * a100_1.details["tile_n"])
+
+
+def test_half_precisions_share_one_efficiency() -> None:
+    # fp16 and bf16 run the same tensor-core path at the same datasheet rate (H100 SXM: 989
+    # TFLOP/s each; MI300X: 1307), with the same bytes per element, so no shape may tell them
+    # apart; on NVIDIA, tf32 and fp8 also keep the share of their own peaks that fp16 keeps
+    m, n, k = [1, 128, 4096, 8192], [4096, 50257, 4096, 8192], [4096, 768, 11008, 8192]
+    for dev in ("h100_sxm5_80gb", "a100_sxm4_80gb", "mi300x"):
+        fp16 = predict_gemm_ms(dev, m=m, n=n, k=k, dtype="fp16")
+        bf16 = predict_gemm_ms(dev, m=m, n=n, k=k, dtype="bf16")
+        assert torch.equal(torch.as_tensor(fp16), torch.as_tensor(bf16)), dev
+    table = DeviceTable.build([get_device("h100_sxm5_80gb"), get_device("mi300x")])
+    keys = [[PEAK_KEYS[int(table.peak_key[d, DTYPE_NAMES.index(t)])]
+             for t in ("tf32", "float16", "bfloat16", "float8_e4m3fn")] for d in (0, 1)]
+    assert keys == [["tensor_float"] * 4, ["amd_tf32", "amd_half", "amd_half", "amd_fp8"]]

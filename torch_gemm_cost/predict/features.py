@@ -29,9 +29,19 @@ __all__ = [
     "mlp_features",
 ]
 
-# Which sustained-efficiency parameter a (device, dtype) pair uses.
-PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp8", "int8",
-                              "fp16_simt")
+# Which sustained-efficiency parameter (the share of its datasheet peak) a (device, dtype) pair
+# uses. NVIDIA tensor cores run tf32, fp16, bf16 and fp8 on one MMA pipeline whose rate the
+# datasheet scales by precision, and cuBLAS keeps about the same share of each: an H200's large
+# aligned Linear GEMMs ran at 0.79 (bf16), 0.75 (fp16), 0.79 (tf32) and 0.72 (fp8) of peak
+# (benchmarks/data/h200). So they share "tensor_float", fitted on every NVIDIA tensor-core row,
+# and a precision measured on few GPUs (bf16, fp8, tf32 on a B200 alone) borrows the level the
+# fp16 rows of five others set. AMD's matrix cores do not keep one share: an MI300X's large GEMMs
+# ran at 0.43 (bf16), 0.66 (fp8) and 0.36 (tf32) of peak, so each AMD precision keeps its own,
+# fp16 and bf16 sharing "amd_half" (same rate on CDNA 2 and 3).
+PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tensor_float", "amd_half",
+                              "amd_tf32", "amd_fp8", "int8", "fp16_simt")
+_AMD_MATRIX_KEYS = {"fp16": "amd_half", "bf16": "amd_half", "tf32": "amd_tf32",
+                    "fp8": "amd_fp8"}
 
 
 # Kernel-library generations: GPUs of one family run the same cuBLAS/rocBLAS kernel set
@@ -74,7 +84,7 @@ def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
     except ValueError:
         return "simt", "fp32", math.nan
     key = cd.peak_key
-    amd = device.vendor.upper() == "AMD"
+    amd = library_family(device) == "cdna"  # an AMD Instinct GPU, not an AMD CPU
     if key == "fp32" and amd and device.peak("fp32_matrix"):
         return "mma", "fp32_matrix", peak
     native = device.peak(key) is not None
@@ -82,10 +92,13 @@ def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
         return "simt", "fp32" if key != "fp64" else "fp64", peak
     has_matrix = device.tensor_cores_per_sm > 0 or amd
     if not cd.tensor_core or not has_matrix:
-        return "simt", "fp16_simt" if key == "fp16" else key, peak
+        # vector units (a CPU's bf16 dot products, a P100's packed fp16)
+        return "simt", {"fp16": "fp16_simt", "bf16": "fp16_simt"}.get(key, key), peak
+    if amd:
+        return "mma", _AMD_MATRIX_KEYS.get(key, key), peak
     major = device.compute_capability.split(".")[0]
-    large = (not amd) and major.isdigit() and int(major) >= 9
-    return ("mma_large" if large else "mma"), key, peak
+    large = major.isdigit() and int(major) >= 9
+    return ("mma_large" if large else "mma"), ("int8" if key == "int8" else "tensor_float"), peak
 
 
 @dataclass(frozen=True)

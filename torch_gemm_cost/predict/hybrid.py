@@ -4,7 +4,8 @@ two-sided roofline and a small utilization MLP, trained jointly on measured GEMM
     Td = max_p(NumWave · (OpsPerWave / min(Peak_tile, I · MemBw) + c0),  Bytes / (η·BW))
          / util  ⊕  launch
 
-Peak_tile is the dtype's datasheet peak times a fitted efficiency, a power cap (power.py: the
+Peak_tile is the dtype's datasheet peak times a fitted efficiency (one per precision class,
+features.PEAK_KEYS: one for all of NVIDIA's tensor-core floats), a power cap (power.py: the
 board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
 small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
 p-norm soft-min, ⊕ is a fitted p-norm (between a sum and a max), and max_p is a p-norm with
@@ -87,7 +88,7 @@ class HybridPredictor:
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "7"
+    version = "8"
 
     # fitted state (set by fit or load)
     params_: dict[str, torch.Tensor]
