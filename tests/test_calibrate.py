@@ -371,6 +371,11 @@ def test_fit_fine_tunes_the_shipped_hybrid_as_a_candidate(shipped_weights: Path,
     ms = predict_gemm_ms(path, m=64, n=64, k=64)
     assert ms == pytest.approx(float(predictor.predict(
         GemmBatch.from_dims(m=[64], n=[64], k=[64]), loaded_spec).time_ms[0]))
+    doc["predictor"]["weights"]["version"] = "7"  # a profile fitted before a model change
+    with pytest.raises(ValueError, match=r"hybrid_profile.json.*version 7.*reads version "
+                                         r"\d+: run `torch-gemm-cost calibrate` again"):
+        load_profile(save_profile(path, doc))
+    doc["predictor"]["weights"]["version"] = HybridPredictor.version
     doc["predictor"]["weights"]["params"].pop("eta_dram")
     with pytest.raises(ValueError, match="hybrid_profile.json.*eta_dram"):
         load_profile(save_profile(path, doc))

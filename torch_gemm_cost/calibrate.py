@@ -1195,7 +1195,14 @@ def load_profile(path: str | Path) -> tuple[DeviceSpec, Predictor]:
         elif kind == "hybrid":
             from .predict.hybrid import HybridPredictor
 
-            predictor = HybridPredictor.from_dict(pred_doc["weights"])
+            weights = pred_doc["weights"]
+            got = weights.get("version") if isinstance(weights, Mapping) else None
+            if str(got) != HybridPredictor.version:
+                # the profile's device still stands, but its weights are another model's
+                raise ValueError(
+                    f"its hybrid weights are version {got}, this predictor reads version "
+                    f"{HybridPredictor.version}: run `torch-gemm-cost calibrate` again")
+            predictor = HybridPredictor.from_dict(weights)
         else:
             raise ValueError(f"predictor kind is {kind!r}; known: {', '.join(_PREDICTOR_KINDS)}")
     except (KeyError, TypeError, ValueError) as e:
