@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -511,3 +512,17 @@ def test_half_precisions_share_one_efficiency() -> None:
     keys = [[PEAK_KEYS[int(table.peak_key[d, DTYPE_NAMES.index(t)])]
              for t in ("tf32", "float16", "bfloat16", "float8_e4m3fn")] for d in (0, 1)]
     assert keys == [["tensor_float"] * 4, ["amd_tf32", "amd_half", "amd_half", "amd_fp8"]]
+
+
+def test_vector_units_price_other_precisions_at_the_fp32_share() -> None:
+    # a device spec without matrix units that still lists tf32, bf16 and fp8 peaks (a user's
+    # own spec, say): bf16 runs like packed fp16 on the vector units, tf32 and fp8 at the fp32
+    # share of their own peaks, and the table builds
+    p100 = get_device("tesla_p100_pcie_16gb")
+    peaks = {**dict(p100.peak_flops), "tf32": 9.3e12, "bf16": 18.7e12, "fp8": 37.4e12}
+    spec = dataclasses.replace(p100, peak_flops=tuple(sorted(peaks.items())))
+    table = DeviceTable.build([spec])
+    keys = [PEAK_KEYS[int(table.peak_key[0, DTYPE_NAMES.index(t)])]
+            for t in ("tf32", "bfloat16", "float16_fp32math", "float8_e4m3fn")]
+    assert keys == ["fp32", "fp16_simt", "fp16_simt", "fp32"]
+    assert set(table.engine[0].tolist()) == {ENGINES.index("simt")}

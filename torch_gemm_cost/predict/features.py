@@ -92,8 +92,10 @@ def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
         return "simt", "fp32" if key != "fp64" else "fp64", peak
     has_matrix = device.tensor_cores_per_sm > 0 or amd
     if not cd.tensor_core or not has_matrix:
-        # vector units (a CPU's bf16 dot products, a P100's packed fp16)
-        return "simt", {"fp16": "fp16_simt", "bf16": "fp16_simt"}.get(key, key), peak
+        # vector units (a CPU's bf16 dot products, a P100's packed fp16); any other precision
+        # there is priced at the fp32 share of its own peak
+        simt_key = {"fp16": "fp16_simt", "bf16": "fp16_simt", "int8": "int8"}.get(key, "fp32")
+        return "simt", simt_key, peak
     if amd:
         return "mma", _AMD_MATRIX_KEYS.get(key, key), peak
     major = device.compute_capability.split(".")[0]
