@@ -245,3 +245,22 @@ def test_convolutions_are_padded_along_their_channels_only():
         assert [(a.dim, a.current, a.suggested) for a in advice] == [
             ("out_channels (n)", 100, 104)]
         assert advice[0].gemms == (1 if mode == "inference" else 3)
+
+
+def test_a_width_one_layer_writes_and_its_sibling_reads_is_padded_in_both():
+    # mlp.fc1 writes 4097 features that mlp.fc2 reads: padding one alone would not fit the
+    # other, so the advice pads both. AlignmentRoofline on the A100 (312 TFLOP/s fp16):
+    #   fc1: C rows 4097·2 B allow 2-byte loads; fc2: A and B rows (k = 4097) likewise, so each
+    #   runs 8× slow: 8 · 2·8192·4097·1024 / 312e12 = 8 · 0.2203085 = 1.7624680 ms
+    #   at 4104 (= 8·513) both are 16-byte aligned: 2·8192·4104·1024 / 312e12 = 0.2206849 ms
+    sites = [linear_site("mlp.fc1", 8192, 4097, 1024), linear_site("mlp.fc2", 8192, 1024, 4097)]
+    report = make_report(sites, AlignmentRoofline(), config={})
+    [advice] = report.padding_advice()
+    assert advice.modules == ("mlp.fc1", "mlp.fc2") and advice.gemms == 2
+    assert advice.dim == "out_features (n) / in_features (k)"
+    assert (advice.current, advice.suggested) == (4097, 4104)
+    assert advice.gemm_ms_before == pytest.approx(2 * 1.7624680, rel=1e-6)
+    assert advice.gemm_ms_after == pytest.approx(2 * 0.2206849, rel=1e-6)
+    # the two rows of the report are the padded GEMMs' time before
+    assert advice.gemm_ms_before == pytest.approx(sum(g.time_ms for g in report.gemms), rel=1e-9)
+    assert advice.saving_ms == pytest.approx(advice.gemm_ms_before - advice.gemm_ms_after, rel=1e-9)

@@ -6,7 +6,8 @@ not already a multiple of 128 is a candidate. Each candidate is padded to the ne
 is advised only when the whole model gets faster after paying for the extra FLOPs.
 
 A dim that matches a config field (``vocab_size``, ``hidden_size``, ...) is padded everywhere it
-occurs, as changing the config would do. Other dims are padded per group of repeated layers.
+occurs, as changing the config would do. Other dims are padded together in the layers of one
+parent module and its repeats: a dim one layer outputs, its sibling reads.
 
 NB: non-GEMM ops that grow with the padded dim (e.g. a softmax over a padded vocabulary) are not
 re-costed; the extra FLOPs and time counted are those of the GEMMs.
@@ -192,9 +193,12 @@ def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
         if field is not None:
             out.append(_Candidate(value, field, rows, hit[rows]))
             continue
+        # siblings share a dim through their data (fc1's out_features is fc2's in_features; one
+        # conv's out_channels the next one's in_channels), so a dim is padded across the layers
+        # of one parent module, and across its repeats
         by_group: dict[str, list[int]] = {}
         for i in rows.tolist():
-            by_group.setdefault(_template(sites[i].module)[0], []).append(i)
+            by_group.setdefault(_template(sites[i].module)[0].rpartition(".")[0], []).append(i)
         for members in by_group.values():
             idx = torch.tensor(members, dtype=torch.long)
             out.append(_Candidate(value, None, idx, hit[idx]))
@@ -318,9 +322,17 @@ def _make_advice(
     sites = [report.gemms[i].site for i in c.idx.tolist()]
     t_base = pred.time_ms[c.idx]
     j = int(torch.argmax(t_base))  # the costliest padded GEMM explains the cause
-    rep, gi, pi = sites[j], int(c.idx[j]), lo + j
+    gi, pi = int(c.idx[j]), lo + j
     axis = int(torch.nonzero(c.mask[j]).flatten()[0])
-    dim = f"{_role(rep, axis)} ({_AXES[axis]})"
+    # every role the dim plays, the costliest GEMM's first: "out_features (n) / in_features (k)"
+    # when one layer writes what its sibling reads; backward GEMMs' plain "dim" only if alone
+    labels: list[str] = []
+    for i in [j, *range(len(sites))]:
+        ax = int(torch.nonzero(c.mask[i]).flatten()[0])
+        label = f"{_role(sites[i], ax)} ({_AXES[ax]})"
+        if label not in labels:
+            labels.append(label)
+    dim = " / ".join([x for x in labels if not x.startswith("dim ")] or labels)
     eb = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]].in_bytes
     aligns = ("a_align_bytes", "b_align_bytes", "c_align_bytes")
     old_align = min(float(getattr(batch, k)[gi]) for k in aligns)
