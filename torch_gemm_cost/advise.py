@@ -51,7 +51,7 @@ class PaddingAdvice:
     """One padding suggestion, with its predicted effect on the padded GEMMs and the whole model."""
 
     modules: tuple[str, ...]  # grouped, e.g. ("12 × mlp.c_fc",)
-    dim: str  # role and GEMM axis in the costliest padded GEMM, e.g. "out_features (n)"
+    dim: str  # role and GEMM axis, costliest padded GEMM first: "out_features (n) / in_features (k)"
     config_field: str | None  # e.g. "vocab_size"; None when the dim matches no config field
     current: int
     suggested: int
@@ -323,15 +323,12 @@ def _make_advice(
     t_base = pred.time_ms[c.idx]
     j = int(torch.argmax(t_base))  # the costliest padded GEMM explains the cause
     gi, pi = int(c.idx[j]), lo + j
-    axis = int(torch.nonzero(c.mask[j]).flatten()[0])
     # every role the dim plays, the costliest GEMM's first: "out_features (n) / in_features (k)"
     # when one layer writes what its sibling reads; backward GEMMs' plain "dim" only if alone
-    labels: list[str] = []
-    for i in [j, *range(len(sites))]:
-        ax = int(torch.nonzero(c.mask[i]).flatten()[0])
-        label = f"{_role(sites[i], ax)} ({_AXES[ax]})"
-        if label not in labels:
-            labels.append(label)
+    axes = c.mask.long().argmax(dim=1).tolist()  # each GEMM's first padded axis
+    axis = axes[j]
+    labels = list(dict.fromkeys(f"{_role(sites[i], axes[i])} ({_AXES[axes[i]]})"
+                                for i in [j, *range(len(sites))]))
     dim = " / ".join([x for x in labels if not x.startswith("dim ")] or labels)
     eb = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]].in_bytes
     aligns = ("a_align_bytes", "b_align_bytes", "c_align_bytes")

@@ -35,7 +35,7 @@ __all__ = [
 # aligned Linear GEMMs ran at 0.79 (bf16), 0.75 (fp16), 0.79 (tf32) and 0.72 (fp8) of peak
 # (benchmarks/data/h200). So they share "tensor_float", fitted on every NVIDIA tensor-core row,
 # and a precision measured on few GPUs (bf16, fp8, tf32 on a B200 alone) borrows the level the
-# fp16 rows of five others set. AMD's matrix cores do not keep one share: an MI300X's large GEMMs
+# fp16 rows of four others set. AMD's matrix cores do not keep one share: an MI300X's large GEMMs
 # ran at 0.43 (bf16), 0.66 (fp8) and 0.36 (tf32) of peak, so each AMD precision keeps its own,
 # fp16 and bf16 sharing "amd_half" (same rate on CDNA 2 and 3).
 PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tensor_float", "amd_half",
