@@ -79,36 +79,39 @@ def test_train_row_prices_backward_and_fused_dropout(data_dir):
     assert rep.unmodelled == ()
 
 
-def test_render_mape_hand_worked():
-    def row(gpu: str, mode: str, meas: float, ours: float, ns: float) -> dict:
-        return {
-            "gpu": gpu,
-            "model": "m",
-            "mode": mode,
-            "seq": 1,
-            "batch": 1,
-            "measured_ms": meas,
-            "ours_ms": ours,
-            "gemm_ms": ours * 0.75,
-            "other_ms": ours * 0.25,
-            "unmodelled": 0,
-            "gemm_cover_pct": 100.0,
-            "meas_gemm_total_ms": meas,
-            "neusight_ms": ns,
-            "n_gemms": 1,
-            "n_others": 1,
-            "matched_pred_ms": 0.75 * ours,
-            "matched_meas_ms": 0.75 * meas,
-            "fwd_ms": ours / 3,
-            "bwd_ms": ours * 2 / 3,
-            "measured_fwd_ms": meas / 3,
-            "measured_bwd_ms": meas * 2 / 3,
-        }
+def _result(gpu: str, mode: str, meas: float, ours: float, ns: float,
+            fwd_share: float = 1 / 3) -> dict:
+    """One rendered row; the measured forward is ``fwd_share`` of the measured total."""
+    return {
+        "gpu": gpu,
+        "model": "m",
+        "mode": mode,
+        "seq": 1,
+        "batch": 1,
+        "measured_ms": meas,
+        "ours_ms": ours,
+        "gemm_ms": ours * 0.75,
+        "other_ms": ours * 0.25,
+        "unmodelled": 0,
+        "gemm_cover_pct": 100.0,
+        "meas_gemm_total_ms": meas,
+        "neusight_ms": ns,
+        "n_gemms": 1,
+        "n_others": 1,
+        "matched_pred_ms": 0.75 * ours,
+        "matched_meas_ms": 0.75 * meas,
+        "fwd_ms": ours / 3,
+        "bwd_ms": ours * 2 / 3,
+        "measured_fwd_ms": meas * fwd_share,
+        "measured_bwd_ms": meas * (1 - fwd_share),
+    }
 
+
+def test_render_mape_hand_worked():
     results = [
-        row("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
-        row("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
-        row("a100_pcie_40gb", "inf", 100.0, 50.0, 100.0),
+        _result("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
+        _result("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
+        _result("a100_pcie_40gb", "inf", 100.0, 50.0, 100.0),
     ]
     text = e2e.render(results, RooflinePredictor(), 1.0, "cmd")
     # t4: MAPE (10 + 15) / 2 = 12.5, bias (-10 + 15) / 2 = 2.5, NeuSight (5 + 5) / 2 = 5.0
@@ -121,3 +124,18 @@ def test_render_mape_hand_worked():
     assert re.search(r"\| all but A100-40GB +\| +inf +\| +2 \| +12\.5 \|", text)
     apart = text.split("## A100-40GB")[1].split("## Rows")[0]
     assert re.search(r"a100_pcie_40gb \| +inf \| +1 \| +50\.0 \|", apart)
+
+
+def test_training_miss_reports_the_rows_whose_forward_label_is_consistent():
+    results = [
+        _result("a100_pcie_80gb", "train", 100.0, 95.0, 100.0),  # forward 1/3: consistent
+        # forward 90 of 200 ms, backward 110: 90 / 110 = 0.82 > 0.7, a forward no kernel explains
+        _result("a100_pcie_80gb", "train", 200.0, 140.0, 190.0, fwd_share=0.45),
+    ]
+    text = e2e.render(results, RooflinePredictor(), 1.0, "cmd")
+    missed = text.split("target is missed")[1].split("##")[0]
+    # all rows: (5 + 30) / 2 = 17.5%, NeuSight (0 + 5) / 2 = 2.5%; the consistent row alone:
+    # ours |95 - 100| / 100 = 5.0%, NeuSight 0.0%
+    assert "a100_pcie_80gb train: 17.5% (NeuSight 2.5%)" in missed
+    assert "on its 1 of 2 rows whose measured forward is at most 0.7 of the backward: " \
+        "5.0% (NeuSight 0.0%)" in missed
