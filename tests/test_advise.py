@@ -247,6 +247,46 @@ def test_convolutions_are_padded_along_their_channels_only():
         assert advice[0].gemms == (1 if mode == "inference" else 3)
 
 
+def test_a_conv_width_is_padded_in_the_out_channels_and_the_next_convs_in_channels():
+    import torch_gemm_cost as tgc
+
+    class Pair(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(64, 63, 3, padding=1, bias=False)
+            self.conv2 = torch.nn.Conv2d(63, 64, 3, padding=1, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv2(self.conv1(x))
+
+    with torch.device("meta"):
+        model = Pair()
+    x = torch.ones(8, 64, 32, 32, device="meta")
+    report = tgc.estimate(model, (x,), device="a100_sxm4_80gb", dtype="fp16",
+                          predictor=AlignmentRoofline())
+    [advice] = report.padding_advice()
+    # m = 8·32·32 = 8192 positions. conv1: n = 63 filters, k = 64 channels · 9 taps = 576; its
+    # C rows of 63·2 B allow 2-byte loads. conv2: n = 64, k = 63 · 9 = 567; A and B rows of
+    # 567·2 B likewise. Both run 2·8192·63·576 = 2·8192·64·567 = 594,542,592 FLOPs, 8x slow at
+    # 312 TFLOP/s: 8 · 1.90558523e-3 ms = 1.52446818e-2 ms each (compute-bound: 2,153,344 B at
+    # 2.039 TB/s is 1.056e-3 ms). With 64 channels both are 16-byte aligned:
+    # 2·8192·64·576 / 312e12 = 1.93583261e-3 ms each.
+    assert advice.modules == ("conv1", "conv2") and advice.gemms == 2
+    assert advice.dim == "out_channels (n) / in_channels (k)"
+    assert (advice.current, advice.suggested) == (63, 64)
+    assert advice.gemm_ms_before == pytest.approx(2 * 1.52446818e-2, rel=1e-6)
+    assert advice.gemm_ms_after == pytest.approx(2 * 1.93583261e-3, rel=1e-6)
+    assert advice.gemm_ms_before == pytest.approx(sum(g.time_ms for g in report.gemms), rel=1e-9)
+    # the cause quotes the costliest padded GEMM's own axis (conv1's 63 filters)
+    assert advice.cause.startswith("alignment: 63 × 2 B = 126 B rows allow only 2-byte loads")
+    # training pads every phase of both: conv1 forward and dW (its input needs no grad),
+    # conv2 forward, dX and dW
+    train = tgc.estimate(model, (x,), device="a100_sxm4_80gb", dtype="fp16", mode="train",
+                         predictor=AlignmentRoofline())
+    [advice] = train.padding_advice()
+    assert (advice.current, advice.suggested, advice.gemms) == (63, 64, 5)
+
+
 def test_a_width_one_layer_writes_and_its_sibling_reads_is_padded_in_both():
     # mlp.fc1 writes 4097 features that mlp.fc2 reads: padding one alone would not fit the
     # other, so the advice pads both. AlignmentRoofline on the A100 (312 TFLOP/s fp16):

@@ -33,14 +33,22 @@ __all__ = ["PaddingAdvice", "config_dims", "padded_size", "padding_advice"]
 MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
 _AXES = ("m", "n", "k")
 _LINEAR_OPS = ("linear", "addmm", "conv1d", "mm", "matmul")
-# a convolution's implicit GEMM has one dim a user can pad, its channels (m is images × positions,
-# the rest channels × kernel taps): the axis of (m, n, k) that holds them, per op and phase
+# a convolution's implicit GEMM has two dims a user can pad, its channels (m is images ×
+# positions): the axis of (m, n, k) that holds the plain channels, per op and phase ...
 _CHANNEL_AXIS = {
     ("convolution", "forward"): 1, ("convolution", "backward_dx"): 2,
     ("convolution", "backward_dw"): 0, ("conv_transpose", "forward"): 2,
     ("conv_transpose", "backward_dx"): 1, ("conv_transpose", "backward_dw"): 1,
 }
+# ... and the axis that holds the other channels times the kernel taps (GemmSite.taps), where a
+# padded channel count is matched and padded in whole channels
+_TAPS_AXIS = {
+    ("convolution", "forward"): 2, ("convolution", "backward_dx"): 1,
+    ("convolution", "backward_dw"): 1, ("conv_transpose", "forward"): 1,
+    ("conv_transpose", "backward_dx"): 2, ("conv_transpose", "backward_dw"): 0,
+}
 _CHANNEL_ROLE = {"convolution": "out_channels", "conv_transpose": "in_channels"}
+_TAPS_ROLE = {"convolution": "in_channels", "conv_transpose": "out_channels"}
 # predictor details quoted in a cause when padding moves them by more than 1%
 _STAGES = (("intensity_flops_per_byte", "FLOP/B"), ("util", "util"), ("h2", "L2 hits"),
            ("tile_n", "tile n"), ("tile_m", "tile m"))
@@ -168,7 +176,19 @@ class _Candidate:
     mask: torch.Tensor  # (c, 3) which of m, n, k equal ``value``
 
 
+def _channel_units(sites: Sequence[Any]) -> torch.Tensor:
+    """(N, 3) elements per paddable unit of each GEMM's m, n, k: a convolution's kernel taps
+    on its unfolded axis (C_in·taps forward), 1 everywhere else."""
+    unit = torch.ones((len(sites), 3), dtype=torch.long)
+    for i, s in enumerate(sites):
+        axis = _TAPS_AXIS.get((s.op, s.phase))
+        if axis is not None:
+            unit[i, axis] = s.taps
+    return unit
+
+
 def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
+    """Candidates over ``dims`` in channel units (``_channel_units``)."""
     from .report import _template
 
     sites = [g.site for g in report.gemms]
@@ -178,6 +198,7 @@ def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
         if axis is not None:
             paddable[i] = False
             paddable[i, axis] = True
+            paddable[i, _TAPS_AXIS[(s.op, s.phase)]] = True
     fields: dict[int, str] = {}
     for name, value in report.config.items():
         fields.setdefault(int(value), name)
@@ -228,10 +249,11 @@ def padding_advice(
     sites = [g.site for g in report.gemms]
     base = GemmBatch.from_sites(sites)
     dims = torch.stack([base.m, base.n, base.k], dim=1).long()  # (N, 3)
+    unit = _channel_units(sites)  # a convolution's C_in·taps axis is matched in channels
     a_t = torch.tensor([s.a_transposed for s in sites])
     b_t = torch.tensor([s.b_transposed for s in sites])
     flops = torch.tensor([float(s.flops) for s in sites], dtype=torch.float64)
-    cands = _candidates(report, dims)
+    cands = _candidates(report, dims // unit)
 
     # one block of rows per (candidate, padded size); the base rows come first
     blocks: list[tuple[_Candidate, int, int, int, int]] = []  # cand, size, multiple, start, end
@@ -246,7 +268,7 @@ def padding_advice(
                 continue
             rows = _take(base, c.idx)
             old = dims[c.idx]  # (c, 3)
-            new = torch.where(c.mask, torch.full_like(old, size), old).to(torch.float64)
+            new = torch.where(c.mask, size * unit[c.idx], old).to(torch.float64)
             io_before = _io_bytes(rows)
             rows["m"], rows["n"], rows["k"] = new[:, 0], new[:, 1], new[:, 2]
             # compulsory bytes grow with the operands; a fused kernel keeps its on-chip share
@@ -258,7 +280,8 @@ def padding_advice(
                                     ("b_align_bytes", b_axis, rows["in_bytes"]),
                                     ("c_align_bytes", torch.ones_like(a_axis), rows["out_bytes"])):
                 padded = c.mask.gather(1, axis[:, None]).squeeze(1)
-                was_set_by_dim = rows[key] == _align(torch.full_like(elem, c.value), elem)
+                was_set_by_dim = rows[key] == _align(old.gather(1, axis[:, None]).squeeze(1)
+                                                     .to(elem.dtype), elem)
                 rows[key] = torch.where(padded & was_set_by_dim, _align(new.gather(
                     1, axis[:, None]).squeeze(1), elem), rows[key])
             cols.append(rows)
@@ -298,7 +321,8 @@ def _role(site: Any, axis: int) -> str:
     if site.op in _LINEAR_OPS and site.phase == "forward":
         return ("tokens", "out_features", "in_features")[axis]
     if site.op in _CHANNEL_ROLE and site.phase == "forward":
-        return _CHANNEL_ROLE[site.op]
+        return _TAPS_ROLE[site.op] if axis == _TAPS_AXIS[(site.op, "forward")] else \
+            _CHANNEL_ROLE[site.op]
     return "dim"
 
 
@@ -330,6 +354,10 @@ def _make_advice(
     labels = list(dict.fromkeys(f"{_role(sites[i], axes[i])} ({_AXES[axes[i]]})"
                                 for i in [j, *range(len(sites))]))
     dim = " / ".join([x for x in labels if not x.startswith("dim ")] or labels)
+    # that GEMM's padded axis in elements: the channel count, or channels·taps on a
+    # convolution's unfolded axis
+    was = int(getattr(batch, _AXES[axis])[gi])
+    now = int(getattr(batch, _AXES[axis])[pi])
     eb = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]].in_bytes
     aligns = ("a_align_bytes", "b_align_bytes", "c_align_bytes")
     old_align = min(float(getattr(batch, k)[gi]) for k in aligns)
@@ -358,10 +386,10 @@ def _make_advice(
     if new_align > old_align:
         kind = "alignment"
         cause = (
-            f"{c.value} × {eb} B = {c.value * eb} B rows allow only {old_align:.0f}-byte loads "
+            f"{was} × {eb} B = {was * eb} B rows allow only {old_align:.0f}-byte loads "
             f"({old_align / eb:.0f} of {16 // eb} elements per 16-byte vector, off the tensor-core "
             "kernels' 16-byte load path); "
-            f"{size} allows {new_align:.0f}-byte loads"
+            f"{now} allows {new_align:.0f}-byte loads"
         )
     elif wave is not None and (wave[3] > wave[2] or math.ceil(wave[1]) < math.ceil(wave[0])):
         kind = "wave quantization"
@@ -369,11 +397,11 @@ def _make_advice(
             f"{wave[0]:.2f} waves: the last wave is {100 * wave[2]:.0f}% full; at {size}: "
             f"{wave[1]:.2f} waves, the last {100 * wave[3]:.0f}% full"
         )
-    elif tile is not None and tile_fill(c.value, tile[0]) < tile_fill(size, tile[1]):
+    elif tile is not None and tile_fill(was, tile[0]) < tile_fill(now, tile[1]):
         kind = "tile quantization"
         cause = (
-            f"{c.value} fills {100 * tile_fill(c.value, tile[0]):.0f}% of its {tile[0]:.0f}-wide "
-            f"tiles; {size} fills {100 * tile_fill(size, tile[1]):.0f}% of {tile[1]:.0f}-wide tiles"
+            f"{was} fills {100 * tile_fill(was, tile[0]):.0f}% of its {tile[0]:.0f}-wide "
+            f"tiles; {now} fills {100 * tile_fill(now, tile[1]):.0f}% of {tile[1]:.0f}-wide tiles"
         )
     else:
         kind = "kernel choice"

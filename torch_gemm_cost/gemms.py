@@ -80,6 +80,9 @@ class GemmSite:
     flops: int  # 2·batch·m·n·k, times the kept fraction under a causal mask
     dram_bytes: int  # compulsory bytes: A, B and C each moved once
     causal: bool = False  # attention scores under a causal mask (about half the tiles skipped)
+    # a convolution's kernel taps: its unfolded dim (k forward: C_in/groups·taps; n forward for a
+    # transposed one: C_out/groups·taps) holds this many elements per channel; 1 elsewhere
+    taps: int = 1
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -293,6 +296,7 @@ class _Fwd:
         "m",
         "n",
         "op",
+        "taps",
         "tensor_elems",
         "weight_b",
     )
@@ -315,8 +319,10 @@ class _Fwd:
         io_elems: tuple[int, int] | None = None,
         bias_grad_elems: int = 0,
         tensor_elems: tuple[int, int, int] | None = None,
+        taps: int = 1,
     ) -> None:
         self.op, self.batch, self.m, self.n, self.k = op, batch, m, n, k
+        self.taps = taps
         self.a, self.b, self.bias, self.kept, self.io_elems = a, b, bias, kept, io_elems
         # elements of the tensors behind A, B and C when A is implicit (a convolution's
         # unfolded input): what crosses DRAM, forward and backward, instead of the matrices
@@ -623,6 +629,7 @@ def _gemm_convolution(transposed_op: bool):
                 weight_b=True,
                 bias_grad_elems=_bias_grad_elems(b.get("bias"), out_elems, env),
                 tensor_elems=(_unique_numel(x), _unique_numel(w), out_elems),
+                taps=taps,
             )
         ]
 
@@ -1068,6 +1075,7 @@ def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmS
         flops=flops,
         dram_bytes=dram,
         causal=f.kept is not None,
+        taps=f.taps,
     )
 
 
@@ -1121,6 +1129,7 @@ def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
             flops=flops,
             dram_bytes=dram,
             causal=fwd.causal,
+            taps=fwd.taps,
         )
 
     if f.grad_a:  # dA (m, k) = dC (m, n) · Bᵀ (n, k)
