@@ -114,6 +114,12 @@ def test_config_dims_from_hf_configs():
     llama = config_dims(transformers.LlamaConfig(num_key_value_heads=8))
     assert llama["intermediate_size"] == 11008
     assert llama["num_key_value_heads × head_dim"] == 8 * 128
+    convnext = config_dims(transformers.ConvNextConfig(hidden_sizes=[40, 80, 100, 200]))
+    assert {k: v for k, v in convnext.items() if k.startswith("hidden_sizes")} == {
+        "hidden_sizes[0]": 40, "hidden_sizes[1]": 80, "hidden_sizes[2]": 100,
+        "hidden_sizes[3]": 200}
+    assert config_dims(transformers.ResNetConfig())["embedding_size"] == 64
+    assert config_dims({"hidden_sizes": [64, True, -1, "x"]}) == {"hidden_sizes[0]": 64}
 
 
 def test_padded_size():

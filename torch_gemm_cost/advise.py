@@ -95,7 +95,8 @@ def config_dims(config: Any) -> dict[str, int]:
     """The recognizable dims of an HF-style config (object or mapping), by field name.
 
     ``intermediate_size`` also reads GPT-2's ``n_inner`` (4·hidden when unset), OPT's ``ffn_dim``
-    and T5's ``d_ff``; ``head_dim`` defaults to hidden_size / num_attention_heads.
+    and T5's ``d_ff``; ``head_dim`` defaults to hidden_size / num_attention_heads. A vision
+    backbone's per-stage ``hidden_sizes`` list gives ``hidden_sizes[i]``.
     """
     if config is None:
         return {}
@@ -126,6 +127,15 @@ def config_dims(config: Any) -> dict[str, int]:
         out["num_attention_heads × head_dim"] = heads * head_dim
     if kv_heads and head_dim and kv_heads != heads:
         out["num_key_value_heads × head_dim"] = kv_heads * head_dim
+    embedding = first("embedding_size")  # ALBERT's factorized embedding, ResNet's stem width
+    if embedding is not None:
+        out["embedding_size"] = embedding
+    # vision backbones (ResNet, ConvNeXt, RegNet) set one width per stage
+    widths = get("hidden_sizes", None)
+    if isinstance(widths, (list, tuple)):
+        for i, width in enumerate(widths):
+            if isinstance(width, int) and not isinstance(width, bool) and width > 0:
+                out[f"hidden_sizes[{i}]"] = width
     return out
 
 
