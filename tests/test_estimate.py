@@ -346,6 +346,20 @@ def vit() -> nn.Module:
     )
 
 
+def resnet() -> nn.Module:
+    return transformers.ResNetForImageClassification(transformers.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32, 48, 63], depths=[1, 1, 1, 1], num_labels=10))
+
+
+def convnext() -> nn.Module:
+    return transformers.ConvNextForImageClassification(transformers.ConvNextConfig(
+        hidden_sizes=[16, 32, 40, 100], depths=[1, 1, 1, 1], num_labels=10))
+
+
+def image(size: int) -> Callable[[], tuple[tuple, dict]]:
+    return lambda: ((torch.ones(2, 3, size, size, device="meta"),), {})
+
+
 REACH: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[tuple, dict]]]] = {
     "mixtral": (lambda: transformers.MixtralForCausalLM(transformers.MixtralConfig(
         **SMALL, **EXPERTS, num_local_experts=4)), lambda: ((ids(2, 16),), {})),
@@ -353,7 +367,9 @@ REACH: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[tuple, dict]]
         **SMALL, **EXPERTS, num_experts=4, moe_intermediate_size=32)), lambda: ((ids(2, 16),), {})),
     "gpt_oss": (lambda: transformers.GptOssForCausalLM(transformers.GptOssConfig(
         **SMALL, **EXPERTS, num_local_experts=4, head_dim=16)), lambda: ((ids(2, 16),), {})),
-    "vit": (vit, lambda: ((torch.ones(2, 3, 32, 32, device="meta"),), {})),
+    "vit": (vit, image(32)),
+    "resnet": (resnet, image(64)),
+    "convnext": (convnext, image(64)),
     "whisper": (lambda: transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(
         encoder_layers=1, decoder_layers=1, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128,
         encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=256, num_mel_bins=16,
@@ -374,8 +390,27 @@ def test_moe_and_convolution_models_leave_no_op_unmodelled(name: str, mode: str)
     report = tgc.estimate(model, args, kwargs, device="h100_sxm5_80gb", dtype="bf16", mode=mode)
     assert not report.unmodelled
     ops = {g.site.op for g in report.gemms}
-    assert ("grouped_mm" in ops) == (name not in ("vit", "whisper"))
-    assert ("convolution" in ops) == (name in ("vit", "whisper"))
+    assert ("grouped_mm" in ops) == (name in ("mixtral", "qwen3_moe", "gpt_oss"))
+    assert ("convolution" in ops) == (name in ("vit", "whisper", "resnet", "convnext"))
+    # advice re-predicts every padded shape of every model: it must run, and never slow one
+    assert all(a.model_ms_after < a.model_ms_before for a in report.padding_advice())
+
+
+@pytest.mark.parametrize(("make", "depthwise_taps"), [(resnet, 0), (convnext, 7 * 7)],
+                         ids=["resnet", "convnext"])
+def test_cnn_flops_equal_flop_counter(make: Callable[[], nn.Module], depthwise_taps: int) -> None:
+    # the GEMMs are every convolution (stem, strided, 1x1 shortcuts, ConvNeXt's patchify and
+    # downsampling) and the Linear layers. ConvNeXt's 7x7 depthwise convolutions are no GEMM
+    # but stencils (memory-bound records); FlopCounterMode counts them as 2 FLOPs per tap per
+    # output element
+    with torch.device("meta"):
+        model = make().eval()
+    x = torch.ones(2, 3, 64, 64, device="meta")
+    sites, others = extract(capture(model, (x,)), "float32")
+    stencils = [o for o in others if o.op == "aten.convolution"]
+    assert bool(stencils) == bool(depthwise_taps)
+    depthwise = sum(2 * depthwise_taps * o.numel for o in stencils)
+    assert sum(s.dense_flops for s in sites) + depthwise == flop_counter_total(model, (x,), {})
 
 
 def test_vit_flops_equal_flop_counter() -> None:
