@@ -204,6 +204,24 @@ def test_wave_quantization_cause_by_hand():
     assert advice.gemm_ms_after == pytest.approx(5 * wave_ms, rel=1e-9)
     assert advice.cause_kind == "wave quantization"
     assert "18.67 waves: the last wave is 67% full" in advice.cause
+    assert "at 1024: 4.74 waves, the last 74% full" in advice.cause
+
+
+class WholeWaves(TileChoiceRoofline):
+    """The same, with waves counted whole, as the hybrid reports them (⌈tiles / slots⌉)."""
+
+    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+        pred = super().predict(gemms, device)
+        pred.details["waves"] = torch.ceil(pred.details["waves"])
+        return pred
+
+
+def test_wave_cause_reads_whole_wave_counts_as_tiles_per_slot():
+    # 19 whole waves with the last 67% full is 18.67 waves of tiles; 5 with 74% is 4.74
+    sites = [linear_site("proj", 4096, 1000, 4096)]
+    [advice] = make_report(sites, WholeWaves(), config={}).padding_advice()
+    assert "18.67 waves: the last wave is 67% full; at 1024: 4.74 waves, the last 74% full" \
+        in advice.cause
     assert "4.74 waves, the last 74% full" in advice.cause
     assert "(tile n 16 -> 64)" in advice.cause  # the stage the padding moved
     # 1000 -> 1024: 2.4% more FLOPs

@@ -383,10 +383,14 @@ def _make_advice(
     if moved:
         numbers += f" ({', '.join(moved)})"
 
-    # (waves before, waves after, last-wave fill before, after) when the predictor reports them
+    # (waves before, waves after, last-wave fill before, after) when the predictor reports them;
+    # waves as tiles / slots, whether the predictor counts them whole (the hybrid: ⌈tiles /
+    # slots⌉) or not
     wave = None
     if "waves" in det and "last_wave_fill" in det:
-        waves, fill = det["waves"], det["last_wave_fill"]
+        full = torch.ceil(det["waves"].to(torch.float64))
+        waves = full - 1.0 + det["last_wave_fill"].to(torch.float64)
+        fill = det["last_wave_fill"]
         wave = (float(waves[gi]), float(waves[pi]), float(fill[gi]), float(fill[pi]))
     # the tile width along the padded axis, before and after (k is stepped through, not tiled)
     tile_key = ("tile_m", "tile_n", "")[axis]
