@@ -311,6 +311,18 @@ def test_a_conv_width_is_padded_in_the_out_channels_and_the_next_convs_in_channe
     assert (advice.current, advice.suggested, advice.gemms) == (63, 64, 5)
 
 
+def test_numbered_layers_of_a_sequential_are_named_not_grouped():
+    # nn.Sequential(Linear, GELU, Linear) records its GEMMs under "0" and "2": the same
+    # template "*" as repeats, but with no name a "2 × *" label would say nothing
+    sites = [linear_site("0", 8192, 4097, 1024), linear_site("2", 8192, 1024, 4097)]
+    [advice] = make_report(sites, AlignmentRoofline(), config={}).padding_advice()
+    assert advice.modules == ("0", "2")
+    many = [linear_site(str(i), 8192, 4097 if i % 2 else 1024, 1024 if i % 2 else 4097)
+            for i in range(6)]
+    [advice] = make_report(many, AlignmentRoofline(), config={}).padding_advice()
+    assert advice.modules == ("0, …, 5 (6 layers)",)
+
+
 def test_a_width_one_layer_writes_and_its_sibling_reads_is_padded_in_both():
     # mlp.fc1 writes 4097 features that mlp.fc2 reads: padding one alone would not fit the
     # other, so the advice pads both. AlignmentRoofline on the A100 (312 TFLOP/s fp16):

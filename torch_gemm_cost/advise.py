@@ -169,12 +169,15 @@ def _module_label(paths: Sequence[str]) -> list[str]:
         groups.setdefault(_template(p)[0], []).append(p)
     out = []
     for tmpl, members in groups.items():
-        if len(members) > 1 and ".*." in tmpl:
-            out.append(f"{len(members)} × {tmpl.rsplit('.*.', 1)[1]}")
-        elif len(members) > 1:
-            out.append(f"{len(members)} × {tmpl}")
-        else:
+        label = tmpl.rsplit(".*.", 1)[1] if ".*." in tmpl else tmpl
+        if len(members) == 1:
             out.append(members[0] or "(top)")
+        elif any(ch.isalpha() for ch in label):
+            out.append(f"{len(members)} × {label}")
+        elif len(members) <= 4:  # an nn.Sequential's numbered children: no name to group by
+            out.extend(members)
+        else:
+            out.append(f"{members[0]}, …, {members[-1]} ({len(members)} layers)")
     return out
 
 
