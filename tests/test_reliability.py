@@ -88,6 +88,16 @@ def test_unknown_device_names_close_matches() -> None:
         tgc.predict_gemm_ms("h100_sxm", m=8, n=8, k=8)
     with pytest.raises(ValueError, match=r"unknown device 'a100-sxm4-80'.*'a100_sxm4_80gb'"):
         tgc.estimate(nn.Linear(8, 8), (torch.randn(2, 8),), device="a100-sxm4-80")
+
+
+def test_a_family_or_architecture_name_lists_its_boards_first() -> None:
+    # "a100" is closer, letter for letter, to 'a10' and 'mi100' than to any A100 board id
+    with pytest.raises(ValueError, match=r"Close matches: 'a100_pcie_40gb', 'a100_sxm4_40gb', "
+                                         r"'a100_sxm4_80gb', 'a100_pcie_80gb'\."):
+        tgc.get_device("a100")
+    with pytest.raises(ValueError, match=r"Close matches: 'h100_pcie', 'h100_sxm5_80gb', "
+                                         r"'h200_sxm_141gb'\."):
+        tgc.get_device("Hopper")
     # nothing close: the error lists the known ids instead
     with pytest.raises(ValueError, match=r"Known ids: tesla_p4, "):
         tgc.get_device("zzzz")

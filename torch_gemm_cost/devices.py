@@ -156,13 +156,19 @@ def get_device(device: str | DeviceSpec) -> DeviceSpec:
     hit = _by_name().get(_norm(device))
     if hit is not None:
         return _catalog()[hit]
+    # a family or architecture name ("a100", "mi300", "hopper") names every board of it first
+    query = _norm(device)
+    family = [spec.id for spec in _catalog().values()
+              if query and any(query in _norm(key) for key in (spec.id, spec.name,
+                                                               spec.architecture or ""))]
     names = sorted({*(_catalog()), *(s.name for s in _catalog().values())})
     close = difflib.get_close_matches(device, names, n=4, cutoff=0.4)
     if not close:
-        close = difflib.get_close_matches(_norm(device), list(_by_name()), n=4, cutoff=0.4)
+        close = difflib.get_close_matches(query, list(_by_name()), n=4, cutoff=0.4)
         close = [_by_name()[c] for c in close]
+    close = list(dict.fromkeys([*family, *close]))[:max(4, len(family))]
     if close:
-        hint = f" Close matches: {', '.join(repr(c) for c in dict.fromkeys(close))}."
+        hint = f" Close matches: {', '.join(repr(c) for c in close)}."
     else:
         hint = f" Known ids: {', '.join(_catalog())}."
     raise ValueError(
