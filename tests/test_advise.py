@@ -340,3 +340,24 @@ def test_a_width_one_layer_writes_and_its_sibling_reads_is_padded_in_both():
     # the two rows of the report are the padded GEMMs' time before
     assert advice.gemm_ms_before == pytest.approx(sum(g.time_ms for g in report.gemms), rel=1e-9)
     assert advice.saving_ms == pytest.approx(advice.gemm_ms_before - advice.gemm_ms_after, rel=1e-9)
+
+
+def test_fp8_pads_to_a_multiple_of_16_and_names_its_bf16_output():
+    import torch_gemm_cost as tgc
+
+    # lm_head: x (8192, 1024) · Wᵀ with W (50257, 1024). In bf16, C's 50257·2 B rows are the
+    # only misaligned operand and 50264 = 8·6283 aligns them. fp8 kernels take no dim off a
+    # multiple of 16, so fp8 pads to 50272 = 16·3142; its C is written in bf16 (2 B), so the
+    # cause quotes 2-byte elements, not the 1-byte inputs
+    with torch.device("meta"):
+        head = torch.nn.Linear(1024, 50257, bias=False)
+    x = torch.ones(8192, 1024, device="meta")
+    suggested = {}
+    for dtype in ("bf16", "fp8"):
+        report = tgc.estimate(head, (x,), device="h100_sxm5_80gb", dtype=dtype,
+                              predictor=AlignmentRoofline())
+        [advice] = report.padding_advice()
+        suggested[dtype] = advice.suggested
+        assert advice.cause.startswith("alignment: 50257 × 2 B = 100514 B rows allow only "
+                                       "2-byte loads (1 of 8 elements per 16-byte vector")
+    assert suggested == {"bf16": 50264, "fp8": 50272}

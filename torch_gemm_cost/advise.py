@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .dtypes import DTYPES
+from .dtypes import DTYPES, FP8_MULTIPLE
 from .predict.base import DTYPE_NAMES, GemmBatch, GemmPrediction
 
 if TYPE_CHECKING:
@@ -274,7 +274,8 @@ def padding_advice(
     start = len(base)
     for c in cands:
         sizes: dict[int, int] = {}
-        for mult in sorted(multiples):
+        fp8 = any(DTYPES[sites[i].dtype].peak_key == "fp8" for i in c.idx.tolist())
+        for mult in sorted(m for m in multiples if not fp8 or m % FP8_MULTIPLE == 0):
             sizes.setdefault(padded_size(c.value, mult), mult)
         for size, mult in sizes.items():
             if size == c.value:
@@ -371,9 +372,12 @@ def _make_advice(
     # convolution's unfolded axis
     was = int(getattr(batch, _AXES[axis])[gi])
     now = int(getattr(batch, _AXES[axis])[pi])
-    eb = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]].in_bytes
     aligns = ("a_align_bytes", "b_align_bytes", "c_align_bytes")
     old_align = min(float(getattr(batch, k)[gi]) for k in aligns)
+    # the narrowest operand's element: C's (fp8 GEMMs write bf16) when C is the narrowest
+    cd = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]]
+    eb = cd.out_bytes if float(batch.c_align_bytes[gi]) < min(
+        float(batch.a_align_bytes[gi]), float(batch.b_align_bytes[gi])) else cd.in_bytes
     new_align = min(float(getattr(batch, k)[pi]) for k in aligns)
     numbers = f"padded GEMMs {before:.4f} -> {after:.4f} ms"
     det = pred.details

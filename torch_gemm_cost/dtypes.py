@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["DTYPES", "ComputeDtype", "dtype_of_tensor_dtype", "resolve_dtype"]
+__all__ = ["DTYPES", "FP8_MULTIPLE", "ComputeDtype", "dtype_of_tensor_dtype", "resolve_dtype"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,10 @@ DTYPES: dict[str, ComputeDtype] = {
         ComputeDtype("float8_e5m2", 1, 2, "fp8", True, torch.float8_e5m2),
     )
 }
+
+# fp8 GEMM kernels (cuBLASLt and hipBLASLt, behind torch._scaled_mm) take no dim off a multiple
+# of 16
+FP8_MULTIPLE = 16
 
 _ALIASES: dict[str, str] = {
     "fp64": "float64", "f64": "float64", "double": "float64",
