@@ -595,6 +595,28 @@ def test_library_never_prints_and_warns_once_for_unmodelled_ops(capfd, caplog) -
     )
 
 
+def test_fp8_gemms_off_a_multiple_of_16_are_named_in_one_warning(caplog) -> None:
+    # fp8 kernels refuse n = 50257 (and k = 100); n = 4096, k = 1024 pass, and bf16 warns nothing
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Linear(1024, 4096)
+            self.head = nn.Linear(100, 50257)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.up(x), self.head(y)
+
+    caplog.set_level(logging.WARNING, logger="torch_gemm_cost")
+    args = (torch.randn(32, 1024), torch.randn(32, 100))
+    tgc.compare(Two(), args, devices=["h100_sxm5_80gb"], dtypes=["bf16", "fp8"])
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        ("Two: 1 float8_e4m3fn GEMM has n or k off a multiple of 16, which fp8 kernels refuse: "
+        "head (n = 50257, k = 100). It is priced as if it ran; the padding advice pads to a "
+        "multiple of 16")
+    ]
+
+
 # ----------------------------------------------------------------------------- the command line
 
 MODELS_PY = textwrap.dedent(

@@ -18,7 +18,7 @@ import torch
 
 from .capture import CAPTURE_METHODS, Captured, capture, unwrap_model
 from .devices import DeviceSpec
-from .dtypes import ComputeDtype, resolve_dtype
+from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract
 from .predict import GemmBatch, Predictor, default_predictor
 from .predict.memory import op_times_ms, optimizer_ops
@@ -142,6 +142,8 @@ def compare(
         for (spec, pred), cd in itertools.product(zip(specs, predictors), cds)
     )
     _warn_unmodelled(reports[0])
+    for name, (sites, _) in records.items():
+        _warn_fp8_off_16(captured.model_name, name, sites)
     return reports
 
 
@@ -158,6 +160,25 @@ def _warn_unmodelled(report: CostReport) -> None:
         sum(counts.values()),
         shown,
         more,
+    )
+
+
+def _warn_fp8_off_16(model: str, dtype: str, sites: Sequence[GemmSite]) -> None:
+    """One warning for the fp8 GEMMs whose weight dims (n, k) fp8 kernels refuse."""
+    if DTYPES[dtype].peak_key != "fp8":
+        return
+    off = [s for s in sites if s.phase == "forward"
+           and (s.n % FP8_MULTIPLE or s.k % FP8_MULTIPLE)]
+    if not off:
+        return
+    shown = ", ".join(f"{s.module or '(top)'} (n = {s.n}, k = {s.k})" for s in off[:4])
+    more = f" and {len(off) - 4} more" if len(off) > 4 else ""
+    many = len(off) > 1
+    log.warning(
+        "%s: %d %s GEMM%s n or k off a multiple of %d, which fp8 kernels refuse: %s%s. "
+        "%s priced as if %s ran; the padding advice pads to a multiple of %d",
+        model, len(off), dtype, "s have" if many else " has", FP8_MULTIPLE, shown, more,
+        "They are" if many else "It is", "they" if many else "it", FP8_MULTIPLE,
     )
 
 
