@@ -3,7 +3,7 @@
     python benchmarks/ceiling.py [--data ../shared/data] [--seed 0] [--threads 2]
 
 `accuracy.py` scores models that never saw the GPU. This asks what bounds that score. Four
-measurements, one seed, about 9 minutes on two cores:
+measurements, one seed, about 6 minutes on two cores:
 
 1. Fit and transfer. Per GPU: MAPE of the hybrid fitted on every GPU (in-sample) and of the
    hybrid fitted without that GPU (leave one GPU out). A GPU the model cannot fit in-sample
