@@ -34,6 +34,9 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from accuracy import per_gpu
 
 from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms
 from torch_gemm_cost.predict.hybrid import HybridPredictor
@@ -41,15 +44,6 @@ from torch_gemm_cost.train.gemm import leave_one_gpu_out
 
 RESULTS = ROOT / "benchmarks" / "results" / "ceiling.md"
 SHARED_SOURCE = "neusight-test"
-
-
-def gpu_mape(data: MeasuredGemms, pred_ms: torch.Tensor) -> dict[str, float]:
-    y = data.latency_ms
-    out = {}
-    for gpu in sorted(set(data.gpu)):
-        m = data.mask(gpu=gpu)
-        out[gpu] = float(((pred_ms[m] - y[m]).abs() / y[m]).mean())
-    return out
 
 
 def oracle_levels(data: MeasuredGemms, pred_ms: torch.Tensor) -> torch.Tensor:
@@ -141,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     oracle = oracle_levels(data, held_out)
     knn = knn_own_rows(data, seed=args.seed)
 
-    cols = {"in-sample": gpu_mape(data, in_sample), "held out": gpu_mape(data, held_out),
-            "held out, oracle levels": gpu_mape(data, oracle), "own-rows kNN": gpu_mape(data, knn)}
+    cols = {"in-sample": per_gpu(data, in_sample), "held out": per_gpu(data, held_out),
+            "held out, oracle levels": per_gpu(data, oracle), "own-rows kNN": per_gpu(data, knn)}
     gpus = sorted(set(data.gpu))
     means = {name: sum(v.values()) / len(v) for name, v in cols.items()}
     rows = [[gpu, int(data.mask(gpu=gpu).sum())] + [f"{cols[c][gpu]:.1%}" for c in cols]

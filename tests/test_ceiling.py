@@ -34,7 +34,7 @@ def test_oracle_levels_divide_out_each_gpu_and_dtype_median():
     # gpu a: ratios 2, 2, 3, median 2 -> 1, 1, 1.5; gpu b: ratios 0.5, 0.5 -> 2, 2
     assert out.tolist() == pytest.approx([1.0, 1.0, 1.5, 2.0, 2.0])
     # MAPE on a: (0 + 0 + 0.5) / 3; on b: 0
-    assert ceiling.gpu_mape(data, out) == pytest.approx({"a": 0.5 / 3, "b": 0.0})
+    assert ceiling.per_gpu(data, out) == pytest.approx({"a": 0.5 / 3, "b": 0.0})
 
 
 def test_knn_own_rows_recovers_a_constant_rate_and_keeps_dtypes_apart():

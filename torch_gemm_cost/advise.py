@@ -335,8 +335,8 @@ def _role(site: Any, axis: int) -> str:
     if site.op in _LINEAR_OPS and site.phase == "forward":
         return ("tokens", "out_features", "in_features")[axis]
     if site.op in _CHANNEL_ROLE and site.phase == "forward":
-        return _TAPS_ROLE[site.op] if axis == _TAPS_AXIS[(site.op, "forward")] else \
-            _CHANNEL_ROLE[site.op]
+        unfolded = axis == _TAPS_AXIS[(site.op, "forward")]
+        return (_TAPS_ROLE if unfolded else _CHANNEL_ROLE)[site.op]
     return "dim"
 
 
@@ -395,10 +395,10 @@ def _make_advice(
     # slots⌉) or not
     wave = None
     if "waves" in det and "last_wave_fill" in det:
-        full = torch.ceil(det["waves"].to(torch.float64))
-        waves = full - 1.0 + det["last_wave_fill"].to(torch.float64)
         fill = det["last_wave_fill"]
-        wave = (float(waves[gi]), float(waves[pi]), float(fill[gi]), float(fill[pi]))
+        tiles_per_slot = [math.ceil(float(det["waves"][i])) - 1.0 + float(fill[i])
+                          for i in (gi, pi)]
+        wave = (*tiles_per_slot, float(fill[gi]), float(fill[pi]))
     # the tile width along the padded axis, before and after (k is stepped through, not tiled)
     tile_key = ("tile_m", "tile_n", "")[axis]
     tile = None
