@@ -52,6 +52,11 @@ class DeviceSpec:
     tdp_w: float | None = None  # board power: power-capped parts sustain less than their peak
     uncertain: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    chip: str = ""  # the die ("GA100"): boards of one chip share their physics and leave together
+    fp32_lanes_per_sm: int | None = None  # FP32 (CUDA-core) lanes per SM; None where unknown
+    # the clock guaranteed under the board's power limit on a heavy load; None where unpublished
+    base_clock_mhz: float | None = None
+    issue_lanes_per_sm: int | None = None  # instruction lanes an SM issues a clock
 
     def peak(self, key: str) -> float | None:
         """Raw datasheet peak in FLOP/s (or OP/s for int8) for a peak key, None if absent."""
@@ -113,6 +118,10 @@ def _spec_from_json(rec: dict[str, Any]) -> DeviceSpec:
         aliases=tuple(rec["aliases"]),
         uncertain=tuple(rec["uncertain"]),
         notes=tuple(rec["notes"]),
+        chip=rec.get("chip") or "",
+        fp32_lanes_per_sm=rec.get("fp32_lanes_per_sm"),
+        base_clock_mhz=rec.get("base_clock_mhz"),
+        issue_lanes_per_sm=rec.get("issue_lanes_per_sm"),
     )
 
 
