@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from accuracy import per_gpu
 
-from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms
+from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_all_gemms
 from torch_gemm_cost.predict.hybrid import HybridPredictor
-from torch_gemm_cost.train.gemm import leave_one_gpu_out
+from torch_gemm_cost.train.gemm import leave_one_chip_out
 
 RESULTS = ROOT / "benchmarks" / "results" / "ceiling.md"
 SHARED_SOURCE = "neusight-test"
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    data = load_gemms(args.data)
+    data = load_all_gemms(args.data)
     data = data.select(~impossible_rows(data))
     y = data.latency_ms
     t0 = time.perf_counter()
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     in_sample = fitted.predict_measured(data)
     t_fit = time.perf_counter() - t0
     t0 = time.perf_counter()
-    held_out = leave_one_gpu_out(data, lambda s: HybridPredictor(seed=s), seeds=(args.seed,))
+    held_out = leave_one_chip_out(data, lambda s: HybridPredictor(seed=s), seeds=(args.seed,))
     t_logo = time.perf_counter() - t0
     oracle = oracle_levels(data, held_out)
     knn = knn_own_rows(data, seed=args.seed)

@@ -1,4 +1,4 @@
-"""Training: the ``train`` command, weights metadata, scores and leave-one-GPU-out."""
+"""Training: the ``train`` command, weights metadata, scores and leave-one-chip-out."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.measurements import load_gemms
+from torch_gemm_cost.measurements import MeasuredGemms, load_gemms
+from torch_gemm_cost.predict.base import GemmBatch
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import (
     CREDITS,
     GroupScore,
-    leave_one_gpu_out,
+    leave_one_chip_out,
     overall,
     score_groups,
 )
@@ -96,7 +97,7 @@ def test_train_command_rejects_bad_data(tmp_path, capsys) -> None:
     assert "bad.csv line 2, column 'dtype'" in capsys.readouterr().err
 
 
-def test_leave_one_gpu_out_never_trains_on_the_held_gpu(tmp_path) -> None:
+def test_leave_one_chip_out_never_trains_on_the_held_chip(tmp_path) -> None:
     d = load_gemms(small_data(tmp_path))
     seen: list[set[str]] = []
 
@@ -105,12 +106,30 @@ def test_leave_one_gpu_out_never_trains_on_the_held_gpu(tmp_path) -> None:
             seen.append(set(measured.gpu))
             return super().fit(measured, **kw)
 
-    pred = leave_one_gpu_out(d, lambda seed: Spy(steps=5, seed=seed),
-                             gpus=["tesla_t4", "a100_pcie_40gb"])
-    assert seen == [{"tesla_v100_pcie_32gb", "tesla_t4"}, {"tesla_v100_pcie_32gb",
-                                                           "a100_pcie_40gb"}]
+    pred = leave_one_chip_out(d, lambda seed: Spy(steps=5, seed=seed), chips=["TU104", "GA100"])
+    # chips in sorted order: GA100 first, then TU104
+    assert seen == [{"tesla_v100_pcie_32gb", "tesla_t4"},
+                    {"tesla_v100_pcie_32gb", "a100_pcie_40gb"}]
     v100 = d.mask(gpu="tesla_v100_pcie_32gb")
     assert torch.isnan(pred[v100]).all() and torch.isfinite(pred[~v100]).all()
+
+
+def test_boards_of_one_chip_leave_together() -> None:
+    # three A100 boards and an A40: holding out GA100 fits on the A40 alone
+    g = GemmBatch.from_dims(m=[64] * 4, n=[64] * 4, k=[64] * 4, dtype="float16")
+    gpus = ("a100_pcie_40gb", "a100_sxm4_80gb", "a100_pcie_80gb", "a40")
+    d = MeasuredGemms(gemms=g, gpu=gpus, source=("vidur",) * 4, timing=("kernel",) * 4,
+                      latency_ms=torch.full((4,), 0.01, dtype=torch.float64))
+    seen: list[set[str]] = []
+
+    class Spy(HybridPredictor):
+        def fit(self, measured, **kw):
+            seen.append(set(measured.gpu))
+            return super().fit(measured, **kw)
+
+    pred = leave_one_chip_out(d, lambda seed: Spy(steps=2, seed=seed), chips=["GA100"])
+    assert seen == [{"a40"}]
+    assert torch.isfinite(pred[:3]).all() and torch.isnan(pred[3])
 
 
 def test_shipped_weights_carry_credit_and_metrics() -> None:

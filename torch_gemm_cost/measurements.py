@@ -21,13 +21,19 @@ from .predict.base import DTYPE_NAMES, GemmBatch
 
 __all__ = [
     "DEFAULT_DATA_DIR",
+    "DEFAULT_OWN_DIRS",
     "LAYOUTS",
     "MeasuredGemms",
     "gemm_batch_from_columns",
+    "load_all_gemms",
     "load_gemms",
 ]
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+# what this project measured itself, in the same layout (benchmarks/data/README.md): one H200
+DEFAULT_OWN_DIRS: tuple[Path, ...] = (
+    Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h200",
+)
 
 # op -> the layout it implies when the ``layout`` column is absent
 _OP_LAYOUT: dict[str, str] = {
@@ -63,6 +69,10 @@ class MeasuredGemms:
     timing: tuple[str, ...]  # event, kernel or table (see DATA.md)
     latency_ms: torch.Tensor  # (N,) float64
     kernel: tuple[str, ...] = ()  # cuBLAS kernel name where the source recorded it, else ""
+    # bytes of a memory-bound kernel the measured time includes before the GEMM (N,), or None
+    # for none: vLLM's fp8 Linear quantizes its bf16 input first (reads 2, writes 1 byte per
+    # element of A; aiconfigurator's fp8 rows, a static activation scale)
+    prologue_bytes: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.gpu)
@@ -84,7 +94,30 @@ class MeasuredGemms:
             timing=pick(self.timing),
             latency_ms=self.latency_ms[idx],
             kernel=pick(self.kernel) if self.kernel else (),
+            prologue_bytes=None if self.prologue_bytes is None else self.prologue_bytes[idx],
         )
+
+    @staticmethod
+    def concat(parts: Sequence[MeasuredGemms]) -> MeasuredGemms:
+        """The rows of every part, in order."""
+        if not parts:
+            raise ValueError("nothing to concatenate: no measured rows")
+        gemms = GemmBatch(**{f: torch.cat([getattr(p.gemms, f) for p in parts])
+                             for f in parts[0].gemms.__dataclass_fields__})
+
+        def join(col: str) -> tuple[str, ...]:
+            return tuple(v for p in parts
+                         for v in (getattr(p, col) or ("",) * len(p)))
+
+        prologue = None
+        if any(p.prologue_bytes is not None for p in parts):
+            prologue = torch.cat([torch.zeros(len(p), dtype=torch.float64)
+                                  if p.prologue_bytes is None else p.prologue_bytes
+                                  for p in parts])
+        return MeasuredGemms(gemms=gemms, gpu=join("gpu"), source=join("source"),
+                             timing=join("timing"),
+                             latency_ms=torch.cat([p.latency_ms for p in parts]),
+                             kernel=join("kernel"), prologue_bytes=prologue)
 
     def mask(self, **equal: str | Iterable[str]) -> torch.Tensor:
         """Bool mask of rows whose columns (gpu, source, timing) equal, or are in, the values."""
@@ -329,6 +362,14 @@ def load_gemms(
     for i, gpu in enumerate(cols["gpu"]):
         if not gpu:
             raise ValueError(f"{names[i]}, column 'gpu': empty device id")
+    # vLLM's fp8 Linear (aiconfigurator) runs a static-scale quantization of its bf16 input
+    # before the scaled GEMM, and the row times both
+    quantized = torch.tensor([s == "aiconfigurator" and d.startswith("float8")
+                              for s, d in zip(cols["source"], cols["dtype"])], dtype=torch.bool)
+    prologue = None
+    if quantized.any():
+        a_elems = gemms.batch * gemms.m * gemms.k
+        prologue = torch.where(quantized, 3.0 * a_elems, torch.zeros_like(a_elems))
     return MeasuredGemms(
         gemms=gemms,
         gpu=tuple(cols["gpu"]),
@@ -336,7 +377,16 @@ def load_gemms(
         timing=tuple(t or "event" for t in cols["timing"]),
         latency_ms=latency,
         kernel=tuple(cols["kernel"]),
+        prologue_bytes=prologue,
     )
+
+
+def load_all_gemms(
+    data_dir: Path | str = DEFAULT_DATA_DIR, own_dirs: Iterable[Path | str] = DEFAULT_OWN_DIRS
+) -> MeasuredGemms:
+    """Every measured GEMM of ``data_dir`` and of each of ``own_dirs`` (folders in the same
+    layout, such as the ones ``benchmarks/measure_gpu.py`` writes), in that order."""
+    return MeasuredGemms.concat([load_gemms(d) for d in (data_dir, *own_dirs)])
 
 
 def impossible_rows(measured: MeasuredGemms) -> torch.Tensor:

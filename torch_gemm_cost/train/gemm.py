@@ -3,7 +3,7 @@
     torch-gemm-cost train --data ../shared/data --out torch_gemm_cost/data/hybrid_weights.json
 
 Scoring is per (gpu, source, dtype) group: MAPE, median APE, share within 10% and 25%. The honest
-score of a GPU is the one from a model that never saw it (``leave_one_gpu_out``).
+score of a GPU is the one from a model that never saw its chip (``leave_one_chip_out``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from typing import Any
 
 import torch
 
+from ..devices import get_device
 from ..measurements import MeasuredGemms, impossible_rows, load_gemms
 from ..predict.hybrid import HybridPredictor
 
 __all__ = [
     "CREDITS",
     "GroupScore",
-    "leave_one_gpu_out",
+    "chip_of",
+    "leave_one_chip_out",
     "overall",
     "score_groups",
     "train_gemm_predictor",
@@ -95,19 +97,30 @@ def overall(scores: Sequence[GroupScore]) -> float:
     return sum(s.mape for s in scores) / max(len(scores), 1)
 
 
-def leave_one_gpu_out(
+def chip_of(gpu: str) -> str:
+    """The chip a GPU id's board carries (``"a100_pcie_40gb"`` -> ``"GA100"``); the id itself
+    for a device the catalog lacks or whose chip it does not record."""
+    try:
+        return get_device(gpu).chip or gpu
+    except ValueError:
+        return gpu
+
+
+def leave_one_chip_out(
     measured: MeasuredGemms,
     make: Callable[[int], Any],
     *,
-    gpus: Iterable[str] | None = None,
+    chips: Iterable[str] | None = None,
     seeds: Sequence[int] = (0,),
 ) -> torch.Tensor:
-    """Predicted ms for every row, each GPU's rows from models fitted without that GPU,
-    averaged over ``seeds`` (geometric mean). ``make(seed)`` returns an unfitted predictor with
-    ``fit`` and ``predict_measured``. Rows of GPUs not in ``gpus`` stay NaN."""
+    """Predicted ms for every row, each chip's rows from models fitted without any board of
+    that chip (the A100 PCIe and SXM boards leave together, as do the two V100s), averaged
+    over ``seeds`` (geometric mean). ``make(seed)`` returns an unfitted predictor with ``fit``
+    and ``predict_measured``. Rows of chips not in ``chips`` stay NaN."""
+    row_chip = [chip_of(g) for g in measured.gpu]
     pred = torch.full((len(measured),), float("nan"), dtype=torch.float64)
-    for gpu in sorted(set(measured.gpu) if gpus is None else gpus):
-        held = measured.mask(gpu=gpu)
+    for chip in sorted(set(row_chip) if chips is None else chips):
+        held = torch.tensor([c == chip for c in row_chip], dtype=torch.bool)
         if not held.any():
             continue
         train = measured.select(~held)
@@ -117,7 +130,7 @@ def leave_one_gpu_out(
             t0 = time.perf_counter()
             model = make(seed).fit(train)
             logs.append(torch.log(model.predict_measured(test)))
-            log.info("held out %s (seed %d): %.1fs", gpu, seed, time.perf_counter() - t0)
+            log.info("held out %s (seed %d): %.1fs", chip, seed, time.perf_counter() - t0)
         pred[held] = torch.exp(torch.stack(logs).mean(dim=0))
     return pred
 
