@@ -38,8 +38,20 @@ an NVSwitch; one link per peer in a mesh; PCIe between the pairs of an NVLink-br
 in a PCIe-only node); across nodes the network's share per GPU times the g GPUs of a node whose
 rings leave through g NICs (NCCL runs one ring channel per NIC).
 
-Every fitted constant is physical and shared by all GPUs (no per-GPU constant); bandwidths and
-the node layout come from ``DeviceSpec``. ``CollectivePredictor`` fits them (the estimator
+NCCL's protocol constants (bandwidth fractions, base and per-hop latencies, the PCIe hop ratio)
+are kept as its source has them. Fitted: an efficiency per link class, one scale on every
+latency, the network hop's latency ratio, the NVLS scale and latency, the extra floor of
+kernel-timed measurements (``TIMINGS``), and two effects NCCL's model lacks, both measured:
+
+- each rank also moves its own S/n chunk through its SMs (``local_chunks`` chunks' worth): on
+  every NVSwitch GPU measured, busbw at 2 GPUs is 10-30% below busbw at 8;
+- the g > 2 GPUs of a PCIe-only node share the host's PCIe paths: per-GPU bandwidth times
+  (2/g)^``host_exponent``. Only the L40S measured it (busbw falls about 4x per doubling of g).
+
+Every fitted constant is shared by all GPUs (no per-GPU constant); bandwidths and the node
+layout come from ``DeviceSpec``. NB: the network efficiency comes from one cluster, Vidur's
+A100s, whose network delivered about a fifth of a DGX A100's 8x 200 Gb/s; a DGX-networked
+cluster would run multi-node collectives faster than predicted. ``CollectivePredictor`` fits them (the estimator
 contract: ``fit`` returns self, fitted state ends in ``_``, seeded, JSON save/load), and
 ``predict_collective_ms`` prices one call with the shipped weights.
 
