@@ -10,6 +10,7 @@ from .api import annotate, compare, estimate
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
 from .gemms import GemmSite, OtherOp
+from .predict.collectives import predict_collective_ms
 from .predict.query import explain, predict_gemm_ms
 from .report import CostReport, GemmEstimate, OpEstimate, format_advice, format_comparison
 
@@ -31,6 +32,7 @@ __all__ = [
     "format_comparison",
     "get_device",
     "list_devices",
+    "predict_collective_ms",
     "predict_gemm_ms",
     "resolve_dtype",
 ]

@@ -57,6 +57,20 @@ class DeviceSpec:
     # the clock guaranteed under the board's power limit on a heavy load; None where unpublished
     base_clock_mhz: float | None = None
     issue_lanes_per_sm: int | None = None  # instruction lanes an SM issues a clock
+    # Interconnect of the GPU and of its usual node. Every bandwidth is per GPU and one direction
+    # (a datasheet's "bidirectional" figure halved); scripts/build_catalog.py cites the sources.
+    peer_link: str | None = None  # "NVLink 3", "Infinity Fabric (xGMI 3)"; None: PCIe only
+    peer_links: int = 0  # GPU-to-GPU links per GPU
+    peer_link_bw_bytes_per_s: float | None = None  # all of them together
+    node_fabric: str = "pcie"  # the usual node: "nvswitch", "nvlink_pairs", "mesh" or "pcie"
+    node_gpus: int = 1  # GPUs in the usual node
+    pcie_generation: int | None = None
+    pcie_lanes: int | None = None
+    pcie_bw_bytes_per_s: float | None = None
+    network: str | None = None  # the usual node's inter-node network; None: no standard one
+    network_bw_bytes_per_s: float | None = None  # that network's share per GPU
+    interconnect_uncertain: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    interconnect_sources: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def peak(self, key: str) -> float | None:
         """Raw datasheet peak in FLOP/s (or OP/s for int8) for a peak key, None if absent."""
@@ -122,6 +136,18 @@ def _spec_from_json(rec: dict[str, Any]) -> DeviceSpec:
         fp32_lanes_per_sm=rec.get("fp32_lanes_per_sm"),
         base_clock_mhz=rec.get("base_clock_mhz"),
         issue_lanes_per_sm=rec.get("issue_lanes_per_sm"),
+        peer_link=rec.get("peer_link"),
+        peer_links=int(rec.get("peer_links") or 0),
+        peer_link_bw_bytes_per_s=rec.get("peer_link_bw_bytes_per_s"),
+        node_fabric=rec.get("node_fabric", "pcie"),
+        node_gpus=int(rec.get("node_gpus") or 1),
+        pcie_generation=rec.get("pcie_generation"),
+        pcie_lanes=rec.get("pcie_lanes"),
+        pcie_bw_bytes_per_s=rec.get("pcie_bw_bytes_per_s"),
+        network=rec.get("network"),
+        network_bw_bytes_per_s=rec.get("network_bw_bytes_per_s"),
+        interconnect_uncertain=tuple(rec.get("interconnect_uncertain", ())),
+        interconnect_sources=tuple(rec.get("interconnect_sources", ())),
     )
 
 

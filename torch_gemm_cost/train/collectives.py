@@ -1,0 +1,218 @@
+"""Fit the collective model's shared physical constants on measured NCCL collectives.
+
+The data (``comm/`` of the measured-data bundle; DATA.md has the schema):
+
+- ``vidur.csv.gz``, Vidur's profiling (microsoft/vidur, MIT License, Copyright (c) Microsoft
+  Corporation): ``all_reduce`` and ``send_recv`` through ``torch.distributed`` on A100-SXM4-80GB
+  in DGX nodes (1 or 2 nodes) and in NVLink pairs, and A40 NVLink pairs; the NCCL kernel's
+  duration on rank 0 in a profiler trace (median).
+- ``aiconfigurator.csv.gz`` (ai-dynamo/aiconfigurator, Apache-2.0, Copyright NVIDIA Corporation):
+  nccl-tests ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``alltoall`` in one node of 2, 4
+  or 8 A100-SXM4-80GB, H200, B200 or L40S, fp16 and int8, 512 B to 512 MiB; the out-of-place time.
+
+NB: Vidur's buffer is ``size_elements / 2`` fp16 elements, ``size_elements`` bytes: its profiler
+records ``"size": elements * 2  # bytes`` (vidur/profiling/collectives/collectives_wrapper.py),
+its sizes start at 1024 elements (``get_collectives_sizes_to_profile``), and the smallest
+recorded size is 2048. The bundle's ``size_bytes`` doubles that once more. With the bundle's
+figure, an A100 pair would send at 600 GB/s over NVLink 3, which carries 300 GB/s each way;
+``load_comm`` uses the true bytes (``VIDUR_BYTES_COLUMN``).
+
+    python -m torch_gemm_cost.train.collectives [--data ../shared/data] \\
+        [--out torch_gemm_cost/data/collective_weights.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import logging
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..predict.collectives import CollectiveCall, CollectivePredictor, check_call
+
+__all__ = [
+    "SMALL_BYTES",
+    "CommRow",
+    "fit_collectives",
+    "leave_one_gpu_out",
+    "load_comm",
+    "main",
+    "score",
+    "to_calls",
+]
+
+log = logging.getLogger(__name__)
+
+FILES = ("vidur.csv.gz", "aiconfigurator.csv.gz")
+TIMING_OF_SOURCE = {"vidur": "kernel", "aiconfigurator": "nccl_tests"}
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1}
+VIDUR_BYTES_COLUMN = "size_elements"  # see the module docstring
+SMALL_BYTES = 64 * 1024  # accuracy is reported for messages of 64 KiB or more, smaller apart
+DATA_SOURCES = [
+    {"source": "vidur", "project": "Vidur (microsoft/vidur) collective profiling",
+     "license": "MIT", "copyright": "Copyright (c) Microsoft Corporation"},
+    {"source": "aiconfigurator", "project": "AIConfigurator (ai-dynamo/aiconfigurator) "
+     "nccl-tests sweeps", "license": "Apache-2.0", "copyright": "Copyright NVIDIA Corporation"},
+]
+
+
+@dataclass(frozen=True)
+class CommRow:
+    """One measured collective, with its true bytes."""
+
+    gpu: str
+    source: str
+    collective: str
+    num_gpus: int
+    gpus_per_node: int
+    topology: str
+    size_bytes: float  # nccl-tests convention, true bytes
+    dtype: str
+    latency_ms: float
+
+    @property
+    def group(self) -> tuple[str, str, str, str, int, int]:
+        return (self.gpu, self.source, self.collective, self.topology, self.num_gpus,
+                self.gpus_per_node)
+
+
+def load_comm(data_dir: str | Path) -> list[CommRow]:
+    """Every row of ``comm/*.csv.gz``, Vidur's sizes corrected (module docstring)."""
+    rows: list[CommRow] = []
+    for name in FILES:
+        path = Path(data_dir) / "comm" / name
+        if not path.is_file():
+            raise FileNotFoundError(f"measured collectives not found at {path} "
+                                    "(expected ../shared/data/comm)")
+        with gzip.open(path, "rt", newline="") as f:
+            for rec in csv.DictReader(f):
+                size = float(rec[VIDUR_BYTES_COLUMN] if rec["source"] == "vidur"
+                             else rec["size_bytes"])
+                rows.append(CommRow(rec["gpu"], rec["source"], rec["collective"],
+                                    int(rec["num_gpus"]), int(rec["gpus_per_node"]),
+                                    rec["topology"], size, rec["dtype"],
+                                    float(rec["latency_ms"])))
+    return rows
+
+
+def to_calls(rows: Sequence[CommRow]) -> tuple[list[CollectiveCall], list[int], list[str]]:
+    """Calls for the rows the model can price, their row indices, and why the others cannot."""
+    calls: list[CollectiveCall] = []
+    kept: list[int] = []
+    skipped: dict[tuple[Any, ...], str] = {}
+    for i, r in enumerate(rows):
+        try:
+            calls.append(check_call(r.gpu, r.collective, size_bytes=r.size_bytes,
+                                    num_gpus=r.num_gpus, gpus_per_node=r.gpus_per_node,
+                                    topology=r.topology, element_bytes=ELEMENT_BYTES[r.dtype],
+                                    timing=TIMING_OF_SOURCE[r.source]))
+            kept.append(i)
+        except ValueError as e:
+            skipped.setdefault(r.group, str(e))
+    reasons = [f"{'/'.join(map(str, g))}: {why}" for g, why in skipped.items()]
+    return calls, kept, reasons
+
+
+def fit_collectives(rows: Sequence[CommRow], **hyper: Any) -> CollectivePredictor:
+    calls, kept, _ = to_calls(rows)
+    return CollectivePredictor(**hyper).fit(calls, [rows[i].latency_ms for i in kept])
+
+
+def leave_one_gpu_out(rows: Sequence[CommRow], gpus: Iterable[str] | None = None,
+                      **hyper: Any) -> dict[int, float]:
+    """Row index -> time predicted by a model fitted without that row's GPU."""
+    calls, kept, _ = to_calls(rows)
+    out: dict[int, float] = {}
+    for gpu in sorted(set(gpus or {rows[i].gpu for i in kept})):
+        train = [j for j, i in enumerate(kept) if rows[i].gpu != gpu]
+        test = [j for j, i in enumerate(kept) if rows[i].gpu == gpu]
+        if not test:
+            continue
+        model = CollectivePredictor(**hyper).fit([calls[j] for j in train],
+                                                 [rows[kept[j]].latency_ms for j in train])
+        pred = model.predict_ms([calls[j] for j in test])
+        out.update({kept[j]: float(p) for j, p in zip(test, pred.tolist())})
+    return out
+
+
+def score(pairs: Sequence[tuple[float, float]]) -> dict[str, float]:
+    """rows, MAPE %, median APE %, median pred/meas of (predicted, measured) pairs."""
+    if not pairs:
+        return {"rows": 0, "mape_pct": float("nan"), "median_ape_pct": float("nan"),
+                "median_ratio": float("nan")}
+    ape = [abs(p - m) / m * 100 for p, m in pairs]
+    return {"rows": len(pairs), "mape_pct": statistics.fmean(ape),
+            "median_ape_pct": statistics.median(ape),
+            "median_ratio": statistics.median(p / m for p, m in pairs)}
+
+
+def in_sample_all_reduce(rows: Sequence[CommRow], predict: Callable[[list[int]], list[float]]
+                         ) -> dict[str, Any]:
+    """MAPE of all-reduces of SMALL_BYTES or more, per GPU and over all of them."""
+    _, kept, _ = to_calls(rows)
+    big = [i for i in kept if rows[i].collective == "all_reduce"
+           and rows[i].size_bytes >= SMALL_BYTES]
+    pred = dict(zip(big, predict(big)))
+    per_gpu = {g: score([(pred[i], rows[i].latency_ms) for i in big if rows[i].gpu == g])
+               for g in sorted({rows[i].gpu for i in big})}
+    return {"all_reduce_ge_64KiB": {g: round(m["mape_pct"], 4) for g, m in per_gpu.items()},
+            "all_reduce_ge_64KiB_all_rows": round(
+                score([(pred[i], rows[i].latency_ms) for i in big])["mape_pct"], 4)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    root = Path(__file__).resolve().parents[2]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(root / ".." / "shared" / "data"))
+    parser.add_argument("--out", default=str(root / "torch_gemm_cost" / "data" /
+                                             "collective_weights.json"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = load_comm(args.data)
+    calls, kept, skipped = to_calls(rows)
+    t0 = time.perf_counter()
+    model = fit_collectives(rows, seed=args.seed)
+    seconds = time.perf_counter() - t0
+
+    def predict(idx: list[int]) -> list[float]:
+        by_row = dict(zip(kept, calls))
+        return model.predict_ms([by_row[i] for i in idx]).tolist()
+
+    metadata = {
+        "description": "torch_gemm_cost collective model: NCCL ring/tree/NVLS costs from the "
+                       "catalog's link bandwidths, shared physical constants",
+        "data_sources": DATA_SOURCES,
+        "vidur_size_correction": "true bytes = the bundle's size_elements (its size_bytes is "
+                                 "twice the buffer); see torch_gemm_cost/train/collectives.py",
+        "training_command": "python -m torch_gemm_cost.train.collectives --data ../shared/data "
+                            f"--out torch_gemm_cost/data/collective_weights.json --seed {args.seed}",
+        "trained_gpus": sorted({rows[i].gpu for i in kept}),
+        "measured_rows": len(rows),
+        "priced_rows": len(kept),
+        "trained_rows": model.n_train_rows_,
+        "not_priced": skipped,
+        "train_seconds": round(seconds, 1),
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "in_sample": in_sample_all_reduce(rows, predict),
+    }
+    model.save(args.out, metadata)
+    print(json.dumps({"physical_constants": model.physical_constants(),
+                      "in_sample": metadata["in_sample"], "not_priced": skipped}, indent=1))
+    print(f"wrote {args.out} ({seconds:.1f} s fit)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
