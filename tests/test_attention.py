@@ -13,6 +13,7 @@ import torch
 from torch_gemm_cost.attention_measurements import ATTENTION_COLUMNS, load_attention
 from torch_gemm_cost.devices import get_device
 from torch_gemm_cost.predict.attention import (
+    KERNELS,
     AttentionBatch,
     AttentionCall,
     AttentionPredictor,
@@ -69,6 +70,12 @@ def test_causal_tiles_run_whole_key_blocks() -> None:
     assert geo.tiles_max.item() == 2 and geo.tiles_mean.item() == 1.5
     # each block loads K and V of 2 keys: 2·2·8·2 B = 64 B; 3 blocks · 4 CTA rows = 768 B
     assert geo.requested_kv_bytes.item() == 2 * 2 * 3 * 64
+    # a prefill shorter than a tile runs the 16-row MMA steps its rows fill: 40 rows -> 48
+    short = one(AttentionCall("prefill", batch=1, q_len=40, kv_len=40, heads=1, kv_heads=1,
+                              head_dim=8))
+    geo = attention_geometry(short, torch.tensor([100.0]), torch.tensor([0.0]), q_tile=128,
+                             kv_tile=128, decode_q_tile=16)
+    assert geo.rows_per_tile.item() == 48 and geo.executed_pairs.item() == 48 * 128
 
 
 def test_gqa_decode_by_hand() -> None:
@@ -100,6 +107,15 @@ def test_decode_split_kv_by_hand() -> None:
     assert geo.ctas.item() == 128
     assert geo.tiles_max.item() == 2
     assert split_kv_splits(torch.tensor([132.0]), torch.tensor([8.0]), sm).item() == 1
+    # 500 keys = 4 blocks: FA2's heuristic splits them 4 ways (s = 1, 2, 4 eligible; s = 4
+    # fills 0.970 of a wave), FA3's never splits 4 blocks or fewer
+    short = one(AttentionCall("decode", batch=4, q_len=1, kv_len=500, heads=32, kv_heads=8,
+                              head_dim=128))
+    for kernel, splits in (("fa2", 4), ("fa3", 1)):
+        min_blocks = torch.tensor([float(KERNELS[kernel].min_split_blocks)])
+        geo = attention_geometry(short, sm, pack_gqa(short, [kernel]), kv_tile=128,
+                                 decode_q_tile=16, min_split_blocks=min_blocks)
+        assert geo.splits.item() == splits, kernel
 
 
 def test_sliding_window_by_hand() -> None:
@@ -148,7 +164,7 @@ def test_executed_blocks_match_the_tiles_an_explicit_mask_touches(q_tile: int,
     b = AttentionBatch.from_calls(calls)
     geo = attention_geometry(b, torch.full((len(b),), 100.0), torch.zeros(len(b)),
                              q_tile=q_tile, kv_tile=kv_tile)
-    got = (geo.executed_pairs / (q_tile * kv_tile)).tolist()
+    got = (geo.executed_pairs / (geo.rows_per_tile * kv_tile)).tolist()
     want = []
     for c in calls:
         mask = explicit_mask(c.q_len, c.kv_len, c.window, c.causal)

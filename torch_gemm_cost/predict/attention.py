@@ -104,25 +104,29 @@ class KernelTraits:
     ``family`` chooses the softmax cost constant ("flash": CUDA kernels with an online softmax
     on tensor-core tiles; "triton": vLLM's Triton kernel). ``packs_prefill``: query heads of a
     KV head share tiles in multi-token prefill; ``packs_windowed_decode``: they still do in
-    decode when a sliding window is set.
+    decode when a sliding window is set. ``min_split_blocks``: the fewest key blocks split-KV
+    splits.
     """
 
     family: str
     packs_prefill: bool
     packs_windowed_decode: bool
+    min_split_blocks: int
     source: str
 
 
 KERNELS: dict[str, KernelTraits] = {
-    "fa2": KernelTraits("flash", False, False,
-                        "FlashAttention 2 (vllm-flash-attn): pack only via seqlenq_ngroups_swapped"),
-    "fa3": KernelTraits("flash", True, True,
-                        "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path"),
-    "flashinfer": KernelTraits("flash", True, True,
+    "fa2": KernelTraits("flash", False, False, 2,
+                        "FlashAttention 2 (vllm-flash-attn): packs only through "
+                        "seqlenq_ngroups_swapped; num_splits_heuristic"),
+    "fa3": KernelTraits("flash", True, True, 5,
+                        "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; its "
+                        "heuristic never splits 4 key blocks or fewer"),
+    "flashinfer": KernelTraits("flash", True, True, 2,
                                "FlashInfer prefill/decode: the GQA group is fused into the tile"),
-    "trtllm": KernelTraits("flash", False, True,
+    "trtllm": KernelTraits("flash", False, True, 2,
                            "TensorRT-LLM FMHA through FlashInfer (Blackwell)"),
-    "triton": KernelTraits("triton", True, True,
+    "triton": KernelTraits("triton", True, True, 2,
                            "vLLM's Triton unified attention: query heads per KV head in BLOCK_M"),
 }
 FAMILIES: tuple[str, ...] = ("flash", "triton")
@@ -331,16 +335,18 @@ class AttentionGeometry:
 
 
 def split_kv_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: torch.Tensor,
-                    max_splits: int = 128) -> torch.Tensor:
+                    max_splits: int = 128, min_blocks: torch.Tensor | float = 2.0
+                    ) -> torch.Tensor:
     """FlashAttention 2's ``num_splits_heuristic``, batched, shape (N,).
 
     ``units`` = sequences × KV heads × query tiles, the CTAs without a split. With at least 0.8
-    of an SM each there is no split. Otherwise, over split counts s ≤ min(max_splits, SMs, key
-    blocks) that change the blocks per split, the wave efficiency is n/⌈n⌉ with n = units·s/SMs,
-    and the smallest s within 85% of the best wins.
+    of an SM each, or fewer than ``min_blocks`` key blocks, there is no split. Otherwise, over
+    split counts s ≤ min(max_splits, SMs, key blocks) that change the blocks per split, the
+    wave efficiency is n/⌈n⌉ with n = units·s/SMs, and the smallest s within 85% of the best
+    wins.
     """
     out = torch.ones_like(units)
-    need = units < 0.8 * sm_count
+    need = (units < 0.8 * sm_count) & (key_blocks >= min_blocks)
     if not bool(need.any()):
         return out
     u, nb, sm = units[need], key_blocks[need], sm_count[need]
@@ -376,7 +382,8 @@ def pack_gqa(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
 
 def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.Tensor, *,
                        q_tile: int = 128, kv_tile: int = 128, decode_q_tile: int = 16,
-                       max_splits: int = 128, exact_tiles: int = 256) -> AttentionGeometry:
+                       max_splits: int = 128, min_split_blocks: torch.Tensor | float = 2.0,
+                       exact_tiles: int = 256) -> AttentionGeometry:
     """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
 
     A tile holds ``q_tile`` query rows of one query head, or, where ``packed`` (N,) is 1, of
@@ -384,7 +391,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     tile spans q_tile / group positions and K/V are loaded once for the group. Tile t runs the
     key blocks between lo of its first position and hi of its last. Single-query calls
     (``single_query``) use ``decode_q_tile`` rows and split the key blocks over
-    ``split_kv_splits`` CTAs.
+    ``split_kv_splits`` CTAs (never fewer than ``min_split_blocks`` (N,) blocks).
 
     Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
     ``exact_tiles`` tiles at the midpoints of equal strata, each standing for its stratum (the
@@ -393,8 +400,11 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     single = single_query(b) > 0
     group = b.heads / b.kv_heads
     g = torch.where(packed > 0, group, torch.ones_like(group))  # query heads per tile (N,)
+    # a tile's MMA runs its rows in steps of the MMA's M (decode_q_tile): a prefill shorter
+    # than a tile runs the steps its rows fill, not the whole tile
+    steps = torch.ceil(g * b.q_len / decode_q_tile) * decode_q_tile
     rows = torch.where(single, torch.full_like(g, float(decode_q_tile)),
-                       torch.full_like(g, float(q_tile)))
+                       steps.clamp(max=float(q_tile)))
     positions = rows / g  # query positions per tile, fractional when a group spills over
     n_t = torch.ceil(g * b.q_len / rows)  # tiles per (sequence, head group)
     units = b.batch * (b.heads / g) * n_t  # CTAs before any split
@@ -428,7 +438,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     blocks_sum, blocks_max = blocks_sum[unsort], blocks_max[unsort]
 
     splits = split_kv_splits(torch.where(single, units, torch.full_like(units, 1e9)),
-                             blocks_max, sm_count, max_splits)
+                             blocks_max, sm_count, max_splits, min_split_blocks)
     bytes_per_block = 2.0 * kv_tile * b.head_dim * b.kv_bytes  # K and V of one key block
     return AttentionGeometry(
         rows_per_tile=rows,
@@ -704,9 +714,11 @@ class AttentionPredictor:
                 ) -> tuple[AttentionGeometry, DeviceColumns, torch.Tensor, tuple[str, ...]]:
         kernels = b.resolve_kernels(devices)
         dev = DeviceColumns.of(devices, b.dtype)
+        min_split = torch.tensor([float(KERNELS[k].min_split_blocks) for k in kernels],
+                                 dtype=torch.float64)
         geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=self.q_tile,
                                  kv_tile=self.kv_tile, decode_q_tile=self.decode_q_tile,
-                                 max_splits=self.max_splits)
+                                 max_splits=self.max_splits, min_split_blocks=min_split)
         family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
                               dtype=torch.long)
         return geo, dev, family, kernels
