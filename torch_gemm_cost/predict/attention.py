@@ -31,10 +31,12 @@ a kernel packs GQA (``KERNELS``), the query heads of one KV head share a tile, i
 position, so K/V are loaded once for the group: FA3 always does (``pack_gqa`` in its varlen
 path), FlashInfer and vLLM's Triton kernel do, FlashAttention 2 only for one-token queries without
 a window (``seqlenq_ngroups_swapped`` requires ``window_size_left < 0``), TensorRT-LLM only in
-decode. Single-query calls (decode, and one-token prefill, which vLLM sends to its decode
-kernel) pad a packed tile to ``decode_q_tile`` rows, the MMA's smallest M, and split the key
-blocks of each (sequence, KV head) over several CTAs when there are too few of those to fill
-the SMs (``split_kv_splits``, FlashAttention 2's heuristic), adding a combine kernel.
+decode. A tile's MMAs step through its rows ``decode_q_tile`` (16, the MMA's M) at a time, so a
+prefill shorter than a tile runs the steps its rows fill. Single-query calls (decode, and
+one-token prefill, which vLLM sends to its decode kernel) pad a packed tile to
+``decode_q_tile`` rows and split the key blocks of each (sequence, KV head) over several CTAs
+when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
+heuristic; FlashAttention 3's never splits 4 blocks or fewer), adding a combine kernel.
 
 **What the L2 serves.** In prefill every query tile re-reads the K/V blocks it needs: the requested
 K/V bytes exceed the compulsory ones by about the number of query tiles (/ 2 when causal). The
@@ -53,6 +55,15 @@ The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes 
 grid and the chip-wide DRAM and L2 roofs; a launch floor (and a combine kernel under split-KV)
 comes on top. Every fitted constant is physical and shared by all GPUs: device facts come from
 ``devices.get_device``.
+
+NB: what a kernel does beyond its structure in ``KERNELS`` is not modelled, and shows when a GPU
+is held out (``benchmarks/results/attention.md`` measures each): TensorRT-LLM's decode on the
+B200 spends about half the per-(sequence, KV head) time of FlashAttention 2/3 (2 µs against
+4-4.7 µs per SM), FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM bandwidth in
+decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and kernel
+(6-11 µs) where the model has one launch floor.
+Calls with more than ``exact_tiles`` query tiles have their key blocks summed on a sample of
+tiles (within about 2%).
 
 Every function here is a pure batched tensor function; shapes are (N,) unless marked.
 """
