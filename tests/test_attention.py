@@ -1,0 +1,344 @@
+"""Fused attention: hand-worked FLOPs and bytes, an explicit-mask oracle, split-KV, the DRAM floor
+of decode, the loader's errors, save/load, and the shipped weights against their metadata."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_gemm_cost.attention_measurements import ATTENTION_COLUMNS, load_attention
+from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.predict.attention import (
+    KERNELS,
+    AttentionBatch,
+    AttentionCall,
+    AttentionPredictor,
+    AttentionRoofline,
+    attended_pairs,
+    attention_bytes,
+    attention_flops,
+    attention_geometry,
+    pack_gqa,
+    split_kv_splits,
+    vllm_kernel,
+)
+from torch_gemm_cost.train.attention import score_attention
+
+
+def one(call: AttentionCall) -> AttentionBatch:
+    return AttentionBatch.from_calls([call])
+
+
+# ---------------------------------------------------------------- hand-worked FLOPs and bytes
+def test_causal_prefill_by_hand() -> None:
+    b = one(AttentionCall("prefill", batch=2, q_len=4, kv_len=4, heads=2, kv_heads=1,
+                          head_dim=8))
+    # query p sees keys 0..p: 1 + 2 + 3 + 4 = 10 pairs per (sequence, head)
+    assert attended_pairs(b).item() == 10
+    # 4·d per pair (2·d for QKᵀ, 2·d for PV) · batch · heads · pairs = 4·8·2·2·10 = 1280
+    assert attention_flops(b).item() == 1280
+    t = attention_bytes(b)
+    # Q = O = batch·heads·q·d·2 B = 2·2·4·8·2 = 256; K = V = batch·kv_heads·kv·d·2 = 2·1·4·8·2
+    # = 128 (one KV head serves both query heads); no S×S term
+    assert (t["q_bytes"].item(), t["o_bytes"].item()) == (256, 256)
+    assert (t["k_bytes"].item(), t["v_bytes"].item()) == (128, 128)
+    assert t["compulsory_bytes"].item() == 768
+
+
+def test_noncausal_prefill_by_hand() -> None:
+    b = one(AttentionCall("prefill", batch=2, q_len=4, kv_len=4, heads=2, kv_heads=1,
+                          head_dim=8, causal=False))
+    # every query sees all 4 keys: 16 pairs; 4·8·2·2·16 = 2048 FLOPs, bytes unchanged (768)
+    assert attended_pairs(b).item() == 16
+    assert attention_flops(b).item() == 2048
+    assert attention_bytes(b)["compulsory_bytes"].item() == 768
+
+
+def test_causal_tiles_run_whole_key_blocks() -> None:
+    b = one(AttentionCall("prefill", batch=2, q_len=4, kv_len=4, heads=2, kv_heads=1,
+                          head_dim=8, kernel="fa2"))
+    geo = attention_geometry(b, torch.tensor([100.0]), torch.tensor([0.0]), q_tile=2, kv_tile=2)
+    # query tile 0 (rows 0-1) needs keys 0-1: 1 block; tile 1 (rows 2-3) keys 0-3: 2 blocks.
+    # 3 blocks of 2×2 pairs = 12 executed pairs per (sequence, head), against 10 needed;
+    # 2 sequences · 2 heads · 12 = 48, on 2·2·2 = 8 CTAs, the longest running 2 blocks
+    assert geo.executed_pairs.item() == 48
+    assert geo.ctas.item() == 8
+    assert geo.tiles_max.item() == 2 and geo.tiles_mean.item() == 1.5
+    # each block loads K and V of 2 keys: 2·2·8·2 B = 64 B; 3 blocks · 4 CTA rows = 768 B
+    assert geo.requested_kv_bytes.item() == 2 * 2 * 3 * 64
+    # a prefill shorter than a tile runs the 16-row MMA steps its rows fill: 40 rows -> 48
+    short = one(AttentionCall("prefill", batch=1, q_len=40, kv_len=40, heads=1, kv_heads=1,
+                              head_dim=8))
+    geo = attention_geometry(short, torch.tensor([100.0]), torch.tensor([0.0]), q_tile=128,
+                             kv_tile=128, decode_q_tile=16)
+    assert geo.rows_per_tile.item() == 48 and geo.executed_pairs.item() == 48 * 128
+
+
+def test_gqa_decode_by_hand() -> None:
+    b = one(AttentionCall("decode", batch=4, q_len=1, kv_len=1000, heads=32, kv_heads=8,
+                          head_dim=128))
+    # 1 query per sequence and head sees all 1000 keys: 4·d·batch·heads·1000 = 65 536 000
+    assert attention_flops(b).item() == 4 * 128 * 4 * 32 * 1000
+    t = attention_bytes(b)
+    # K = V = batch·kv_heads·kv·d·2 = 4·8·1000·128·2 = 8 192 000 B: read once per KV head,
+    # not once per query head (that would be 4× more); Q = O = 4·32·1·128·2 = 32 768 B
+    assert t["k_bytes"].item() == 8_192_000
+    assert t["q_bytes"].item() == 32_768
+    assert t["compulsory_bytes"].item() == 2 * 8_192_000 + 2 * 32_768
+    fp8 = one(AttentionCall("decode", batch=4, q_len=1, kv_len=1000, heads=32, kv_heads=8,
+                            head_dim=128, kv_dtype="fp8"))
+    assert attention_bytes(fp8)["k_bytes"].item() == 4_096_000  # one byte per element
+
+
+def test_decode_split_kv_by_hand() -> None:
+    b = one(AttentionCall("decode", batch=4, q_len=1, kv_len=1000, heads=32, kv_heads=8,
+                          head_dim=128, kernel="fa3"))
+    sm = torch.tensor([132.0])
+    geo = attention_geometry(b, sm, pack_gqa(b, ["fa3"]), kv_tile=128, decode_q_tile=16)
+    # packed: the 4 query heads of a KV head share one 16-row tile -> 4·8 = 32 units < 0.8·132.
+    # ⌈1000/128⌉ = 8 key blocks; split counts that change the blocks per split: 1, 2, 3, 4, 8.
+    # Wave efficiency n/⌈n⌉, n = 32·s/132: s=4 -> 0.970, s=8 -> 1.939/2 = 0.970 (best);
+    # the first within 85% of it is s = 4: 128 CTAs of 2 blocks each
+    assert geo.splits.item() == 4
+    assert geo.ctas.item() == 128
+    assert geo.tiles_max.item() == 2
+    assert split_kv_splits(torch.tensor([132.0]), torch.tensor([8.0]), sm).item() == 1
+    # 500 keys = 4 blocks: FA2's heuristic splits them 4 ways (s = 1, 2, 4 eligible; s = 4
+    # fills 0.970 of a wave), FA3's never splits 4 blocks or fewer
+    short = one(AttentionCall("decode", batch=4, q_len=1, kv_len=500, heads=32, kv_heads=8,
+                              head_dim=128))
+    for kernel, splits in (("fa2", 4), ("fa3", 1)):
+        min_blocks = torch.tensor([float(KERNELS[kernel].min_split_blocks)])
+        geo = attention_geometry(short, sm, pack_gqa(short, [kernel]), kv_tile=128,
+                                 decode_q_tile=16, min_split_blocks=min_blocks)
+        assert geo.splits.item() == splits, kernel
+
+
+def test_sliding_window_by_hand() -> None:
+    pre = one(AttentionCall("prefill", batch=1, q_len=6, kv_len=6, heads=1, kv_heads=1,
+                            head_dim=4, window=3))
+    # query p sees min(p + 1, 3) keys: 1 + 2 + 3 + 3 + 3 + 3 = 15 (21 without the window)
+    assert attended_pairs(pre).item() == 15
+    dec = one(AttentionCall("decode", batch=2, q_len=1, kv_len=1000, heads=8, kv_heads=2,
+                            head_dim=64, window=128))
+    # the new token sees the last 128 keys, so decode reads only those:
+    # K = batch·kv_heads·128·d·2 = 2·2·128·64·2 = 65 536 B; FLOPs 4·64·2·8·128 = 524 288
+    assert attended_pairs(dec).item() == 128
+    assert attention_bytes(dec)["k_bytes"].item() == 65_536
+    assert attention_flops(dec).item() == 524_288
+
+
+# ---------------------------------------------------------------- oracle: an explicit mask
+def explicit_mask(q_len: int, kv_len: int, window: int, causal: bool) -> torch.Tensor:
+    """(q_len, kv_len) bool: query i (position kv_len − q_len + i) may see key j."""
+    pos = torch.arange(kv_len - q_len, kv_len).unsqueeze(1)  # (q, 1)
+    key = torch.arange(kv_len).unsqueeze(0)  # (1, kv)
+    mask = key <= pos if causal else torch.ones(q_len, kv_len, dtype=torch.bool)
+    if window:
+        mask &= key > pos - window
+    return mask
+
+
+CASES = [(q, kv, w, c) for q, kv in ((1, 1), (1, 37), (5, 5), (37, 37), (16, 100), (100, 100),
+                                     (64, 300))
+         for w in (0, 1, 7, 64) for c in (True, False)]
+
+
+def test_attended_pairs_match_an_explicit_mask() -> None:
+    calls = [AttentionCall("prefill", batch=1, q_len=q, kv_len=kv, heads=1, kv_heads=1,
+                           head_dim=8, window=w, causal=c) for q, kv, w, c in CASES]
+    got = attended_pairs(AttentionBatch.from_calls(calls)).tolist()
+    want = [int(explicit_mask(q, kv, w, c).sum()) for q, kv, w, c in CASES]
+    assert got == want
+
+
+@pytest.mark.parametrize("q_tile,kv_tile", [(16, 16), (8, 32), (32, 8)])
+def test_executed_blocks_match_the_tiles_an_explicit_mask_touches(q_tile: int,
+                                                                   kv_tile: int) -> None:
+    calls = [AttentionCall("prefill", batch=1, q_len=q, kv_len=kv, heads=1, kv_heads=1,
+                           head_dim=8, window=w, causal=c) for q, kv, w, c in CASES if q > 1]
+    b = AttentionBatch.from_calls(calls)
+    geo = attention_geometry(b, torch.full((len(b),), 100.0), torch.zeros(len(b)),
+                             q_tile=q_tile, kv_tile=kv_tile)
+    got = (geo.executed_pairs / (geo.rows_per_tile * kv_tile)).tolist()
+    want = []
+    for c in calls:
+        mask = explicit_mask(c.q_len, c.kv_len, c.window, c.causal)
+        blocks = 0
+        for i in range(0, c.q_len, q_tile):  # a kernel runs every block its tile's mask touches
+            rows = mask[i:i + q_tile]
+            blocks += sum(bool(rows[:, j:j + kv_tile].any()) for j in range(0, c.kv_len, kv_tile))
+        want.append(blocks)
+    assert got == want
+
+
+# ---------------------------------------------------------------- the time model's floors
+def test_cold_prediction_never_beats_the_roofline() -> None:
+    model = AttentionPredictor.shipped()
+    calls = [AttentionCall(phase, batch=b, q_len=1 if phase == "decode" else s, kv_len=s,
+                           heads=32, kv_heads=kvh, head_dim=d, window=w)
+             for phase in ("prefill", "decode") for b in (1, 16) for s in (128, 4096)
+             for kvh in (8, 32) for d in (64, 128) for w in (0, 1024)]
+    for dev in ("a100_sxm4_80gb", "h200_sxm_141gb", "l40s", "h100_sxm5_80gb"):
+        pred = model.predict(calls, dev).time_ms
+        roof = AttentionRoofline().predict(calls, dev).time_ms
+        assert bool((pred >= roof).all()), dev
+
+
+@pytest.mark.parametrize("device", ["a100_sxm4_80gb", "h200_sxm_141gb", "b200", "l40s"])
+def test_large_kv_decode_takes_at_least_its_kv_bytes_over_dram(device: str) -> None:
+    call = AttentionCall("decode", batch=64, q_len=1, kv_len=32768, heads=32, kv_heads=8,
+                         head_dim=128)
+    # K and V: 2·64·8·32768·128·2 B = 8.6 GB, far past any L2
+    kv_bytes = 2 * 64 * 8 * 32768 * 128 * 2
+    floor_ms = kv_bytes / get_device(device).dram_bw_bytes_per_s * 1e3
+    pred = AttentionPredictor.shipped().predict([call], device)
+    assert pred.time_ms.item() >= floor_ms
+    assert pred.bound == ("memory",)
+    warm = AttentionPredictor.shipped().predict([call], device, warm_l2=True)
+    assert warm.time_ms.item() >= floor_ms  # a warm L2 cannot hold it either
+
+
+def test_vllm_kernel_follows_the_architecture() -> None:
+    assert vllm_kernel(get_device("a100_sxm4_80gb"), 128, "bfloat16") == "fa2"
+    assert vllm_kernel(get_device("l40s"), 128, "fp8") == "flashinfer"
+    assert vllm_kernel(get_device("l40s"), 192, "fp8") == "triton"
+    assert vllm_kernel(get_device("h200_sxm_141gb"), 192, "fp8") == "fa3"
+    assert vllm_kernel(get_device("b200"), 128, "fp8") == "trtllm"
+
+
+def test_bad_calls_name_the_value_and_a_good_one() -> None:
+    with pytest.raises(ValueError, match="'prefil'.*did you mean 'prefill'"):
+        AttentionCall("prefil", batch=1, q_len=1, kv_len=1, heads=1, kv_heads=1, head_dim=8)
+    with pytest.raises(ValueError, match="nearest kv_heads that divides it is 4"):
+        AttentionCall("decode", batch=1, q_len=1, kv_len=8, heads=12, kv_heads=5, head_dim=8)
+    with pytest.raises(ValueError, match="kv_len must be at least 9"):
+        AttentionCall("prefill", batch=1, q_len=9, kv_len=8, heads=1, kv_heads=1, head_dim=8)
+    with pytest.raises(ValueError, match="'fa22'.*did you mean 'fa2'"):
+        AttentionCall("decode", batch=1, q_len=1, kv_len=8, heads=1, kv_heads=1, head_dim=8,
+                      kernel="fa22")
+
+
+# ---------------------------------------------------------------- the loader
+HEADER = ",".join(ATTENTION_COLUMNS) + "\n"
+GOOD = ("a100_sxm4_80gb,NVIDIA A100-SXM4-80GB,aiconfigurator,decode,vllm_flash_attn,1,1,1024,"
+        "12,4,128,0,bfloat16,bfloat16,0.0194933\n")
+
+
+def write_csv(tmp_path: Path, body: str, header: str = HEADER) -> Path:
+    path = tmp_path / "attention.csv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(header + body)
+    return path
+
+
+def test_loader_reads_good_rows(tmp_path: Path) -> None:
+    m = load_attention(write_csv(tmp_path, GOOD * 3))
+    assert len(m) == 3 and m.gpu == ("a100_sxm4_80gb",) * 3
+    assert m.calls.kernel == ("fa2",) * 3 and m.kernel == ("vllm_flash_attn",) * 3
+    assert m.calls.heads.tolist() == [12.0] * 3 and m.latency_ms[0].item() == 0.0194933
+
+
+@pytest.mark.parametrize("column,value,message", [
+    ("gpu", "a100_sxm4_80g", "unknown device 'a100_sxm4_80g'.*a100_sxm4_80gb"),
+    ("phase", "decod", "'decod' is not one of.*did you mean 'decode'"),
+    ("kernel", "vllm_flash_atn", "unknown kernel 'vllm_flash_atn'.*'vllm_flash_attn'"),
+    ("batch", "2.5", "expected an integer, got '2.5'"),
+    ("kv_len", "0", "expected an integer ≥ 1, got 0"),
+    ("kv_heads", "5", "5 does not divide heads 12"),
+    ("kv_dtype", "fp9", "unknown dtype 'fp9'"),
+    ("latency_ms", "-1", "expected a positive time"),
+])
+def test_loader_errors_name_file_line_and_column(tmp_path: Path, column: str, value: str,
+                                                 message: str) -> None:
+    fields = GOOD.strip().split(",")
+    fields[ATTENTION_COLUMNS.index(column)] = value
+    path = write_csv(tmp_path, GOOD + ",".join(fields) + "\n")
+    with pytest.raises(ValueError, match=f"{path}: line 3: column '{column}': {message}"):
+        load_attention(path)
+
+
+def test_loader_names_missing_columns_and_files(tmp_path: Path) -> None:
+    header = HEADER.replace(",latency_ms", "")
+    with pytest.raises(ValueError, match=r"line 1: missing columns \['latency_ms'\]"):
+        load_attention(write_csv(tmp_path, GOOD.rsplit(",", 1)[0] + "\n", header))
+    with pytest.raises(FileNotFoundError, match="attention data not found"):
+        load_attention(tmp_path / "nowhere")
+
+
+# ---------------------------------------------------------------- fit, save, load
+def small_measured(tmp_path: Path):
+    rows = []
+    for gpu, name in (("a100_sxm4_80gb", "NVIDIA A100-SXM4-80GB"), ("l40s", "NVIDIA L40S")):
+        for s in (256, 2048):
+            for b in (1, 8):
+                ms_p = 2e-12 * 4 * 128 * 32 * b * s * s / 2 + 0.012  # a made-up, smooth law
+                rows.append(f"{gpu},{name},x,prefill,vllm_flash_attn,{b},{s},{s},32,8,128,0,"
+                            f"bfloat16,bfloat16,{ms_p:.6f}\n")
+                ms_d = 8 * b * s * 128 * 4 / 1.5e12 * 1e3 + 0.01
+                rows.append(f"{gpu},{name},x,decode,vllm_flash_attn,{b},1,{s},32,8,128,0,"
+                            f"bfloat16,bfloat16,{ms_d:.6f}\n")
+    return load_attention(write_csv(tmp_path, "".join(rows)))
+
+
+def test_fit_save_load_round_trip(tmp_path: Path) -> None:
+    measured = small_measured(tmp_path)
+    model = AttentionPredictor(steps=40, seed=3).fit(measured)
+    assert model.n_train_rows_ == len(measured)
+    before = model.predict_measured(measured)
+    path = model.save(tmp_path / "w.json", metadata={"note": "test"})
+    loaded = AttentionPredictor.load(path)
+    assert torch.equal(loaded.predict_measured(measured), before)
+    assert loaded.get_params() == model.get_params()
+    assert loaded.metadata_ == {"note": "test"}
+    again = AttentionPredictor(steps=40, seed=3).fit(measured)  # seeded: the same fit
+    assert torch.equal(again.predict_measured(measured), before)
+
+
+def test_load_rejects_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        AttentionPredictor.load(tmp_path / "absent.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json is not valid JSON"):
+        AttentionPredictor.load(bad)
+    doc = AttentionPredictor.shipped().to_dict()
+    del doc["params"]["launch_us"]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="missing parameter 'launch_us'"):
+        AttentionPredictor.load(bad)
+    with pytest.raises(ValueError, match="not fitted"):
+        AttentionPredictor().predict([AttentionCall("decode", 1, 1, 8, 1, 1, 8)], "l40s")
+
+
+# ---------------------------------------------------------------- the shipped weights
+@pytest.fixture(scope="module")
+def attention_data(data_dir: Path) -> Path:
+    path = data_dir / "attention" / "aiconfigurator.csv.gz"
+    if not path.is_file():
+        pytest.skip(f"attention data not found at {path.resolve()} (set TORCH_GEMM_COST_DATA)")
+    return path
+
+
+@pytest.mark.data
+def test_shipped_weights_reproduce_their_recorded_in_sample_scores(attention_data: Path
+                                                                   ) -> None:
+    model = AttentionPredictor.shipped()
+    recorded = model.metadata_["metrics"]
+    assert {d["source"] for d in model.metadata_["data_sources"]} == {"aiconfigurator"}
+    measured = load_attention(attention_data)
+    scores = score_attention(measured, model.predict_measured(measured),
+                             min_ms=recorded["min_ms"])
+    got = {(s.gpu, s.phase, s.kv_dtype): s for s in scores}
+    assert len(got) == len(recorded["groups"])
+    for want in recorded["groups"]:
+        s = got[(want["gpu"], want["phase"], want["kv_dtype"])]
+        assert s.rows == want["rows"]
+        assert s.mape == pytest.approx(want["mape"], abs=1e-4)
+        assert s.median_ratio == pytest.approx(want["median_ratio"], abs=1e-4)
+    overall = sum(s.mape for s in scores) / len(scores)
+    assert overall == pytest.approx(recorded["overall_group_mape"], abs=1e-4)

@@ -1,0 +1,904 @@
+"""Fused attention (FlashAttention-class kernels): FLOPs, traffic, grid and time, prefill and decode.
+
+A fused attention kernel computes O = softmax(Q·Kᵀ·scale + mask)·V without writing the score
+matrix: each CTA holds a tile of query rows on chip and streams the key/value blocks of its
+KV head past them, keeping the softmax online. Its cost is set by
+
+- the FLOPs of the two products, QKᵀ and PV: 4·d per (query, key) pair a query head sees;
+- the online softmax (exponentials, running max and sum) per pair, on the SMs' special-function
+  and fp32 units, not on the tensor cores: one exponential per pair against 4·d tensor-core FLOPs,
+  so at d = 64 the exponentials of an H100 (16 per SM-cycle) take about as long as the MMAs;
+- the bytes of Q, K and V read and O written once (the compulsory traffic): the score matrix
+  never leaves the chip, and a GQA KV head is read once for the heads / kv_heads query heads that
+  share it;
+- the K/V blocks every query tile re-reads, which the L2 serves (below);
+- how the grid of CTAs lands on the SMs, and what each CTA pays before its first block.
+
+**Which pairs run.** A causal or sliding-window mask is exact per element, but kernels skip work
+per *tile*: FlashAttention 2/3, FlashInfer and TensorRT-LLM visit, for each query tile, only the
+key blocks its mask intersects (FA2's ``n_block_min``/``n_block_max``), and run the full MMA on a
+block the mask cuts, masking elementwise afterwards. So the pairs a kernel *executes* are
+tile-granular (``AttentionGeometry.executed_pairs``: padding of a partial query tile included),
+while the pairs the attention *needs* are the exact count of unmasked elements
+(``attended_pairs``). The time uses the executed pairs; ``attention_flops`` counts the needed.
+Query i of ``q_len`` sits at position p = kv_len − q_len + i and sees keys j with
+lo(p) ≤ j < hi(p): hi = p + 1 when causal (else kv_len), lo = p − window + 1 with a window (else
+0), i.e. ``window`` keys including its own, as vLLM sets FlashAttention's
+``window_size = (window − 1, 0)``.
+
+**Grid.** A CTA holds ``q_tile`` query rows of one head and runs the key blocks of its rows. Where
+a kernel packs GQA (``KERNELS``), the query heads of one KV head share a tile, interleaved per
+position, so K/V are loaded once for the group: FA3 always does (``pack_gqa`` in its varlen
+path), FlashInfer and vLLM's Triton kernel do, FlashAttention 2 only for one-token queries without
+a window (``seqlenq_ngroups_swapped`` requires ``window_size_left < 0``), TensorRT-LLM only in
+decode. A tile's MMAs step through its rows ``decode_q_tile`` (16, the MMA's M) at a time, so a
+prefill shorter than a tile runs the steps its rows fill. Single-query calls (decode, and
+one-token prefill, which vLLM sends to its decode kernel) pad a packed tile to
+``decode_q_tile`` rows and split the key blocks of each (sequence, KV head) over several CTAs
+when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
+heuristic; FlashAttention 3's never splits 4 blocks or fewer), adding a combine kernel.
+
+**What the L2 serves.** In prefill every query tile re-reads the K/V blocks it needs: the requested
+K/V bytes exceed the compulsory ones by about the number of query tiles (/ 2 when causal). The
+tiles of one head (FA2's grid runs the query tiles fastest) or of one packed group run together,
+and one head's K/V (kv_len · d · 2 · bytes: 8 MiB at 16k tokens, d = 128, bf16) fits in every
+L2 here, so the re-reads hit the L2: DRAM moves the compulsory bytes once, and the L2 moves every
+requested byte, at its own rate. The measured data re-runs each call on the same buffers, so a
+working set that fits in the L2 stays there between runs (``warm_l2``): on an L40S (96 MB of L2,
+0.86 TB/s of DRAM) a decode over 67 MB of KV cache runs at 1.5 TB/s and one over 134 MB at
+0.6 TB/s. Inside a model every layer reads other K/V, so predictions default to a cold L2.
+
+**Time.** Per CTA: a fixed cost (a latency chain of dependent loads, in µs and in cycles), its
+Q and O traffic at the SM's share of DRAM (or L2) bandwidth, and per key block the larger
+(soft max) of its compute (tensor cores ⊕ softmax) and its traffic plus a per-block latency.
+The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
+grid and the chip-wide DRAM and L2 roofs; a launch floor (and a combine kernel under split-KV)
+comes on top. Every fitted constant is physical and shared by all GPUs: device facts come from
+``devices.get_device``.
+
+NB: what a kernel does beyond its structure in ``KERNELS`` is not modelled, and shows when a GPU
+is held out (``benchmarks/results/attention.md`` measures each): TensorRT-LLM's decode on the
+B200 spends about half the per-(sequence, KV head) time of FlashAttention 2/3 (2 µs against
+4-4.7 µs per SM), FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM bandwidth in
+decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and kernel
+(6-11 µs) where the model has one launch floor.
+Calls with more than ``exact_tiles`` query tiles have their key blocks summed on a sample of
+tiles (within about 2%).
+
+Every function here is a pure batched tensor function; shapes are (N,) unless marked.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..devices import DeviceSpec, get_device
+from ..dtypes import resolve_dtype
+
+__all__ = [
+    "KERNELS",
+    "PHASES",
+    "AttentionBatch",
+    "AttentionCall",
+    "AttentionGeometry",
+    "AttentionPrediction",
+    "AttentionPredictor",
+    "AttentionRoofline",
+    "KernelTraits",
+    "attended_pairs",
+    "attention_bytes",
+    "attention_flops",
+    "attention_geometry",
+    "attention_time",
+    "pack_gqa",
+    "single_query",
+    "split_kv_splits",
+    "vllm_kernel",
+]
+
+PHASES: tuple[str, ...] = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class KernelTraits:
+    """What the time model needs to know of an attention kernel: its structure, not its speed.
+
+    ``family`` chooses the softmax cost constant ("flash": CUDA kernels with an online softmax
+    on tensor-core tiles; "triton": vLLM's Triton kernel). ``packs_prefill``: query heads of a
+    KV head share tiles in multi-token prefill; ``packs_windowed_decode``: they still do in
+    decode when a sliding window is set. ``min_split_blocks``: the fewest key blocks split-KV
+    splits.
+    """
+
+    family: str
+    packs_prefill: bool
+    packs_windowed_decode: bool
+    min_split_blocks: int
+    source: str
+
+
+KERNELS: dict[str, KernelTraits] = {
+    "fa2": KernelTraits("flash", False, False, 2,
+                        "FlashAttention 2 (vllm-flash-attn): packs only through "
+                        "seqlenq_ngroups_swapped; num_splits_heuristic"),
+    "fa3": KernelTraits("flash", True, True, 5,
+                        "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; its "
+                        "heuristic never splits 4 key blocks or fewer"),
+    "flashinfer": KernelTraits("flash", True, True, 2,
+                               "FlashInfer prefill/decode: the GQA group is fused into the tile"),
+    "trtllm": KernelTraits("flash", False, True, 2,
+                           "TensorRT-LLM FMHA through FlashInfer (Blackwell)"),
+    "triton": KernelTraits("triton", True, True, 2,
+                           "vLLM's Triton unified attention: query heads per KV head in BLOCK_M"),
+}
+FAMILIES: tuple[str, ...] = ("flash", "triton")
+KERNEL_CHOICES: tuple[str, ...] = ("auto", *KERNELS)
+
+
+def vllm_kernel(device: DeviceSpec, head_dim: int, kv_dtype: str) -> str:
+    """The attention kernel vLLM runs on ``device`` for this head size and KV cache dtype.
+
+    As vLLM picks its backend by architecture (and as the aiconfigurator measurements record it):
+    Blackwell (sm 10.x) runs TensorRT-LLM's FMHA for head sizes 64/128/256/512; Hopper (9.x)
+    FlashAttention 3; Ampere and Ada (8.x) FlashAttention 2 for a 16-bit KV cache and FlashInfer
+    for an fp8 one (head sizes 64/128/256). Everything else falls back to the Triton kernel.
+    """
+    if device.vendor != "NVIDIA" or not device.compute_capability[:1].isdigit():
+        return "triton"
+    major = int(device.compute_capability.split(".")[0])
+    fp8 = resolve_dtype(kv_dtype).in_bytes == 1
+    if major >= 10:
+        return "trtllm" if head_dim in (64, 128, 256, 512) else "triton"
+    if major == 9:
+        return "fa3"
+    if major == 8:
+        if not fp8:
+            return "fa2"
+        return "flashinfer" if head_dim in (64, 128, 256) else "triton"
+    return "triton"
+
+
+def _closest(value: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(value, list(options), n=1, cutoff=0.0)
+    return close[0] if close else options[0]
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One fused attention call: ``batch`` sequences, each with ``q_len`` new query tokens
+    attending to ``kv_len`` keys (the new ones included, so ``q_len ≤ kv_len``).
+
+    ``heads`` query heads share ``kv_heads`` KV heads (GQA; MQA when 1). ``window`` > 0 limits
+    each query to the last ``window`` keys up to and including its own position; 0 means none.
+    ``kv_dtype`` is the KV cache's storage (fp8 halves its bytes); the products run in ``dtype``.
+    ``kernel`` is one of ``KERNELS`` or "auto": what vLLM runs on the device (``vllm_kernel``).
+    """
+
+    phase: str
+    batch: int
+    q_len: int
+    kv_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    window: int = 0
+    causal: bool = True
+    dtype: str = "bfloat16"
+    kv_dtype: str = "bfloat16"
+    kernel: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ValueError(f"phase {self.phase!r} is not one of {PHASES}; "
+                             f"did you mean {_closest(str(self.phase), PHASES)!r}?")
+        if self.kernel not in KERNEL_CHOICES:
+            raise ValueError(f"kernel {self.kernel!r} is not one of {KERNEL_CHOICES}; "
+                             f"did you mean {_closest(str(self.kernel), KERNEL_CHOICES)!r}?")
+        for name in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
+            raise ValueError(f"window must be a non-negative integer (0: none), got "
+                             f"{self.window!r}")
+        if self.q_len > self.kv_len:
+            raise ValueError(f"q_len {self.q_len} exceeds kv_len {self.kv_len}: the keys include "
+                             f"the new tokens, so kv_len must be at least {self.q_len}")
+        if self.heads % self.kv_heads:
+            lower = max(k for k in range(1, self.kv_heads + 1) if self.heads % k == 0)
+            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads "
+                             f"{self.kv_heads}; the nearest kv_heads that divides it is {lower}")
+        for name in ("dtype", "kv_dtype"):
+            object.__setattr__(self, name, resolve_dtype(getattr(self, name)).name)
+
+
+def _col(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
+    return torch.as_tensor(values, dtype=torch.float64).reshape(-1).clone()
+
+
+@dataclass(frozen=True)
+class AttentionBatch:
+    """N attention calls as float64 tensors of shape (N,), ready for batched physics.
+
+    ``decode`` and ``causal`` are 0/1; ``in_bytes`` is the element size of Q and O, ``kv_bytes``
+    that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a ``KERNELS`` name or "auto")
+    are per call.
+    """
+
+    decode: torch.Tensor
+    batch: torch.Tensor
+    q_len: torch.Tensor
+    kv_len: torch.Tensor
+    heads: torch.Tensor
+    kv_heads: torch.Tensor
+    head_dim: torch.Tensor
+    window: torch.Tensor
+    causal: torch.Tensor
+    in_bytes: torch.Tensor
+    kv_bytes: torch.Tensor
+    dtype: tuple[str, ...]
+    kernel: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.batch.shape[0])
+
+    @classmethod
+    def from_calls(cls, calls: Sequence[AttentionCall]) -> AttentionBatch:
+        if not calls:
+            raise ValueError("no attention calls given")
+        return cls(
+            decode=_col([float(c.phase == "decode") for c in calls]),
+            batch=_col([c.batch for c in calls]),
+            q_len=_col([c.q_len for c in calls]),
+            kv_len=_col([c.kv_len for c in calls]),
+            heads=_col([c.heads for c in calls]),
+            kv_heads=_col([c.kv_heads for c in calls]),
+            head_dim=_col([c.head_dim for c in calls]),
+            window=_col([c.window for c in calls]),
+            causal=_col([float(c.causal) for c in calls]),
+            in_bytes=_col([resolve_dtype(c.dtype).in_bytes for c in calls]),
+            kv_bytes=_col([resolve_dtype(c.kv_dtype).in_bytes for c in calls]),
+            dtype=tuple(c.dtype for c in calls),
+            kernel=tuple(c.kernel for c in calls),
+        )
+
+    def select(self, index: torch.Tensor | Sequence[int]) -> AttentionBatch:
+        """The calls at ``index`` (a bool mask or integer positions), in that order."""
+        idx = torch.as_tensor(index)
+        if idx.dtype == torch.bool:
+            idx = torch.nonzero(idx).flatten()
+        idx = idx.long()
+        pos = idx.tolist()
+        tensors = {f: getattr(self, f)[idx] for f in self.__dataclass_fields__
+                   if f not in ("dtype", "kernel")}
+        return AttentionBatch(**tensors, dtype=tuple(self.dtype[i] for i in pos),
+                              kernel=tuple(self.kernel[i] for i in pos))
+
+    def resolve_kernels(self, devices: Sequence[DeviceSpec]) -> tuple[str, ...]:
+        """Each call's kernel, "auto" replaced by what vLLM runs on its device."""
+        out = []
+        for i, (k, dev) in enumerate(zip(self.kernel, devices)):
+            if k == "auto":
+                kv = "float8_e4m3fn" if self.kv_bytes[i] == 1 else self.dtype[i]
+                k = vllm_kernel(dev, int(self.head_dim[i]), kv)
+            out.append(k)
+        return tuple(out)
+
+
+# ---------------------------------------------------------------- which (query, key) pairs run
+def _tri(n: torch.Tensor) -> torch.Tensor:
+    """1 + 2 + … + n, zero for n ≤ 0."""
+    n = n.clamp(min=0)
+    return n * (n + 1) / 2
+
+
+def attended_pairs(b: AttentionBatch) -> torch.Tensor:
+    """Exact unmasked (query, key) pairs per (sequence, query head), shape (N,).
+
+    Summed over positions p = kv − q … kv − 1: Σ hi(p) − Σ lo(p), each in closed form.
+    Σ (p + 1) = T(kv) − T(kv − q) with T(n) = n(n + 1)/2; Σ max(0, p − w + 1) = T(kv − w) −
+    T(kv − q − w).
+    """
+    q, kv, w = b.q_len, b.kv_len, b.window
+    hi = torch.where(b.causal > 0, _tri(kv) - _tri(kv - q), q * kv)  # (N,)
+    lo = torch.where(w > 0, _tri(kv - w) - _tri(kv - q - w), torch.zeros_like(q))  # (N,)
+    return hi - lo
+
+
+def _key_range(q_len: torch.Tensor, kv_len: torch.Tensor, causal: torch.Tensor,
+               window: torch.Tensor, first: torch.Tensor, last: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """[lo, hi) keys seen by query rows first … last (0-based, inclusive), shape (N,) each."""
+    p_first = kv_len - q_len + first
+    p_last = kv_len - q_len + last
+    hi = torch.where(causal > 0, p_last + 1, kv_len)
+    lo = torch.where(window > 0, (p_first - window + 1).clamp(min=0), torch.zeros_like(hi))
+    return lo, hi
+
+
+def _tiles_over(lo: torch.Tensor, hi: torch.Tensor, kv_tile: float) -> torch.Tensor:
+    """Key blocks of ``kv_tile`` (aligned at key 0) that intersect [lo, hi)."""
+    return (torch.ceil(hi / kv_tile) - torch.floor(lo / kv_tile)).clamp(min=0)
+
+
+@dataclass(frozen=True)
+class AttentionGeometry:
+    """How a call's work lands on the GPU: CTAs, key blocks per CTA, split-KV. Shapes (N,)."""
+
+    rows_per_tile: torch.Tensor  # query rows one CTA's MMA tile holds (q_tile or decode_q_tile)
+    ctas: torch.Tensor  # CTAs of the main kernel
+    splits: torch.Tensor  # key splits per (sequence, KV head, query tile); 1 without split-KV
+    tiles_mean: torch.Tensor  # key blocks one CTA runs, mean over CTAs
+    tiles_max: torch.Tensor  # … and on the longest CTA (causal prefill: the last query tile)
+    executed_pairs: torch.Tensor  # (query row, key) pairs the MMAs run, per call (padding in)
+    requested_kv_bytes: torch.Tensor  # K and V bytes the CTAs load (L2 or DRAM), per call
+    packed: torch.Tensor  # 1 where the query heads of a KV head share tiles (GQA packing)
+    kv_tile: float
+
+
+def split_kv_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: torch.Tensor,
+                    max_splits: int = 128, min_blocks: torch.Tensor | float = 2.0
+                    ) -> torch.Tensor:
+    """FlashAttention 2's ``num_splits_heuristic``, batched, shape (N,).
+
+    ``units`` = sequences × KV heads × query tiles, the CTAs without a split. With at least 0.8
+    of an SM each, or fewer than ``min_blocks`` key blocks, there is no split. Otherwise, over
+    split counts s ≤ min(max_splits, SMs, key blocks) that change the blocks per split, the
+    wave efficiency is n/⌈n⌉ with n = units·s/SMs, and the smallest s within 85% of the best
+    wins.
+    """
+    out = torch.ones_like(units)
+    need = (units < 0.8 * sm_count) & (key_blocks >= min_blocks)
+    if not bool(need.any()):
+        return out
+    u, nb, sm = units[need], key_blocks[need], sm_count[need]
+    cap = torch.minimum(torch.minimum(torch.full_like(nb, float(max_splits)), sm), nb)  # (M,)
+    s = torch.arange(1, max_splits + 1, dtype=torch.float64).unsqueeze(0)  # (1, S)
+    nb2 = nb.unsqueeze(1)
+    eligible = (s == 1) | (torch.ceil(nb2 / s) != torch.ceil(nb2 / (s - 1).clamp(min=1)))
+    eligible &= s <= cap.unsqueeze(1)  # (M, S)
+    waves = u.unsqueeze(1) * s / sm.unsqueeze(1)
+    eff = torch.where(eligible, waves / torch.ceil(waves), torch.zeros_like(waves))  # (M, S)
+    best = eff.max(dim=1, keepdim=True).values
+    ok = eligible & (eff >= 0.85 * best)
+    first = torch.argmax(ok.to(torch.int8), dim=1).double() + 1.0  # first True; 1 if none
+    out[need] = first
+    return out
+
+
+def single_query(b: AttentionBatch) -> torch.Tensor:
+    """1 where a call runs as decode, shape (N,): the decode phase, and prefill of one token
+    (vLLM sends a one-token query to its decode kernel)."""
+    return ((b.decode > 0) | (b.q_len == 1)).double()
+
+
+def pack_gqa(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
+    """1 where the query heads of a KV head share tiles, per ``KERNELS`` traits, shape (N,)."""
+    single = single_query(b) > 0
+    prefill = torch.tensor([KERNELS[k].packs_prefill for k in kernels], dtype=torch.bool)
+    windowed = torch.tensor([KERNELS[k].packs_windowed_decode for k in kernels],
+                            dtype=torch.bool)
+    decode = windowed | (b.window == 0)
+    return torch.where(single, decode, prefill).double()
+
+
+def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.Tensor, *,
+                       q_tile: int = 128, kv_tile: int = 128, decode_q_tile: int = 16,
+                       max_splits: int = 128, min_split_blocks: torch.Tensor | float = 2.0,
+                       exact_tiles: int = 256) -> AttentionGeometry:
+    """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
+
+    A tile holds ``q_tile`` query rows of one query head, or, where ``packed`` (N,) is 1, of
+    the heads / kv_heads query heads that share a KV head, interleaved per position, so one
+    tile spans q_tile / group positions and K/V are loaded once for the group. Tile t runs the
+    key blocks between lo of its first position and hi of its last. Single-query calls
+    (``single_query``) use ``decode_q_tile`` rows and split the key blocks over
+    ``split_kv_splits`` CTAs (never fewer than ``min_split_blocks`` (N,) blocks).
+
+    Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
+    ``exact_tiles`` tiles at the midpoints of equal strata, each standing for its stratum (the
+    blocks per tile change smoothly with t, so the sum is within about 2% of the exact one).
+    """
+    single = single_query(b) > 0
+    group = b.heads / b.kv_heads
+    g = torch.where(packed > 0, group, torch.ones_like(group))  # query heads per tile (N,)
+    # a tile's MMA runs its rows in steps of the MMA's M (decode_q_tile): a prefill shorter
+    # than a tile runs the steps its rows fill, not the whole tile
+    steps = torch.ceil(g * b.q_len / decode_q_tile) * decode_q_tile
+    rows = torch.where(single, torch.full_like(g, float(decode_q_tile)),
+                       steps.clamp(max=float(q_tile)))
+    positions = rows / g  # query positions per tile, fractional when a group spills over
+    n_t = torch.ceil(g * b.q_len / rows)  # tiles per (sequence, head group)
+    units = b.batch * (b.heads / g) * n_t  # CTAs before any split
+
+    sampled = n_t > exact_tiles
+    weight = torch.where(sampled, n_t / exact_tiles, torch.ones_like(n_t))
+    n_eff = torch.minimum(n_t, torch.full_like(n_t, float(exact_tiles)))
+    # calls sorted by tiles to visit, so iteration j works on a prefix of those still live
+    order = torch.argsort(n_eff, descending=True)
+    q, kv, causal, window = (x[order] for x in (b.q_len, b.kv_len, b.causal, b.window))
+    pos_s, w_s, samp_s, n_t_s = positions[order], weight[order], sampled[order], n_t[order]
+
+    def blocks_of(t: torch.Tensor, n: int) -> torch.Tensor:  # key blocks of tile t, (n,)
+        first = torch.minimum(torch.floor(t * pos_s[:n]), q[:n] - 1)
+        last = torch.minimum(torch.ceil((t + 1) * pos_s[:n]), q[:n]) - 1
+        lo, hi = _key_range(q[:n], kv[:n], causal[:n], window[:n], first, last)
+        return _tiles_over(lo, hi, kv_tile)
+
+    blocks_sum = torch.zeros_like(n_t)
+    blocks_max = blocks_of(n_t_s - 1, len(n_t_s))  # the last tile sees the most keys if causal
+    live = n_eff[order]
+    for j in range(int(live.max())):
+        n = int((live > j).sum())
+        t = torch.where(samp_s[:n], torch.floor((j + 0.5) * w_s[:n]),
+                        torch.full((n,), float(j), dtype=torch.float64))
+        blocks = blocks_of(t, n)
+        blocks_sum[:n] += blocks * w_s[:n]
+        blocks_max[:n] = torch.maximum(blocks_max[:n], blocks)
+    unsort = torch.empty_like(order)
+    unsort[order] = torch.arange(len(order))
+    blocks_sum, blocks_max = blocks_sum[unsort], blocks_max[unsort]
+
+    splits = split_kv_splits(torch.where(single, units, torch.full_like(units, 1e9)),
+                             blocks_max, sm_count, max_splits, min_split_blocks)
+    bytes_per_block = 2.0 * kv_tile * b.head_dim * b.kv_bytes  # K and V of one key block
+    return AttentionGeometry(
+        rows_per_tile=rows,
+        ctas=units * splits,
+        splits=splits,
+        tiles_mean=blocks_sum / n_t / splits,
+        tiles_max=torch.ceil(blocks_max / splits),
+        executed_pairs=b.batch * (b.heads / g) * blocks_sum * rows * kv_tile,
+        requested_kv_bytes=b.batch * (b.heads / g) * blocks_sum * bytes_per_block,
+        packed=(packed > 0).double(),
+        kv_tile=float(kv_tile),
+    )
+
+
+def attention_flops(b: AttentionBatch) -> torch.Tensor:
+    """FLOPs the attention needs, (N,): 4·d per unmasked (query, key) pair per query head
+    (2·d for QKᵀ, 2·d for PV), summed over sequences and heads."""
+    return 4.0 * b.head_dim * b.batch * b.heads * attended_pairs(b)
+
+
+def attention_bytes(b: AttentionBatch) -> dict[str, torch.Tensor]:
+    """Compulsory DRAM traffic per call, (N,) each: Q and K/V read once, O written once.
+
+    K and V are read per KV head, so GQA divides them by heads / kv_heads. Only the keys some
+    query can see are read: with a window, decode reads the last ``window`` keys alone.
+    The score matrix never leaves the chip.
+    """
+    q_bytes = b.batch * b.heads * b.q_len * b.head_dim * b.in_bytes
+    lo, hi = _key_range(b.q_len, b.kv_len, b.causal, b.window, torch.zeros_like(b.q_len),
+                        b.q_len - 1)
+    keys = hi - lo  # keys seen by any query row (N,)
+    k_bytes = b.batch * b.kv_heads * keys * b.head_dim * b.kv_bytes
+    out = {"q_bytes": q_bytes, "k_bytes": k_bytes, "v_bytes": k_bytes.clone(),
+           "o_bytes": q_bytes.clone()}
+    out["compulsory_bytes"] = q_bytes + 2.0 * k_bytes + q_bytes
+    return out
+
+
+# ---------------------------------------------------------------- the device side, per call
+@dataclass(frozen=True)
+class DeviceColumns:
+    """Datasheet facts of each call's device, (N,) each, in SI units."""
+
+    sm_count: torch.Tensor
+    clock_hz: torch.Tensor  # boost clock
+    peak_flops_per_s: torch.Tensor  # dense tensor-core peak of the call's compute dtype
+    dram_bw_bytes_per_s: torch.Tensor
+    l2_bytes: torch.Tensor
+
+    @classmethod
+    def of(cls, devices: Sequence[DeviceSpec], dtypes: Sequence[str]) -> DeviceColumns:
+        facts: dict[tuple[str, str], tuple[float, ...]] = {}
+        for d, name in zip(devices, dtypes):
+            if (d.id, name) in facts:
+                continue
+            if not d.boost_clock_mhz or not math.isfinite(d.dram_bw_bytes_per_s):
+                raise ValueError(f"device {d.id!r} lacks a boost clock or a DRAM bandwidth; the "
+                                 "attention model needs both (calibrate the device first)")
+            facts[(d.id, name)] = (float(d.sm_count), d.boost_clock_mhz * 1e6,
+                                   d.peak_flops_per_s(name), d.dram_bw_bytes_per_s, d.l2_bytes)
+        rows = torch.tensor([facts[(d.id, n)] for d, n in zip(devices, dtypes)],
+                            dtype=torch.float64).reshape(-1, 5)  # (N, 5)
+        return cls(*rows.unbind(dim=1))
+
+
+def _pnorm(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Soft maximum (a^p + b^p)^(1/p), written relative to the larger so it cannot overflow."""
+    hi = torch.maximum(a, b)
+    return hi * ((a / hi) ** p + (b / hi) ** p) ** (1.0 / p)
+
+
+# fitted constants: name -> (initial physical value, how raw maps to physical)
+PARAMS: dict[str, tuple[float, str]] = {
+    "mma_efficiency": (0.7, "sigmoid"),  # share of the dense tensor peak the MMAs sustain
+    "softmax_cycles_flash": (0.05, "softplus"),  # SM-cycles per executed (row, key) pair
+    "softmax_cycles_triton": (1.0, "softplus"),
+    "overlap_p": (1.7, "softplus+1"),  # MMA ⊕ softmax: 1 adds them, large overlaps them
+    "cta_latency_us": (2.0, "softplus"),  # a CTA's fixed latency chain …
+    "cta_kcycles": (1.0, "softplus"),  # … and its fixed cycles (prologue, epilogue)
+    "block_latency_ns": (50.0, "softplus"),  # per key block: the loop's exposed latency
+    "block_p": (3.0, "softplus+1"),  # a block's compute ⊕ traffic
+    "dram_efficiency": (0.8, "sigmoid"),  # share of datasheet DRAM bandwidth sustained
+    "l2_bytes_per_cycle_per_sm": (64.0, "softplus"),
+    "roof_p": (3.0, "softplus+1"),  # grid ⊕ DRAM ⊕ L2
+    "launch_us": (5.0, "softplus"),  # event-timed floor of one kernel
+    "combine_us": (2.0, "softplus"),  # the split-KV combine kernel
+}
+
+
+def _to_raw(value: float, kind: str) -> float:
+    if kind == "sigmoid":
+        return math.log(value / (1.0 - value))
+    if kind == "softplus+1":
+        value -= 1.0
+    return value + math.log(-math.expm1(-value))  # inverse softplus
+
+
+def _to_physical(raw: torch.Tensor, kind: str) -> torch.Tensor:
+    if kind == "sigmoid":
+        return torch.sigmoid(raw)
+    out = torch.nn.functional.softplus(raw)
+    return out + 1.0 if kind == "softplus+1" else out
+
+
+def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns,
+                   family: torch.Tensor, constants: Mapping[str, torch.Tensor], *,
+                   l2_share: float, l2_steepness: float, warm_l2: bool
+                   ) -> dict[str, torch.Tensor]:
+    """Kernel time (ms) of every call and its parts, from physical ``constants`` (``PARAMS``
+    names, physical units). ``family`` (N,) indexes ``FAMILIES``. Differentiable in the
+    constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
+    resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
+    """
+    c = constants
+    sm, clk = dev.sm_count, dev.clock_hz
+    traffic = attention_bytes(b)
+    compulsory = traffic["compulsory_bytes"]  # (N,)
+    qo = traffic["q_bytes"] + traffic["o_bytes"]
+    kv_compulsory = traffic["k_bytes"] + traffic["v_bytes"]
+
+    # one key block of one CTA: tensor cores ⊕ online softmax, in SM-cycles
+    pairs = geo.rows_per_tile * geo.kv_tile  # (N,) (row, key) pairs per block
+    flops_per_cycle = dev.peak_flops_per_s / (sm * clk)  # per SM
+    mma_cycles = 4.0 * b.head_dim * pairs / (flops_per_cycle * c["mma_efficiency"])
+    softmax_cpp = torch.stack([c["softmax_cycles_flash"], c["softmax_cycles_triton"]])
+    softmax_cycles = pairs * softmax_cpp[family]
+    block_compute_s = _pnorm(mma_cycles, softmax_cycles, c["overlap_p"]) / clk
+
+    # traffic: the compulsory bytes from DRAM (or a warm L2), every re-read from the L2
+    if warm_l2:
+        hit = 1.0 / (1.0 + (compulsory / (l2_share * dev.l2_bytes)) ** l2_steepness)
+    else:
+        hit = torch.zeros_like(compulsory)
+    blocks = geo.ctas * geo.tiles_mean  # key blocks run by all CTAs
+    block_bytes = geo.requested_kv_bytes / blocks
+    from_dram = (kv_compulsory / geo.requested_kv_bytes).clamp(max=1.0) * (1.0 - hit)
+    sm_dram_bw = c["dram_efficiency"] * dev.dram_bw_bytes_per_s / sm  # an SM's share
+    sm_l2_bw = c["l2_bytes_per_cycle_per_sm"] * clk
+    block_memory_s = (block_bytes * (from_dram / sm_dram_bw + (1.0 - from_dram) / sm_l2_bw)
+                      + c["block_latency_ns"] * 1e-9)
+    block_s = _pnorm(block_compute_s, block_memory_s, c["block_p"])
+
+    # one CTA: fixed latency and cycles, its Q and O, then its key blocks
+    cta_fixed_s = (c["cta_latency_us"] * 1e-6 + c["cta_kcycles"] * 1e3 / clk
+                   + qo / geo.ctas * ((1.0 - hit) / sm_dram_bw + hit / sm_l2_bw))
+    waves = torch.ceil(geo.ctas / sm)
+    grid_s = torch.maximum(waves * (cta_fixed_s + geo.tiles_mean * block_s),
+                           cta_fixed_s + geo.tiles_max * block_s)
+    dram_s = compulsory * (1.0 - hit) / (c["dram_efficiency"] * dev.dram_bw_bytes_per_s)
+    l2_s = (geo.requested_kv_bytes + qo) / (sm_l2_bw * sm)
+    memory_s = _pnorm(dram_s, l2_s, c["roof_p"])
+    kernel_s = _pnorm(grid_s, memory_s, c["roof_p"])
+    overhead_s = c["launch_us"] * 1e-6 + (geo.splits > 1).double() * c["combine_us"] * 1e-6
+    busy = torch.maximum(waves * geo.tiles_mean, geo.tiles_max)  # blocks on the busiest SM
+    return {
+        "time_ms": (kernel_s + overhead_s) * 1e3,
+        "compute_ms": busy * block_compute_s * 1e3,
+        "memory_ms": memory_s * 1e3,
+        "latency_ms": (waves * cta_fixed_s + overhead_s) * 1e3,
+        "grid_ms": grid_s * 1e3,
+        "dram_bytes": compulsory * (1.0 - hit),
+        "l2_bytes": geo.requested_kv_bytes + qo,
+        "l2_hit": hit,
+        "waves": waves,
+    }
+
+
+@dataclass(frozen=True)
+class AttentionPrediction:
+    """Predicted time per call, with the physics that explains it; every tensor is (N,)."""
+
+    time_ms: torch.Tensor
+    flops: torch.Tensor  # needed: 4·d per unmasked pair and query head
+    executed_flops: torch.Tensor  # run by the MMAs: whole key blocks, padded query tiles
+    dram_bytes: torch.Tensor  # compulsory traffic that misses the L2
+    compute_ms: torch.Tensor  # tensor cores and softmax of the busiest SM
+    memory_ms: torch.Tensor  # DRAM and L2 traffic at their sustained rates
+    bound: tuple[str, ...]  # "compute", "memory" or "latency" (fixed per-CTA costs, launch)
+    kernel: tuple[str, ...]  # the kernel each call was priced as
+    details: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _bound(compute_ms: torch.Tensor, memory_ms: torch.Tensor, latency_ms: torch.Tensor
+           ) -> tuple[str, ...]:
+    names = ("compute", "memory", "latency")
+    which = torch.stack([compute_ms, memory_ms, latency_ms], dim=1).argmax(dim=1)  # (N,)
+    return tuple(names[i] for i in which.tolist())
+
+
+def _batch_of(calls: AttentionBatch | Sequence[AttentionCall]) -> AttentionBatch:
+    return calls if isinstance(calls, AttentionBatch) else AttentionBatch.from_calls(calls)
+
+
+class AttentionRoofline:
+    """The pure roofline: max(needed FLOPs / datasheet peak, compulsory bytes / datasheet DRAM
+    bandwidth). No fitted parameter, no launch cost: the baseline every fit is scored against."""
+
+    name = "roofline"
+
+    def predict(self, calls: AttentionBatch | Sequence[AttentionCall],
+                device: DeviceSpec | str) -> AttentionPrediction:
+        b = _batch_of(calls)
+        dev = get_device(device)
+        return self._predict(b, [dev] * len(b))
+
+    def predict_measured(self, measured: Any) -> torch.Tensor:
+        """Time (ms) of every measured row on its own GPU, (N,)."""
+        return self._predict(measured.calls, [get_device(g) for g in measured.gpu]).time_ms
+
+    @staticmethod
+    def _predict(b: AttentionBatch, devices: Sequence[DeviceSpec]) -> AttentionPrediction:
+        dev = DeviceColumns.of(devices, b.dtype)
+        flops = attention_flops(b)  # (N,)
+        traffic = attention_bytes(b)["compulsory_bytes"]  # (N,)
+        compute_ms = flops / dev.peak_flops_per_s * 1e3
+        memory_ms = traffic / dev.dram_bw_bytes_per_s * 1e3
+        return AttentionPrediction(
+            time_ms=torch.maximum(compute_ms, memory_ms), flops=flops, executed_flops=flops,
+            dram_bytes=traffic, compute_ms=compute_ms, memory_ms=memory_ms,
+            bound=_bound(compute_ms, memory_ms, torch.zeros_like(flops)),
+            kernel=b.resolve_kernels(devices))
+
+
+FORMAT = "torch_gemm_cost.attention"
+_HYPER = ("q_tile", "kv_tile", "decode_q_tile", "max_splits", "l2_share", "l2_steepness",
+          "steps", "lr", "rows_per_group", "seed")
+
+
+class AttentionPredictor:
+    """The fitted fused-attention model (see the module docstring): physical constants shared
+    by every GPU, fitted on measured calls.
+
+    Hyperparameters: the kernels' tile sizes (``q_tile`` query rows, ``kv_tile`` keys,
+    ``decode_q_tile`` rows of a packed single-query tile), FlashAttention 2's ``max_splits``,
+    the resident share of the L2 and the steepness of its fall-off for a warm working set, and
+    the fit's ``steps``, ``lr``, ``rows_per_group`` (seeded sample per gpu × phase × KV dtype)
+    and ``seed``.
+    """
+
+    name = "attention"
+    version = "1"
+    params_: dict[str, torch.Tensor]  # raw (unconstrained) constants, ``PARAMS`` order
+    metadata_: dict[str, Any]  # provenance and metrics, saved with the weights
+
+    def __init__(self, *, q_tile: int = 128, kv_tile: int = 128, decode_q_tile: int = 16,
+                 max_splits: int = 128, l2_share: float = 0.75, l2_steepness: float = 4.0,
+                 steps: int = 500, lr: float = 0.05, rows_per_group: int = 4000,
+                 seed: int = 0) -> None:
+        self.q_tile = q_tile
+        self.kv_tile = kv_tile
+        self.decode_q_tile = decode_q_tile
+        self.max_splits = max_splits
+        self.l2_share = l2_share
+        self.l2_steepness = l2_steepness
+        self.steps = steps
+        self.lr = lr
+        self.rows_per_group = rows_per_group
+        self.seed = seed
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _HYPER}
+
+    # ------------------------------------------------------------ the forward pass
+    def _raw_init(self) -> dict[str, torch.Tensor]:
+        return {n: torch.tensor(_to_raw(v, kind), dtype=torch.float64)
+                for n, (v, kind) in PARAMS.items()}
+
+    @staticmethod
+    def _physical(raw: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {n: _to_physical(raw[n], kind) for n, (_, kind) in PARAMS.items()}
+
+    def _inputs(self, b: AttentionBatch, devices: Sequence[DeviceSpec]
+                ) -> tuple[AttentionGeometry, DeviceColumns, torch.Tensor, tuple[str, ...]]:
+        kernels = b.resolve_kernels(devices)
+        dev = DeviceColumns.of(devices, b.dtype)
+        min_split = torch.tensor([float(KERNELS[k].min_split_blocks) for k in kernels],
+                                 dtype=torch.float64)
+        geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=self.q_tile,
+                                 kv_tile=self.kv_tile, decode_q_tile=self.decode_q_tile,
+                                 max_splits=self.max_splits, min_split_blocks=min_split)
+        family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
+                              dtype=torch.long)
+        return geo, dev, family, kernels
+
+    def _check_fitted(self) -> dict[str, torch.Tensor]:
+        raw = getattr(self, "params_", None)
+        if raw is None:
+            raise ValueError("AttentionPredictor is not fitted: call fit(measured) or load() a "
+                             "weights file first (the shipped one: AttentionPredictor.shipped())")
+        return self._physical(raw)
+
+    def _predict(self, b: AttentionBatch, devices: Sequence[DeviceSpec], warm_l2: bool
+                 ) -> AttentionPrediction:
+        constants = self._check_fitted()
+        geo, dev, family, kernels = self._inputs(b, devices)
+        out = attention_time(b, geo, dev, family, constants, l2_share=self.l2_share,
+                             l2_steepness=self.l2_steepness, warm_l2=warm_l2)
+        details = {k: v for k, v in out.items()
+                   if k not in ("time_ms", "compute_ms", "memory_ms", "dram_bytes")}
+        details.update(ctas=geo.ctas, splits=geo.splits, packed=geo.packed,
+                       key_blocks_per_cta=geo.tiles_mean)
+        return AttentionPrediction(
+            time_ms=out["time_ms"], flops=attention_flops(b),
+            executed_flops=4.0 * b.head_dim * geo.executed_pairs, dram_bytes=out["dram_bytes"],
+            compute_ms=out["compute_ms"], memory_ms=out["memory_ms"],
+            bound=_bound(out["compute_ms"], out["memory_ms"], out["latency_ms"]),
+            kernel=kernels, details=details)
+
+    def predict(self, calls: AttentionBatch | Sequence[AttentionCall],
+                device: DeviceSpec | str, *, warm_l2: bool = False) -> AttentionPrediction:
+        """Predicted time of every call on ``device``. ``warm_l2``: the call is re-run on the
+        same buffers, as in the measurements, so a working set that fits stays in the L2;
+        inside a model each layer reads other K/V, so the default is a cold L2."""
+        b = _batch_of(calls)
+        return self._predict(b, [get_device(device)] * len(b), warm_l2)
+
+    def predict_measured(self, measured: Any) -> torch.Tensor:
+        """Time (ms) of every measured row on its own GPU, re-run warm as measured, (N,)."""
+        devices = [get_device(g) for g in measured.gpu]
+        return self._predict(measured.calls, devices, warm_l2=True).time_ms
+
+    # ------------------------------------------------------------ fitting
+    def fit(self, measured: Any) -> AttentionPredictor:
+        """Fit every constant on measured calls (``attention_measurements.MeasuredAttention``);
+        returns self.
+
+        Each (gpu, phase, KV dtype) group gives at most ``rows_per_group`` seeded-random rows
+        and equal total weight; the loss is the mean |log(predicted / measured)|, full-batch
+        Adam with a cosine schedule. Runs warm, as the measurements did.
+        """
+        gen = torch.Generator().manual_seed(self.seed)
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        for i, key in enumerate(zip(measured.gpu, measured.phase, measured.kv_dtype)):
+            groups.setdefault(key, []).append(i)
+        if not groups:
+            raise ValueError("no measured attention rows to fit")
+        chosen: list[int] = []
+        weights: list[float] = []
+        for key in sorted(groups):
+            idx = torch.tensor(groups[key])
+            idx = idx[torch.randperm(len(idx), generator=gen)[: self.rows_per_group]]
+            chosen += idx.tolist()
+            weights += [1.0 / len(idx)] * len(idx)
+        sub = measured.select(torch.tensor(chosen))
+        w = torch.tensor(weights, dtype=torch.float64)
+        w = w / w.sum()
+        devices = [get_device(g) for g in sub.gpu]
+        geo, dev, family, _ = self._inputs(sub.calls, devices)
+        log_y = torch.log(sub.latency_ms)
+
+        t0 = time.perf_counter()
+        raw = self._raw_init()
+        for t in raw.values():
+            t.requires_grad_(True)
+        opt = torch.optim.Adam(list(raw.values()), lr=self.lr)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(self.steps, 1))
+        history = []
+        for step in range(self.steps):
+            opt.zero_grad()
+            pred = attention_time(sub.calls, geo, dev, family, self._physical(raw),
+                                  l2_share=self.l2_share, l2_steepness=self.l2_steepness,
+                                  warm_l2=True)["time_ms"]
+            loss = (w * (torch.log(pred) - log_y).abs()).sum()
+            loss.backward()
+            opt.step()
+            sched.step()
+            if step % 50 == 0 or step == self.steps - 1:
+                history.append((step, round(float(loss.detach()), 5)))
+        self.params_ = {k: v.detach().clone() for k, v in raw.items()}
+        self.loss_history_ = history
+        self.n_train_rows_ = len(chosen)
+        self.fit_seconds_ = time.perf_counter() - t0
+        return self
+
+    def physical_constants(self) -> dict[str, float]:
+        """The fitted constants in their physical units (see ``PARAMS``)."""
+        return {k: float(v) for k, v in self._check_fitted().items()}
+
+    # ------------------------------------------------------------ persistence (JSON)
+    def to_dict(self, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        self._check_fitted()
+        return {
+            "format": FORMAT,
+            "version": self.version,
+            "hyperparameters": self.get_params(),
+            "params": {k: float(v) for k, v in self.params_.items()},
+            "physical_constants": self.physical_constants(),
+            "metadata": dict(metadata if metadata is not None
+                             else getattr(self, "metadata_", {}) or {}),
+        }
+
+    def save(self, path: str | Path, metadata: Mapping[str, Any] | None = None) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(metadata), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> AttentionPredictor:
+        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+            raise ValueError(f"expected format {FORMAT!r}")
+        if str(doc.get("version")) != cls.version:
+            raise ValueError(f"version {doc.get('version')} weights; this predictor reads "
+                             f"version {cls.version} (refit: python -m "
+                             "torch_gemm_cost.train.attention)")
+        hyper = dict(doc["hyperparameters"])
+        unknown = sorted(set(hyper) - set(_HYPER))
+        if unknown:
+            raise ValueError(f"unknown hyperparameters {unknown}; known: {list(_HYPER)}")
+        model = cls(**hyper)
+        params = {}
+        for name in PARAMS:
+            if name not in doc["params"]:
+                raise ValueError(f"missing parameter {name!r}")
+            value = float(doc["params"][name])
+            if not math.isfinite(value):
+                raise ValueError(f"parameter {name!r} is not finite")
+            params[name] = torch.tensor(value, dtype=torch.float64)
+        extra = sorted(set(doc["params"]) - set(PARAMS))
+        if extra:
+            raise ValueError(f"unknown parameters {extra}")
+        model.params_ = params
+        model.metadata_ = dict(doc.get("metadata", {}))
+        return model
+
+    @classmethod
+    def load(cls, path: str | Path) -> AttentionPredictor:
+        """Weights written by ``save``; a missing, corrupt or mismatched file raises an error
+        that names it."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"attention weights file {path} does not exist") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"attention weights file {path} is not valid JSON: {e}") from None
+        try:
+            return cls.from_dict(doc)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"attention weights file {path} is not a {FORMAT} file: {e}"
+                             ) from None
+
+    @classmethod
+    def shipped(cls) -> AttentionPredictor:
+        """The weights that ship with the package (``data/attention_weights.json``)."""
+        from importlib import resources
+
+        ref = resources.files("torch_gemm_cost").joinpath(WEIGHTS_FILE)
+        with resources.as_file(ref) as real:
+            return cls.load(real)
+
+
+WEIGHTS_FILE = "data/attention_weights.json"
