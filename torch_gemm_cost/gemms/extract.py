@@ -1,0 +1,668 @@
+"""Extraction: a captured graph's GEMM and non-GEMM records, forward and backward.
+
+``extract(captured, dtype, mode=...)`` walks a captured graph (see ``capture``) and returns its
+``GemmSite`` and ``OtherOp`` records in execution order, storing each node's records in
+``node.meta["torch_gemm_cost"]``. Every spelling counts: ``linear``, ``addmm`` (HF ``Conv1D``
+becomes ``conv1d``), ``mm``, ``bmm``, ``baddbmm``, ``addbmm``, ``mv``, ``dot``, ``matmul`` in
+every broadcast case, ``einsum`` (per pairwise contraction) and scaled-dot-product attention
+(see ``handlers``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..capture import NO_GRAD
+from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
+from .handlers import _GEMM_HANDLERS, _bind, _Env, _Fwd, _unique_numel
+from .records import GemmSite, OtherOp, alignment_bytes
+
+__all__ = ["META_KEY", "PHASES", "extract"]
+
+META_KEY = "torch_gemm_cost"  # node.meta[META_KEY]: tuple of the node's GemmSite/OtherOp records
+PHASES: tuple[str, ...] = ("forward", "backward_dx", "backward_dw", "backward")
+
+class _Ctx:
+    """What every record of one extraction shares."""
+
+    def __init__(self, cd: ComputeDtype, native: torch.dtype | None) -> None:
+        self.cd = cd
+        self.out_name = _out_dtype_name(cd)
+        self.act_dtype = cd.torch_dtype if cd.in_bytes >= 2 else torch.bfloat16
+        self.act_name = str(self.act_dtype).removeprefix("torch.")
+        self.native = native
+
+    def elem_bytes(self, dtype: torch.dtype) -> int:
+        if dtype.is_floating_point and (self.native is None or dtype == self.native):
+            return self.act_dtype.itemsize
+        return dtype.itemsize
+
+    def tensor_bytes(self, t: torch.Tensor) -> int:
+        return _unique_numel(t) * self.elem_bytes(t.dtype)
+
+
+def _out_dtype_name(cd: ComputeDtype) -> str:
+    """A ``DTYPES`` key whose element size is ``cd``'s output size (int8 -> 4-byte accumulators,
+    fp8 -> 16-bit output)."""
+    if cd.out_bytes == cd.in_bytes:
+        return cd.name
+    return {4: "float32", 2: "bfloat16", 8: "float64"}[cd.out_bytes]
+
+
+# --- non-GEMM op classes, by ATen op name (trailing "_" of in-place ops stripped)
+
+_CLASSES: dict[str, tuple[str, ...]] = {
+    "view": (
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "expand",
+        "expand_as",
+        "permute",
+        "transpose",
+        "t",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "alias",
+        "detach",
+        "as_strided",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "narrow",
+        "unflatten",
+        "flatten",
+        "view_as",
+        "movedim",
+        "diagonal",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "_assert_tensor_metadata",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "numpy_T",
+        "_reshape_alias",
+        "real",
+        "imag",
+        "resolve_conj",
+        "resolve_neg",
+        "empty",
+        "empty_like",
+        "new_empty",
+        "empty_strided",
+        "set_grad_enabled",
+        "view_as_complex",
+        "view_as_real",
+    ),
+    "copy": (
+        "clone",
+        "contiguous",
+        "_to_copy",
+        "to",
+        "copy",
+        "cat",
+        "stack",
+        "repeat",
+        "repeat_interleave",
+        "constant_pad_nd",
+        "pad",
+        "roll",
+        "flip",
+        "type_as",
+        "_unsafe_index",
+        "masked_scatter",
+        "index_put",
+        "slice_scatter",
+        "select_scatter",
+        "scatter",
+        "new_tensor",
+        "tile",
+    ),
+    "norm": (
+        "native_layer_norm",
+        "layer_norm",
+        "rms_norm",
+        "_fused_rms_norm",
+        "group_norm",
+        "native_group_norm",
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "instance_norm",
+    ),
+    "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli",
+                    "floor_divide", "tril", "triu", "polar", "exponential", "uniform", "normal",
+                    "rand_like", "randn_like", "randint_like",
+                    # depthwise convolutions (the GEMM handler declines them): each output
+                    # reads a few neighbours of one channel, a stencil at DRAM speed
+                    "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
+                    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"),
+    "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"),
+    "reduction": (
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "prod",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "norm",
+        "linalg_vector_norm",
+        "cumsum",
+        "cumprod",
+        "logsumexp",
+        "any",
+        "all",
+        "count_nonzero",
+        "topk",
+        "sort",
+        "diff",
+        "histc",
+        "bincount",
+        # pooling reads its input once and writes the pooled output
+        "max_pool1d",
+        "max_pool2d",
+        "max_pool3d",
+        "max_pool2d_with_indices",
+        "max_pool3d_with_indices",
+        "avg_pool1d",
+        "avg_pool2d",
+        "avg_pool3d",
+        "adaptive_avg_pool1d",
+        "adaptive_avg_pool2d",
+        "adaptive_avg_pool3d",
+        "_adaptive_avg_pool2d",
+        "_adaptive_avg_pool3d",
+        "adaptive_max_pool1d",
+        "adaptive_max_pool2d",
+        "adaptive_max_pool3d",
+    ),
+    "embedding": ("embedding", "index", "index_select", "gather", "take_along_dim"),
+}
+_OP_CLASS: dict[str, str] = {name: cls for cls, names in _CLASSES.items() for name in names}
+_NO_GRAD = {
+    "detach",
+    "argmax",
+    "argmin",
+    "_assert_tensor_metadata",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "sign",
+}
+_FACTORY = {
+    "arange",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "new_ones",
+    "new_zeros",
+    "new_full",
+    "scalar_tensor",
+    "rand",
+    "randn",
+    "randint",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "tril_indices",
+    "triu_indices",
+    "linspace",
+    "eye",
+}
+
+
+def _op_name(target: Any) -> str:
+    """``aten.add_.Tensor`` -> ``add_``; Python callables by their name."""
+    packet = getattr(target, "_overloadpacket", None)
+    name = getattr(packet, "__name__", None) or getattr(target, "__name__", None) or str(target)
+    return str(name).split(".")[-1]
+
+
+def _qualified(target: Any) -> str:
+    packet = getattr(target, "_overloadpacket", None)
+    if packet is not None:
+        name = getattr(packet, "_qualified_op_name", "aten::" + _op_name(target))
+        return str(name).replace("::", ".")
+    return getattr(target, "__name__", str(target))
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+# --- the walk
+
+
+def _module_of(node: Any, model_name: str) -> tuple[str, str]:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", model_name
+    path, typ = list(stack.values())[-1]
+    name = typ.__name__ if isinstance(typ, type) else str(typ).rsplit(".", 1)[-1]
+    # a torch.compile'd submodule holds the real one as ``_orig_mod``: name it by its own path
+    path = ".".join(p for p in str(path).split(".") if p != "_orig_mod")
+    return path, name
+
+
+def extract(
+    captured: Any,
+    dtype: str | torch.dtype | ComputeDtype,
+    *,
+    mode: str = "inference",
+    native_dtype: torch.dtype | None = None,
+) -> tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]:
+    """GEMM and non-GEMM records of a captured graph, in execution order; annotates each node.
+
+    ``dtype`` is the compute dtype every GEMM runs in. Floating activations of ``native_dtype``
+    (the model's own dtype; None: every floating tensor) are costed at that dtype's storage
+    size, 16-bit for fp8/int8 compute; other tensors keep their own size.
+
+    A non-GEMM op moves each distinct input once plus its outputs (broadcast dims once);
+    views and no-op conversions move nothing; a gather (embedding, index) moves its indices and
+    the rows it reads and writes.
+
+    SDPA becomes ``sdpa_qk`` (QKᵀ) and ``sdpa_pv`` (PV) with a ``softmax`` OtherOp between them.
+    Its bytes follow a fused (flash) kernel: QKᵀ reads Q and K, PV reads V and writes O, and the
+    scores never reach DRAM (only an explicit mask is read). Under ``is_causal`` both GEMMs are
+    marked ``causal`` and their FLOPs count only the kept scores, 2·batch·d·kept with
+    kept = ``causal_kept_entries(q_len, kv_len)`` (about half).
+
+    ``mode="train"`` adds, in reverse order after the forward pass:
+
+    - per GEMM, the gradient of A (``backward_dx``: dA = dC·Bᵀ) if A needs grad, and of B
+      (``backward_dw``: dB = Aᵀ·dC, for a Linear weight dW = dYᵀ·X) if B needs grad, as PyTorch's
+      autograd formulas compute them. Attention: dQ, dK, dP and dV, with the causal discount.
+    - per non-view op whose output needs grad, an OtherOp with phase ``backward`` that moves
+      2× the forward bytes. NB: a rule of thumb (read the saved input and the output grad,
+      write the input grad).
+    - per GEMM with a fused bias that needs grad (Linear, addmm, HF Conv1D), the bias gradient:
+      a ``reduction`` OtherOp (``aten.sum``, phase ``backward``) that reads dC and writes the
+      bias's gradient. Optimizer steps are not here (see ``predict.memory.optimizer_ops``).
+    - per tensor that feeds k > 1 ops needing grad, k − 1 gradient sums (``aten.add``, node
+      ``<name>.grad_sum``), each reading two gradients and writing one. This is where a residual
+      stream pays for its branch; the ``add`` that joins the branch back passes dy through.
+    """
+    if mode not in ("inference", "train"):
+        raise ValueError(f"mode must be 'inference' or 'train', got {mode!r}")
+    cd = resolve_dtype(dtype)
+    ctx = _Ctx(cd, native_dtype)
+    graph = captured.graph_module.graph
+    model_name = captured.model_name
+    causal_modules: frozenset[str] = getattr(captured, "causal_modules", frozenset())
+    train = mode == "train"
+    requires: dict[Any, bool] = {}
+    fwd_gemms: list[GemmSite] = []
+    fwd_others: list[OtherOp] = []
+    bwd: dict[Any, list[GemmSite | OtherOp]] = {}  # per node, in forward order
+
+    def val(x: Any) -> Any:
+        return x.meta.get("val") if hasattr(x, "meta") else x
+
+    def rg(x: Any) -> bool:
+        return bool(requires.get(x, False)) if hasattr(x, "meta") else False
+
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            requires[node] = bool(captured.requires_grad.get(node.name, False))
+            bwd[node] = []
+            continue
+        if node.op != "call_function":
+            continue
+        out_val = node.meta.get("val")
+        name = _op_name(node.target)
+        inputs = node.all_input_nodes
+        out_tensors = _tensors(out_val)
+        requires[node] = (
+            not node.meta.get(NO_GRAD)
+            and name.rstrip("_") not in _NO_GRAD
+            and any(t.dtype.is_floating_point for t in out_tensors)
+            and any(requires.get(i, False) for i in inputs)
+        )
+        bwd[node] = []
+        if name == "getitem" or not out_tensors:
+            continue
+        module, module_type = _module_of(node, model_name)
+        records: list[GemmSite | OtherOp] = []
+        back: list[GemmSite | OtherOp] = []
+        handler = _GEMM_HANDLERS.get(name)
+        env = _Env(val, rg, cd.in_bytes, module in causal_modules)
+        fwds = handler(_bind(node), env) if handler is not None else []
+        if fwds:
+            for f in fwds:
+                site = _site(f, ctx, module, module_type, node.name)
+                records.append(site)
+                fwd_gemms.append(site)
+                if f.op == "sdpa_qk":
+                    soft = _sdpa_softmax(node, f, ctx, module, module_type)
+                    records.append(soft)
+                    fwd_others.append(soft)
+                    if train and requires[node]:
+                        back[:0] = [_backward_other(soft)]
+                if train and not node.meta.get(NO_GRAD):  # backward runs in reverse, in a node too
+                    back[:0] = _backward_sites(f, site)
+                    if f.bias_grad_elems:
+                        back.append(_bias_grad(site, f.bias_grad_elems, out_tensors[0], ctx))
+        else:
+            other = _other(node, name, inputs, out_tensors, ctx, module, module_type)
+            records.append(other)
+            fwd_others.append(other)
+            if train and requires[node] and other.op_class != "view":
+                back.append(_backward_other(other))
+        node.meta[META_KEY] = tuple(records) + tuple(back)
+        bwd[node] = back
+
+    if train:
+        for node, back in bwd.items():
+            sums = _gradient_sums(node, requires, ctx, model_name)
+            if sums:  # autograd sums a tensor's gradients before the op that made it runs
+                back[:0] = sums
+                node.meta[META_KEY] = node.meta.get(META_KEY, ()) + tuple(sums)
+
+    bwd_gemms: list[GemmSite] = []
+    bwd_others: list[OtherOp] = []
+    for back in reversed(bwd.values()):
+        for r in back:
+            (bwd_gemms if isinstance(r, GemmSite) else bwd_others).append(r)  # type: ignore[arg-type]
+    return tuple(fwd_gemms + bwd_gemms), tuple(fwd_others + bwd_others)
+
+
+def _gemm_bytes(batch: int, m: int, n: int, k: int, cd: ComputeDtype) -> int:
+    return batch * (m * k + k * n) * cd.in_bytes + batch * m * n * cd.out_bytes
+
+
+def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmSite:
+    cd = ctx.cd
+    dense = 2 * f.batch * f.m * f.n * f.k
+    if f.kept is None:
+        flops = dense
+    else:  # kept scores of the (q_len, kv_len) matrix: qk is (m=q, n=kv), pv is (m=q, k=kv)
+        kv = f.n if f.op == "sdpa_qk" else f.k
+        flops = dense // (f.m * kv) * f.kept
+    if f.io_elems is not None:  # elements read, elements written
+        dram = f.io_elems[0] * cd.in_bytes + f.io_elems[1] * cd.out_bytes
+    elif f.tensor_elems is not None:  # A's and B's tensors read, C's written
+        a, b, c = f.tensor_elems
+        dram = (a + b) * cd.in_bytes + c * cd.out_bytes
+    else:
+        dram = _gemm_bytes(f.batch, f.m, f.n, f.k, cd)
+    op = "conv1d" if module_type == "Conv1D" and f.op == "addmm" else f.op
+    return GemmSite(
+        module=module,
+        module_type=module_type,
+        op=op,
+        node=node,
+        phase="forward",
+        batch=f.batch,
+        m=f.m,
+        n=f.n,
+        k=f.k,
+        dtype=cd.name,
+        out_dtype=ctx.out_name,
+        a_transposed=f.a[0],
+        b_transposed=f.b[0],
+        a_align_bytes=f.a[1],
+        b_align_bytes=f.b[1],
+        # the scores of a fused attention kernel stay on chip: no row of them is stored
+        c_align_bytes=16 if f.op == "sdpa_qk" else alignment_bytes(f.n, cd.out_bytes),
+        bias=f.bias,
+        flops=flops,
+        dram_bytes=dram,
+        causal=f.kept is not None,
+        taps=f.taps,
+    )
+
+
+def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
+    """dA = dC·Bᵀ and dB = Aᵀ·dC (for a Linear weight, dW = dYᵀ·X), as autograd runs them."""
+    cd_out = fwd.out_dtype
+    cd = DTYPES[fwd.dtype]
+    dc_align = alignment_bytes(fwd.n, cd.in_bytes)  # dC is a contiguous (m, n) gradient
+    # fused attention's backward keeps dS (QKᵀ's dC) and dP (PV's dA) on chip, as the forward
+    # keeps S and P: their alignment costs nothing
+    if fwd.op == "sdpa_qk":
+        dc_align = 16
+
+    def c_align(phase: str, n: int) -> int:
+        if fwd.op == "sdpa_pv" and phase == "backward_dx":  # dP
+            return 16
+        if fwd.op == "sdpa_qk" and phase == "backward_dw":  # dKᵀ, stored as dK's (kv, d) rows
+            return alignment_bytes(fwd.k, cd.out_bytes)
+        return alignment_bytes(n, cd.out_bytes)
+    dense_fwd = 2 * fwd.batch * fwd.m * fwd.n * fwd.k
+    out: list[GemmSite] = []
+
+    def make(
+        phase: str, b: int, m: int, n: int, k: int, a: tuple[bool, int], bb: tuple[bool, int]
+    ) -> GemmSite:
+        dense = 2 * b * m * n * k
+        flops = dense * fwd.flops // dense_fwd if fwd.causal else dense
+        dram = _gemm_bytes(b, m, n, k, cd)
+        if f.tensor_elems is not None:  # dX reads dY and W, writes dX; dW reads X and dY
+            x, w, y = f.tensor_elems
+            read, written = (y + w, x) if phase == "backward_dx" else (x + y, w)
+            dram = read * cd.in_bytes + written * cd.out_bytes
+        return GemmSite(
+            module=fwd.module,
+            module_type=fwd.module_type,
+            op=fwd.op,
+            node=fwd.node,
+            phase=phase,
+            batch=b,
+            m=m,
+            n=n,
+            k=k,
+            dtype=fwd.dtype,
+            out_dtype=cd_out,
+            a_transposed=a[0],
+            b_transposed=bb[0],
+            a_align_bytes=a[1],
+            b_align_bytes=bb[1],
+            c_align_bytes=c_align(phase, n),
+            bias=False,
+            flops=flops,
+            dram_bytes=dram,
+            causal=fwd.causal,
+            taps=fwd.taps,
+        )
+
+    if f.grad_a:  # dA (m, k) = dC (m, n) · Bᵀ (n, k)
+        out.append(
+            make(
+                "backward_dx",
+                fwd.batch,
+                fwd.m,
+                fwd.k,
+                fwd.n,
+                (False, dc_align),
+                (not fwd.b_transposed, fwd.b_align_bytes),
+            )
+        )
+    if f.grad_b:
+        if f.weight_b:  # dW (n, k) = dYᵀ (n, m) · X (m, k)
+            out.append(
+                make(
+                    "backward_dw",
+                    fwd.batch,
+                    fwd.n,
+                    fwd.k,
+                    fwd.m,
+                    (True, dc_align),
+                    (fwd.a_transposed, fwd.a_align_bytes),
+                )
+            )
+        else:  # dB (k, n) = Aᵀ (k, m) · dC (m, n)
+            out.append(
+                make(
+                    "backward_dw",
+                    fwd.batch,
+                    fwd.k,
+                    fwd.n,
+                    fwd.m,
+                    (not fwd.a_transposed, fwd.a_align_bytes),
+                    (False, dc_align),
+                )
+            )
+    return out
+
+
+def _gradient_sums(
+    node: Any, requires: Mapping[Any, bool], ctx: _Ctx, model_name: str
+) -> list[OtherOp]:
+    """The adds autograd runs for a tensor that feeds several differentiable ops (a residual
+    stream's fork, Q/K/V projections of one hidden state, a weight tied to two layers): one
+    per extra use, reading two gradients and writing their sum."""
+    t = node.meta.get("val")
+    if not requires.get(node) or not isinstance(t, torch.Tensor):
+        return []
+    uses = sum(1 for user in node.users if requires.get(user))
+    if uses < 2:
+        return []
+    module, module_type = _module_of(node, model_name)
+    size = ctx.tensor_bytes(t)
+    return [
+        OtherOp(
+            module=module,
+            module_type=module_type,
+            op="aten.add",
+            node=f"{node.name}.grad_sum",
+            phase="backward",
+            op_class="elementwise",
+            dtype=ctx.act_name,
+            numel=t.numel(),
+            dram_bytes=3 * size,
+        )
+        for _ in range(uses - 1)
+    ]
+
+
+def _bias_grad(site: GemmSite, elems: int, out: torch.Tensor, ctx: _Ctx) -> OtherOp:
+    """dbias = dC summed over its broadcast dims: reads dC once, writes the bias's gradient."""
+    elem = ctx.elem_bytes(out.dtype)
+    return OtherOp(
+        module=site.module,
+        module_type=site.module_type,
+        op="aten.sum",
+        node=site.node,
+        phase="backward",
+        op_class="reduction",
+        dtype=ctx.act_name,
+        numel=elems,
+        dram_bytes=(_unique_numel(out) + elems) * elem,
+    )
+
+
+def _sdpa_softmax(node: Any, f: _Fwd, ctx: _Ctx, module: str, module_type: str) -> OtherOp:
+    b = _bind(node)
+    mask = b.get("attn_mask", b.get("attn_bias"))
+    mask_val = getattr(mask, "meta", {}).get("val")
+    mask_bytes = ctx.tensor_bytes(mask_val) if isinstance(mask_val, torch.Tensor) else 0
+    scores = f.batch * (f.kept if f.kept is not None else f.m * f.n)
+    return OtherOp(
+        module=module,
+        module_type=module_type,
+        op="aten.scaled_dot_product_attention",
+        node=node.name,
+        phase="forward",
+        op_class="softmax",
+        dtype=ctx.act_name,
+        numel=scores,
+        dram_bytes=mask_bytes,
+        flops=5 * scores,  # NB: scale, max, subtract, exp, sum per score
+    )
+
+
+def _backward_other(op: OtherOp) -> OtherOp:
+    return OtherOp(
+        module=op.module,
+        module_type=op.module_type,
+        op=op.op,
+        node=op.node,
+        phase="backward",
+        op_class=op.op_class,
+        dtype=op.dtype,
+        numel=op.numel,
+        dram_bytes=2 * op.dram_bytes,
+        flops=2 * op.flops,
+    )
+
+
+def _other(
+    node: Any,
+    name: str,
+    inputs: Sequence[Any],
+    outs: list[torch.Tensor],
+    ctx: _Ctx,
+    module: str,
+    module_type: str,
+) -> OtherOp:
+    base = name.rstrip("_") if name not in ("__and__", "__or__", "__xor__") else name
+    in_vals = [t for i in inputs for t in _tensors(i.meta.get("val"))]
+    op_class = _OP_CLASS.get(base, "elementwise" if _elementwise(node, base) else "other")
+    if (
+        op_class == "copy"
+        and base in ("contiguous", "to", "_to_copy", "clone", "type_as")
+        and in_vals
+    ):
+        src, dst = in_vals[0], outs[0]
+        same = src.dtype == dst.dtype and src.device == dst.device
+        if same and base != "clone" and (base != "contiguous" or src.is_contiguous()):
+            op_class = "view"  # a no-op conversion returns its input
+    out_bytes = sum(ctx.tensor_bytes(t) for t in outs)
+    if op_class == "view":
+        dram = 0
+    elif op_class == "embedding":  # gathers rows: indices in, rows read, rows written
+        idx = sum(ctx.tensor_bytes(t) for t in in_vals if not t.dtype.is_floating_point)
+        dram = idx + 2 * out_bytes
+    else:
+        seen: set[int] = set()
+        dram = out_bytes
+        for t in in_vals:
+            if id(t) not in seen:
+                seen.add(id(t))
+                dram += ctx.tensor_bytes(t)
+    floating = any(t.dtype.is_floating_point for t in outs + in_vals)
+    return OtherOp(
+        module=module,
+        module_type=module_type,
+        op=_qualified(node.target),
+        node=node.name,
+        phase="forward",
+        op_class=op_class,
+        dtype=ctx.act_name if floating else str(outs[0].dtype).removeprefix("torch."),
+        numel=max(t.numel() for t in outs),
+        dram_bytes=int(dram),
+    )
+
+
+def _elementwise(node: Any, base: str) -> bool:
+    if base in _FACTORY:
+        return True
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.pointwise in tags
