@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms
+from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_gemms
 from torch_gemm_cost.predict.hybrid import variants
 from torch_gemm_cost.predict.roofline import RooflinePredictor
 from torch_gemm_cost.train.gemm import leave_one_gpu_out, score_groups

@@ -401,7 +401,7 @@ class HeldOutGemm:
     name = "hybrid (refitted without each GPU)"
 
     def __init__(self, data_dir: Path, gpus: list[str], seed: int = 0) -> None:
-        from torch_gemm_cost.measurements import load_gemms
+        from torch_gemm_cost.gemms.measured import load_gemms
         from torch_gemm_cost.predict.hybrid import HybridPredictor
 
         measured = load_gemms(data_dir)

@@ -44,7 +44,7 @@ from e2e import MODE, build
 
 from torch_gemm_cost.api import compare
 from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms
+from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_gemms
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import score_groups

@@ -31,7 +31,7 @@ from torch_gemm_cost.calibrate import (
 )
 from torch_gemm_cost.cli import main
 from torch_gemm_cost.devices import DeviceSpec, get_device, host_cpu
-from torch_gemm_cost.predict.base import GemmBatch
+from torch_gemm_cost.gemms.records import GemmBatch
 from torch_gemm_cost.predict.query import predict_gemm_ms
 
 

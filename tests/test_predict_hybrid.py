@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from torch_gemm_cost.devices import get_device, list_devices
 from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.measurements import MeasuredGemms, gemm_batch_from_columns
-from torch_gemm_cost.predict.base import DTYPE_NAMES, GemmBatch
+from torch_gemm_cost.gemms.measured import MeasuredGemms, gemm_batch_from_columns
+from torch_gemm_cost.gemms.records import DTYPE_NAMES, GemmBatch
 from torch_gemm_cost.predict.cache import effective_bandwidth
 from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable
 from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor

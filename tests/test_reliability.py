@@ -30,7 +30,7 @@ import torch_gemm_cost as tgc
 from torch_gemm_cost.capture import CaptureError
 from torch_gemm_cost.dtypes import DTYPES
 from torch_gemm_cost.predict import GemmBatch, default_predictor
-from torch_gemm_cost.predict.base import DTYPE_NAMES
+from torch_gemm_cost.gemms.records import DTYPE_NAMES
 from torch_gemm_cost.predict.query import load_weights
 
 transformers = pytest.importorskip("transformers")

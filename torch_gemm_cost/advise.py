@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .dtypes import DTYPES, FP8_MULTIPLE
-from .predict.base import DTYPE_NAMES, GemmBatch, GemmPrediction
+from .gemms.records import DTYPE_NAMES, GemmBatch, alignment_bytes
+from .predict.base import GemmPrediction
 
 if TYPE_CHECKING:
     from .report import CostReport
@@ -139,17 +140,6 @@ def config_dims(config: Any) -> dict[str, int]:
     return out
 
 
-def _align(dim: torch.Tensor, elem_bytes: torch.Tensor, cap: int = 16) -> torch.Tensor:
-    """Batched ``gemms.alignment_bytes``: largest power of two ≤ cap dividing dim·elem bytes."""
-    row = (dim * elem_bytes).long()
-    out = torch.ones_like(row)
-    a = 2
-    while a <= cap:
-        out = torch.where((row % a == 0) & (out == a // 2), torch.full_like(row, a), out)
-        a *= 2
-    return out.to(torch.float64)
-
-
 def _io_bytes(rows: dict[str, torch.Tensor]) -> torch.Tensor:
     """A, B and C each moved once, for GEMM columns as ``_take`` returns them."""
     b, m, n, k = rows["batch"], rows["m"], rows["n"], rows["k"]
@@ -157,7 +147,8 @@ def _io_bytes(rows: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _take(b: GemmBatch, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {name: getattr(b, name)[idx] for name in b.__dataclass_fields__}
+    sub = b.select(idx)
+    return {f.name: getattr(sub, f.name) for f in fields(sub)}
 
 
 def _module_label(paths: Sequence[str]) -> list[str]:
@@ -294,9 +285,9 @@ def padding_advice(
                                     ("b_align_bytes", b_axis, rows["in_bytes"]),
                                     ("c_align_bytes", torch.ones_like(a_axis), rows["out_bytes"])):
                 padded = c.mask.gather(1, axis[:, None]).squeeze(1)
-                was_set_by_dim = rows[key] == _align(old.gather(1, axis[:, None]).squeeze(1)
+                was_set_by_dim = rows[key] == alignment_bytes(old.gather(1, axis[:, None]).squeeze(1)
                                                      .to(elem.dtype), elem)
-                rows[key] = torch.where(padded & was_set_by_dim, _align(new.gather(
+                rows[key] = torch.where(padded & was_set_by_dim, alignment_bytes(new.gather(
                     1, axis[:, None]).squeeze(1), elem), rows[key])
             cols.append(rows)
             blocks.append((c, size, mult, start, start + len(c.idx)))

@@ -20,7 +20,8 @@ from .capture import CAPTURE_METHODS, Captured, capture, unwrap_model
 from .devices import DeviceSpec
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract
-from .predict import GemmBatch, Predictor, default_predictor
+from .gemms.records import GemmBatch
+from .predict import Predictor, default_predictor
 from .predict.memory import op_times_ms, optimizer_ops
 from .predict.query import DeviceLike, check_dtype_on_device, resolve_target
 from .report import Comparison, CostReport, GemmEstimate, OpEstimate

@@ -37,7 +37,8 @@ import torch
 
 from .devices import DeviceSpec, get_device, host_cpu
 from .dtypes import DTYPES, resolve_dtype
-from .predict.base import DTYPE_NAMES, GemmBatch, GemmPrediction, Predictor
+from .gemms.records import DTYPE_NAMES, OP_LAYOUT, GemmBatch
+from .predict.base import GemmPrediction, Predictor
 
 __all__ = [
     "CSV_COLUMNS",
@@ -74,7 +75,6 @@ CSV_COLUMNS: tuple[str, ...] = (
 )
 MAX_OPERAND_BYTES = 1 << 29  # largest A or B the sweep allocates (512 MiB)
 SWEEP_OPS = ("bmm", "linear", "matmul")
-LAYOUT = {"bmm": "A@B", "linear": "x@W^T", "matmul": "A@B"}  # DATA.md's layout column
 
 
 # ------------------------------------------------------------------------------- the sweep
@@ -584,7 +584,7 @@ def write_measurements(
             p = r.point
             row = {"gpu": spec.id, "gpu_name": spec.name, "source": source, "timing": timing,
                    "op": p.op, "dtype": p.dtype, "batch": p.batch, "m": p.m, "n": p.n,
-                   "k": p.k, "bias": int(p.bias), "layout": LAYOUT[p.op],
+                   "k": p.k, "bias": int(p.bias), "layout": OP_LAYOUT[p.op],
                    "latency_ms": f"{r.latency_ms:.6g}"}
             if r.kernels:
                 main = next((k for k in r.kernels if not k.startswith(("Memset", "Memcpy"))),
@@ -609,15 +609,14 @@ class Calibration:
         return int(self.latency_ms.shape[0])
 
     def select(self, index: torch.Tensor) -> Calibration:
-        g = self.gemms
-        sub = GemmBatch(**{f: getattr(g, f)[index] for f in g.__dataclass_fields__})
-        return Calibration(sub, self.latency_ms[index], self.device_id, self.timing)
+        return Calibration(self.gemms.select(index), self.latency_ms[index], self.device_id,
+                           self.timing)
 
 
 def read_measurements(path: str | Path) -> Calibration:
     """Read a ``measurements.csv`` written by ``write_measurements`` (one device, one timing).
     Raises ValueError naming the file, line and column of a bad value."""
-    from .measurements import gemm_batch_from_columns
+    from .gemms.measured import gemm_batch_from_columns
 
     path = Path(path)
     with open(path, newline="", encoding="utf-8") as fh:
@@ -1018,7 +1017,7 @@ def _as_measured(data: Calibration, spec: DeviceSpec) -> Any:
     """``data`` as the hybrid's ``MeasuredGemms``. NB: its ``gpu`` column holds the spec itself
     (``get_device`` takes either), since a calibrated device need not be in the catalog; CPU
     wall-clock rows use the hybrid's ``event`` launch slot (both include dispatch)."""
-    from .measurements import MeasuredGemms
+    from .gemms.measured import MeasuredGemms
 
     size = len(data)
     timing = "event" if data.timing == "wall" else data.timing

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measurements import load_gemms
+    from ..gemms.measured import load_gemms
     from ..predict.hybrid import HybridPredictor
     from ..train.gemm import train_gemm_predictor
     from . import UsageError

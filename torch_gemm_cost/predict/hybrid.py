@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ..devices import DeviceSpec, get_device
+from ..gemms.measured import impossible_rows
 from .base import GemmBatch, GemmPrediction
 from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
@@ -536,7 +537,7 @@ class HybridPredictor:
 
     def _rows_of(self, measured: Any) -> tuple[RowInputs, torch.Tensor]:
         gpus = sorted(set(measured.gpu))
-        table = DeviceTable.build([get_device(g) for g in gpus])
+        table = DeviceTable.build([measured.device(g) for g in gpus])
         index = {g: i for i, g in enumerate(gpus)}
         dev = torch.tensor([index[g] for g in measured.gpu], dtype=torch.long)
         for t in set(measured.timing):
@@ -551,12 +552,10 @@ class HybridPredictor:
     def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
         """Fit every trainable parameter jointly with full-batch Adam; returns self.
 
-        Rows the data cannot physically contain (``measurements.impossible_rows``) are left out.
+        Rows the data cannot physically contain (``impossible_rows``) are left out.
         Each (gpu, source, dtype) group contributes at most ``rows_per_group`` seeded-random rows
         and equal total weight. ``warm_start`` fine-tunes the current weights.
         """
-        from ..measurements import impossible_rows
-
         gen = torch.Generator().manual_seed(self.seed)
         keep = ~impossible_rows(measured)
         if int(keep.sum()) == 0:

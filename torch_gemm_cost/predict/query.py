@@ -10,7 +10,6 @@ value and the nearest good one.
 
 from __future__ import annotations
 
-import difflib
 import os
 import warnings
 from pathlib import Path
@@ -20,7 +19,8 @@ import torch
 
 from ..devices import DeviceSpec, get_device, list_devices
 from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
-from .base import DTYPE_NAMES, GemmBatch, GemmPrediction, Predictor
+from ..gemms.records import GemmBatch
+from .base import GemmPrediction, Predictor
 
 __all__ = ["check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms", "resolve_target"]
 
@@ -141,48 +141,6 @@ def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
     return t64
 
 
-def _op_leads(op: str) -> tuple[int, int, int]:
-    """Which dim (0 = m, 1 = n, 2 = k) is the leading dim of A, B and C for ``op``."""
-    from ..measurements import _OP_LAYOUT, LAYOUTS
-
-    layout = _OP_LAYOUT.get(op, op if op in LAYOUTS else None)
-    if layout is None:
-        known = sorted(set(_OP_LAYOUT) | set(LAYOUTS))
-        close = difflib.get_close_matches(str(op), known, n=2, cutoff=0.5)
-        hint = f". Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"unknown op {op!r}; known: {', '.join(known)}{hint}")
-    pos = {"m": 0, "n": 1, "k": 2}
-    a, b, c = (pos[d] for d in LAYOUTS[layout])
-    return a, b, c
-
-
-def _align_bytes(lead: torch.Tensor, elem_bytes: int) -> torch.Tensor:
-    """Widest vector load (power of two ≤ 16 bytes) that a row of ``lead`` elements allows."""
-    row = lead.long() * elem_bytes  # (N,)
-    return torch.gcd(row, torch.full_like(row, 16)).double()
-
-
-def _batch_of(
-    batch: torch.Tensor, m: torch.Tensor, n: torch.Tensor, k: torch.Tensor,
-    cd: ComputeDtype, op: str, bias: bool,
-) -> GemmBatch:
-    """A GemmBatch of one dtype and op from 1-D float64 dims, built without Python loops."""
-    a, b, c = _op_leads(op)
-    dims = (m, n, k)
-    size = m.shape[0]
-    return GemmBatch(
-        batch=batch, m=m, n=n, k=k,
-        dtype_index=torch.full((size,), DTYPE_NAMES.index(cd.name), dtype=torch.long),
-        in_bytes=torch.full((size,), float(cd.in_bytes), dtype=torch.float64),
-        out_bytes=torch.full((size,), float(cd.out_bytes), dtype=torch.float64),
-        a_align_bytes=_align_bytes(dims[a], cd.in_bytes),
-        b_align_bytes=_align_bytes(dims[b], cd.in_bytes),
-        c_align_bytes=_align_bytes(dims[c], cd.out_bytes),
-        bias=torch.full((size,), float(bool(bias)), dtype=torch.float64),
-        b_transposed=torch.full((size,), float(b == 2), dtype=torch.float64),  # B is (n, k)
-    )
-
-
 def _run(
     device: DeviceLike, m: DimLike, n: DimLike, k: DimLike, batch: DimLike,
     dtype: str | torch.dtype, op: str, bias: bool, predictor: Predictor | None,
@@ -198,7 +156,7 @@ def _run(
     except RuntimeError:
         shapes = ", ".join(f"{x}{tuple(d.shape)}" for x, d in zip(("batch", "m", "n", "k"), dims))
         raise ValueError(f"dims do not broadcast together: {shapes}") from None
-    gemms = _batch_of(b_, m_, n_, k_, cd, op, bias)
+    gemms = GemmBatch.from_dims(m=m_, n=n_, k=k_, batch=b_, dtype=cd, op=op, bias=bool(bias))
     live = b_ > 0  # (N,) zero-size batches cost nothing and are not predicted
     chosen = predictor or profile_predictor
     if chosen is None:
@@ -207,9 +165,7 @@ def _run(
         chosen = default_predictor()
     if not bool(live.any()):
         return gemms, None, live, scalar
-    sub = gemms if bool(live.all()) else GemmBatch(
-        **{f: getattr(gemms, f)[live] for f in gemms.__dataclass_fields__}
-    )
+    sub = gemms if bool(live.all()) else gemms.select(live)
     return gemms, chosen.predict(sub, spec), live, scalar
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..measurements import MeasuredGemms, impossible_rows, load_gemms
+from ..gemms.measured import MeasuredGemms, impossible_rows, load_gemms
 from ..predict.hybrid import HybridPredictor
 
 __all__ = [

@@ -10,52 +10,36 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from .dtypes import DTYPES, resolve_dtype
-from .predict.base import DTYPE_NAMES, GemmBatch
+from ..devices import DeviceSpec, get_device
+from ..dtypes import DTYPES, resolve_dtype
+from .records import DTYPE_NAMES, LAYOUT_LEADS, OP_LAYOUT, GemmBatch, alignment_bytes
 
 __all__ = [
     "DEFAULT_DATA_DIR",
-    "LAYOUTS",
     "MeasuredGemms",
     "gemm_batch_from_columns",
+    "impossible_rows",
     "load_gemms",
 ]
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-
-# op -> the layout it implies when the ``layout`` column is absent
-_OP_LAYOUT: dict[str, str] = {
-    "matmul": "A@B",
-    "mm": "A@B",
-    "bmm": "A@B",
-    "linear": "x@W^T",
-    "addmm": "x@W^T",
-    "gemm_NN": "colmajor_NN",
-    "gemm_NT": "colmajor_NT",
-    "gemm_TN": "colmajor_TN",
-}
-
-# layout -> which dim is the leading (contiguous-stride) dim of A, B and C
-LAYOUTS: dict[str, tuple[str, str, str]] = {
-    "A@B": ("k", "n", "n"),  # A (m, k) row-major, B (k, n) row-major, C (m, n)
-    "x@W^T": ("k", "k", "n"),  # W stored (n, k): its rows have k elements
-    "colmajor_NN": ("m", "k", "m"),  # BLAS column-major: lda = m, ldb = k, ldc = m
-    "colmajor_NT": ("m", "n", "m"),  # B^T stored n x k column-major: ldb = n
-    "colmajor_TN": ("k", "k", "m"),  # A^T stored k x m column-major: lda = k
-}
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 _REQUIRED = ("gpu", "op", "dtype", "batch", "m", "n", "k", "latency_ms")
 
 
 @dataclass(frozen=True)
 class MeasuredGemms:
-    """Measured GEMMs with their device, source, timing method and latency, one entry per row."""
+    """Measured GEMMs with their device, source, timing method and latency, one entry per row.
+
+    ``devices`` holds the specs of ``gpu`` ids the catalog lacks or describes otherwise (a
+    calibrated device); every other id is looked up in the catalog (``device``).
+    """
 
     gemms: GemmBatch
     gpu: tuple[str, ...]
@@ -63,9 +47,14 @@ class MeasuredGemms:
     timing: tuple[str, ...]  # event, kernel or table (see DATA.md)
     latency_ms: torch.Tensor  # (N,) float64
     kernel: tuple[str, ...] = ()  # cuBLAS kernel name where the source recorded it, else ""
+    devices: Mapping[str, DeviceSpec] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.gpu)
+
+    def device(self, gpu: str) -> DeviceSpec:
+        """The spec of a ``gpu`` id of these rows."""
+        return self.devices[gpu] if gpu in self.devices else get_device(gpu)
 
     def select(self, index: torch.Tensor | Sequence[int]) -> MeasuredGemms:
         """The rows at ``index`` (a bool mask or integer positions), in that order."""
@@ -74,16 +63,15 @@ class MeasuredGemms:
             idx = torch.nonzero(idx).flatten()
         idx = idx.long()
         pos = idx.tolist()
-        g = self.gemms
-        sub = GemmBatch(**{f: getattr(g, f)[idx] for f in g.__dataclass_fields__})
         pick = lambda t: tuple(t[i] for i in pos)
         return MeasuredGemms(
-            gemms=sub,
+            gemms=self.gemms.select(idx),
             gpu=pick(self.gpu),
             source=pick(self.source),
             timing=pick(self.timing),
             latency_ms=self.latency_ms[idx],
             kernel=pick(self.kernel) if self.kernel else (),
+            devices=self.devices,
         )
 
     def mask(self, **equal: str | Iterable[str]) -> torch.Tensor:
@@ -95,13 +83,6 @@ class MeasuredGemms:
             wanted = {want} if isinstance(want, str) else set(want)
             keep &= torch.tensor([v in wanted for v in getattr(self, col)], dtype=torch.bool)
         return keep
-
-
-def _alignment(leading: torch.Tensor, elem_bytes: torch.Tensor, cap: int = 16) -> torch.Tensor:
-    """Largest power of two ≤ ``cap`` dividing leading·elem_bytes; ``cap`` for empty dims."""
-    row = (leading.long() * elem_bytes.long()).clamp(min=0)
-    low_bit = row & (-row)  # lowest set bit; 0 where row == 0
-    return torch.where(row > 0, low_bit.clamp(max=cap), torch.full_like(row, cap)).double()
 
 
 def _int_dim(value: object, where: Callable[[], str]) -> int:
@@ -130,12 +111,53 @@ def _bias_flag(value: object, where: Callable[[], str]) -> float:
     raise ValueError(f"{where()}: expected 0 or 1, got {value!r}")
 
 
-def _where_row(row_names: Sequence[str] | None) -> Callable[[int, str], Callable[[], str]]:
+_Where = Callable[[int, str], Callable[[], str]]
+
+
+def _where_row(row_names: Sequence[str] | None) -> _Where:
     def make(i: int, col: str) -> Callable[[], str]:
         label = row_names[i] if row_names is not None else f"row {i}"
         return lambda: f"{label}, column {col!r}"
 
     return make
+
+
+def _dtype_column(dtype: Sequence[str], where: _Where) -> torch.Tensor:
+    """(N,) index into ``DTYPE_NAMES`` of each row's dtype, each spelling resolved once."""
+    resolved: dict[str, int] = {}
+    rows: list[int] = []
+    for i, d in enumerate(dtype):
+        hit = resolved.get(d)
+        if hit is None:
+            try:
+                hit = DTYPE_NAMES.index(resolve_dtype(d).name)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{where(i, 'dtype')()}: {e}") from None
+            resolved[d] = hit
+        rows.append(hit)
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def _lead_rows(op: Sequence[str], layout: Sequence[str] | None, where: _Where) -> torch.Tensor:
+    """(3, N): per row, the dim (1 m, 2 n, 3 k) holding the leading dim of A, B and C, from the
+    row's layout, or the one its op implies."""
+    resolved: dict[tuple[str, str | None], tuple[int, int, int]] = {}
+    rows: list[tuple[int, int, int]] = []
+    for i, o in enumerate(op):
+        lay = layout[i] if layout is not None else None
+        sel = resolved.get((o, lay))
+        if sel is None:
+            given = "" if lay is None else str(lay).strip()
+            if given and given not in LAYOUT_LEADS:
+                raise ValueError(f"{where(i, 'layout')()}: unknown layout {lay!r}; known: "
+                                 + ", ".join(LAYOUT_LEADS))
+            if o not in OP_LAYOUT:
+                raise ValueError(
+                    f"{where(i, 'op')()}: unknown op {o!r}; known: {', '.join(OP_LAYOUT)}")
+            a, b, c = LAYOUT_LEADS[given or OP_LAYOUT[o]]
+            sel = resolved[(o, lay)] = (" mnk".index(a), " mnk".index(b), " mnk".index(c))
+        rows.append(sel)
+    return torch.tensor(rows, dtype=torch.long).reshape(len(rows), 3).T
 
 
 def gemm_batch_from_columns(
@@ -157,74 +179,21 @@ def gemm_batch_from_columns(
     Raises ValueError naming the row and column of the first bad value.
     """
     size = len(op)
-    for name, col in (("dtype", dtype), ("batch", batch), ("m", m), ("n", n), ("k", k)):
-        if len(col) != size:
+    for name, col in (("dtype", dtype), ("batch", batch), ("m", m), ("n", n), ("k", k),
+                      ("layout", layout), ("bias", bias)):
+        if col is not None and len(col) != size:
             raise ValueError(f"column {name!r} has {len(col)} values, column 'op' has {size}")
-    if layout is not None and len(layout) != size:
-        raise ValueError(f"column 'layout' has {len(layout)} values, column 'op' has {size}")
-    if bias is not None and len(bias) != size:
-        raise ValueError(f"column 'bias' has {len(bias)} values, column 'op' has {size}")
     where = _where_row(row_names)
-
-    dims = torch.empty((4, size), dtype=torch.float64)
-    for j, (name, col) in enumerate((("batch", batch), ("m", m), ("n", n), ("k", k))):
-        dims[j] = torch.tensor(
-            [_int_dim(v, where(i, name)) for i, v in enumerate(col)], dtype=torch.float64
-        )
-
-    dtype_cache: dict[str, int] = {}
-    dtype_rows: list[int] = []
-    for i, d in enumerate(dtype):
-        hit = dtype_cache.get(d)
-        if hit is None:
-            try:
-                hit = DTYPE_NAMES.index(resolve_dtype(d).name)
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{where(i, 'dtype')()}: {e}") from None
-            dtype_cache[d] = hit
-        dtype_rows.append(hit)
-    dtype_index = torch.tensor(dtype_rows, dtype=torch.long)
-
-    # per row, the row of `dims` (1 m, 2 n, 3 k) holding the leading dim of A, B and C
-    lead_rows: list[tuple[int, int, int]] = []
-    dim_pos = {"m": 1, "n": 2, "k": 3}
-    layout_cache: dict[tuple[str, str | None], tuple[int, int, int]] = {}
-    for i, o in enumerate(op):
-        lay = layout[i] if layout is not None else None
-        key = (o, lay)
-        sel = layout_cache.get(key)
-        if sel is None:
-            if lay is None or str(lay).strip() == "":
-                if o not in _OP_LAYOUT:
-                    raise ValueError(
-                        f"{where(i, 'op')()}: unknown op {o!r}; known: {', '.join(_OP_LAYOUT)}"
-                    )
-                lay_name = _OP_LAYOUT[o]
-            else:
-                lay_name = str(lay).strip()
-                if lay_name not in LAYOUTS:
-                    raise ValueError(
-                        f"{where(i, 'layout')()}: unknown layout {lay!r}; known: "
-                        + ", ".join(LAYOUTS)
-                    )
-                if o not in _OP_LAYOUT:
-                    raise ValueError(
-                        f"{where(i, 'op')()}: unknown op {o!r}; known: {', '.join(_OP_LAYOUT)}"
-                    )
-            a_dim, b_dim, c_dim = LAYOUTS[lay_name]
-            sel = (dim_pos[a_dim], dim_pos[b_dim], dim_pos[c_dim])
-            layout_cache[key] = sel
-        lead_rows.append(sel)
-    lead = torch.tensor(lead_rows, dtype=torch.long).reshape(size, 3).T  # (3, N)
-
-    in_table = torch.tensor([float(DTYPES[name].in_bytes) for name in DTYPE_NAMES])
-    out_table = torch.tensor([float(DTYPES[name].out_bytes) for name in DTYPE_NAMES])
-    in_bytes = in_table.double()[dtype_index]
-    out_bytes = out_table.double()[dtype_index]
+    dims = torch.stack([  # (4, N): batch, m, n, k
+        torch.tensor([_int_dim(v, where(i, name)) for i, v in enumerate(col)], dtype=torch.float64)
+        for name, col in (("batch", batch), ("m", m), ("n", n), ("k", k))
+    ])
+    dtype_index = _dtype_column(dtype, where)
+    lead = _lead_rows(op, layout, where)  # (3, N)
+    in_bytes = torch.tensor([float(DTYPES[d].in_bytes) for d in DTYPE_NAMES])[dtype_index]
+    out_bytes = torch.tensor([float(DTYPES[d].out_bytes) for d in DTYPE_NAMES])[dtype_index]
     cols = torch.arange(size)
-    lead_a = dims[lead[0], cols]
-    lead_b = dims[lead[1], cols]
-    lead_c = dims[lead[2], cols]
+    lead_a, lead_b, lead_c = (dims[lead[j], cols] for j in range(3))
     bias_t = (
         torch.zeros(size, dtype=torch.float64)
         if bias is None
@@ -237,13 +206,13 @@ def gemm_batch_from_columns(
         n=dims[2].clone(),
         k=dims[3].clone(),
         dtype_index=dtype_index,
-        in_bytes=in_bytes,
-        out_bytes=out_bytes,
-        a_align_bytes=_alignment(lead_a, in_bytes),
-        b_align_bytes=_alignment(lead_b, in_bytes),
-        c_align_bytes=_alignment(lead_c, out_bytes),
+        in_bytes=in_bytes.double(),
+        out_bytes=out_bytes.double(),
+        a_align_bytes=alignment_bytes(lead_a, in_bytes),
+        b_align_bytes=alignment_bytes(lead_b, in_bytes),
+        c_align_bytes=alignment_bytes(lead_c, out_bytes),
         bias=bias_t,
-        b_transposed=(lead[1] == dim_pos["k"]).double(),  # B stored (n, k)
+        b_transposed=(lead[1] == 3).double(),  # B stored (n, k)
     )
 
 
@@ -345,8 +314,6 @@ def impossible_rows(measured: MeasuredGemms) -> torch.Tensor:
 
     Rows on devices or dtypes the catalog lacks are flagged too, since nothing can check them.
     """
-    from .devices import get_device
-
     g = measured.gemms
     floor_s = torch.full((len(measured),), float("nan"), dtype=torch.float64)
     gpus = sorted(set(measured.gpu))
@@ -354,7 +321,7 @@ def impossible_rows(measured: MeasuredGemms) -> torch.Tensor:
     rows_gpu = torch.tensor([gpu_index[x] for x in measured.gpu], dtype=torch.long)
     for name, i in gpu_index.items():
         try:
-            device = get_device(name)
+            device = measured.device(name)
         except ValueError:
             continue
         sel = rows_gpu == i
