@@ -473,6 +473,31 @@ def test_refused_points_are_skipped_and_reported(monkeypatch: pytest.MonkeyPatch
         [(15, "Expected trailing dimension of mat1 to be divisible by 16")]
 
 
+class _SlowTimer:
+    """Every run takes 2 ms, whatever the GEMM: long enough for the sweep to re-time it."""
+
+    timing = "wall"
+
+    def flush(self) -> None:
+        pass
+
+    def mark(self) -> None:
+        return None
+
+    def elapsed_ms(self, marks: list) -> list[float]:
+        return [2.0] * len(marks)
+
+
+def test_points_without_an_estimate_are_re_timed_last() -> None:
+    """A point of 0.5 ms or more is re-timed in the budget's last quarter, the slowest against
+    its estimate first; a point with no estimate (est_s 0) sorts last instead of dividing by
+    zero."""
+    pts = [SweepPoint(1, 8, 8, 8, "float32", "square"),
+           SweepPoint(1, 16, 16, 16, "float32", "square", est_s=1e-3)]
+    runs = run_sweep(pts, "cpu", _SlowTimer(), 5.0, reps=3)
+    assert [(r.point.m, r.latency_ms) for r in runs] == [(8, 2.0), (16, 2.0)]
+
+
 def test_linear_rows_and_kernels_in_the_data_schema(tmp_path: Path) -> None:
     spec = cpu_spec()
     p = SweepPoint(1, 8, 64, 32, "float16", "bias", op="linear", bias=True)

@@ -510,7 +510,9 @@ def run_sweep(
             if not time_point(i, first_pass_s):
                 break
         slow = [i for i, (ms, _) in best.items() if ms >= 0.5]
-        slow.sort(key=lambda i: -best[i][0] * 1e-3 / points[i].est_s)
+        # slowest against the estimate first; points without an estimate (est_s 0) last
+        slow.sort(key=lambda i: -best[i][0] * 1e-3 / points[i].est_s if points[i].est_s > 0
+                  else 0.0)
         for i in slow:
             if not time_point(i, budget_s):
                 break
