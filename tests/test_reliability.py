@@ -29,8 +29,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 import torch_gemm_cost as tgc
 from torch_gemm_cost.capture import CaptureError
 from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.predict import GemmBatch, default_predictor
 from torch_gemm_cost.gemms.records import DTYPE_NAMES
+from torch_gemm_cost.predict import GemmBatch, default_predictor
 from torch_gemm_cost.predict.query import load_weights
 
 transformers = pytest.importorskip("transformers")

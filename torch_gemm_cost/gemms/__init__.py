@@ -1,20 +1,36 @@
-"""GEMM records, the handlers that read them off ATen ops, the walk of a captured graph, and
-measured GEMMs from the data's schema."""
+"""GEMM records, the handlers that read them off ATen ops (one per op, in a registry that takes
+custom ops too), the walk of a captured graph, and measured GEMMs from the data's schema."""
 
 from .extract import META_KEY, PHASES, extract
-from .handlers import active_groups, causal_kept_entries, einsum_gemms
+from .handlers import (
+    ForwardGemm,
+    GemmHandler,
+    HandlerContext,
+    active_groups,
+    causal_kept_entries,
+    einsum_gemms,
+    gemm_handler,
+    matrix_layout,
+    register_gemm_handler,
+)
 from .records import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
 
 __all__ = [
     "DTYPE_NAMES",
     "META_KEY",
     "PHASES",
+    "ForwardGemm",
     "GemmBatch",
+    "GemmHandler",
     "GemmSite",
+    "HandlerContext",
     "OtherOp",
     "active_groups",
     "alignment_bytes",
     "causal_kept_entries",
     "einsum_gemms",
     "extract",
+    "gemm_handler",
+    "matrix_layout",
+    "register_gemm_handler",
 ]

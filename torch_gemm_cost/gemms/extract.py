@@ -17,7 +17,14 @@ import torch
 
 from ..capture import NO_GRAD
 from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
-from .handlers import _GEMM_HANDLERS, _bind, _Env, _Fwd, _unique_numel
+from .handlers import (
+    ForwardGemm,
+    HandlerContext,
+    bind_arguments,
+    gemm_handler,
+    op_name,
+    unique_numel,
+)
 from .records import GemmSite, OtherOp, alignment_bytes
 
 __all__ = ["META_KEY", "PHASES", "extract"]
@@ -41,7 +48,7 @@ class _Ctx:
         return dtype.itemsize
 
     def tensor_bytes(self, t: torch.Tensor) -> int:
-        return _unique_numel(t) * self.elem_bytes(t.dtype)
+        return unique_numel(t) * self.elem_bytes(t.dtype)
 
 
 def _out_dtype_name(cd: ComputeDtype) -> str:
@@ -234,17 +241,10 @@ _FACTORY = {
 }
 
 
-def _op_name(target: Any) -> str:
-    """``aten.add_.Tensor`` -> ``add_``; Python callables by their name."""
-    packet = getattr(target, "_overloadpacket", None)
-    name = getattr(packet, "__name__", None) or getattr(target, "__name__", None) or str(target)
-    return str(name).split(".")[-1]
-
-
 def _qualified(target: Any) -> str:
     packet = getattr(target, "_overloadpacket", None)
     if packet is not None:
-        name = getattr(packet, "_qualified_op_name", "aten::" + _op_name(target))
+        name = getattr(packet, "_qualified_op_name", "aten::" + op_name(target))
         return str(name).replace("::", ".")
     return getattr(target, "__name__", str(target))
 
@@ -336,7 +336,7 @@ def extract(
         if node.op != "call_function":
             continue
         out_val = node.meta.get("val")
-        name = _op_name(node.target)
+        name = op_name(node.target)
         inputs = node.all_input_nodes
         out_tensors = _tensors(out_val)
         requires[node] = (
@@ -351,9 +351,9 @@ def extract(
         module, module_type = _module_of(node, model_name)
         records: list[GemmSite | OtherOp] = []
         back: list[GemmSite | OtherOp] = []
-        handler = _GEMM_HANDLERS.get(name)
-        env = _Env(val, rg, cd.in_bytes, module in causal_modules)
-        fwds = handler(_bind(node), env) if handler is not None else []
+        handler = gemm_handler(name)
+        ctx_h = HandlerContext(val, rg, cd.in_bytes, module in causal_modules)
+        fwds = handler(bind_arguments(node), ctx_h) if handler is not None else []
         if fwds:
             for f in fwds:
                 site = _site(f, ctx, module, module_type, node.name)
@@ -397,7 +397,7 @@ def _gemm_bytes(batch: int, m: int, n: int, k: int, cd: ComputeDtype) -> int:
     return batch * (m * k + k * n) * cd.in_bytes + batch * m * n * cd.out_bytes
 
 
-def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmSite:
+def _site(f: ForwardGemm, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmSite:
     cd = ctx.cd
     dense = 2 * f.batch * f.m * f.n * f.k
     if f.kept is None:
@@ -439,7 +439,7 @@ def _site(f: _Fwd, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmS
     )
 
 
-def _backward_sites(f: _Fwd, fwd: GemmSite) -> list[GemmSite]:
+def _backward_sites(f: ForwardGemm, fwd: GemmSite) -> list[GemmSite]:
     """dA = dC·Bᵀ and dB = Aᵀ·dC (for a Linear weight, dW = dYᵀ·X), as autograd runs them."""
     cd_out = fwd.out_dtype
     cd = DTYPES[fwd.dtype]
@@ -574,12 +574,12 @@ def _bias_grad(site: GemmSite, elems: int, out: torch.Tensor, ctx: _Ctx) -> Othe
         op_class="reduction",
         dtype=ctx.act_name,
         numel=elems,
-        dram_bytes=(_unique_numel(out) + elems) * elem,
+        dram_bytes=(unique_numel(out) + elems) * elem,
     )
 
 
-def _sdpa_softmax(node: Any, f: _Fwd, ctx: _Ctx, module: str, module_type: str) -> OtherOp:
-    b = _bind(node)
+def _sdpa_softmax(node: Any, f: ForwardGemm, ctx: _Ctx, module: str, module_type: str) -> OtherOp:
+    b = bind_arguments(node)
     mask = b.get("attn_mask", b.get("attn_bias"))
     mask_val = getattr(mask, "meta", {}).get("val")
     mask_bytes = ctx.tensor_bytes(mask_val) if isinstance(mask_val, torch.Tensor) else 0

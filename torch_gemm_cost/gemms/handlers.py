@@ -1,20 +1,35 @@
 """GEMM handlers: one per ATen op that runs GEMMs, from a node's arguments to its forward GEMMs.
 
 Each handler reads the operands' meta tensors (shapes, strides, storage offsets) of one node;
-nothing runs on real data.
+nothing runs on real data. Handlers live in a registry keyed by op name that takes one handler
+per op; ``register_gemm_handler`` adds one for a custom op.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .records import alignment_bytes
 
-__all__ = ["active_groups", "causal_kept_entries", "einsum_gemms"]
+__all__ = [
+    "ForwardGemm",
+    "GemmHandler",
+    "HandlerContext",
+    "active_groups",
+    "bind_arguments",
+    "causal_kept_entries",
+    "einsum_gemms",
+    "gemm_handler",
+    "matrix_layout",
+    "op_name",
+    "register_gemm_handler",
+    "unique_numel",
+]
 
 
 def causal_kept_entries(q_len: int, kv_len: int, *, bottom_right: bool = False) -> int:
@@ -127,7 +142,7 @@ def _layout(
     return transposed, align
 
 
-def _matrix(
+def matrix_layout(
     t: torch.Tensor, elem: int, *, as_rows: bool = True, swap: bool = False
 ) -> tuple[bool, int]:
     """Layout of the trailing matrix of ``t``. A 1-D tensor is a row (``as_rows``) or a column.
@@ -142,7 +157,7 @@ def _matrix(
     return _layout(r, c, sr, sc, int(t.storage_offset()), elem)
 
 
-def _unique_numel(t: torch.Tensor) -> int:
+def unique_numel(t: torch.Tensor) -> int:
     """Elements a kernel touches: broadcast (stride-0) dims count once."""
     return math.prod(int(s) for s, st in zip(t.shape, t.stride()) if int(st) != 0) if t.dim() else 1
 
@@ -150,72 +165,48 @@ def _unique_numel(t: torch.Tensor) -> int:
 # --- GEMM handlers: node -> forward GEMMs with their operands' grad flags
 
 
-class _Fwd:
-    """A forward GEMM before it becomes a record: dims, layouts and which operands need grad."""
+@dataclass(frozen=True, slots=True)
+class ForwardGemm:
+    """One forward GEMM a handler reads off a node, before it becomes a ``GemmSite``: dims,
+    operand layouts and which operands need grad. ``a`` and ``b`` are (transposed, alignment
+    bytes) pairs, as ``matrix_layout`` gives them."""
 
-    __slots__ = (
-        "a",
-        "b",
-        "batch",
-        "bias",
-        "bias_grad_elems",
-        "grad_a",
-        "grad_b",
-        "io_elems",
-        "k",
-        "kept",
-        "m",
-        "n",
-        "op",
-        "taps",
-        "tensor_elems",
-        "weight_b",
-    )
-
-    def __init__(
-        self,
-        op: str,
-        batch: int,
-        m: int,
-        n: int,
-        k: int,
-        a: tuple[bool, int],
-        b: tuple[bool, int],
-        *,
-        bias: bool = False,
-        grad_a: bool = False,
-        grad_b: bool = False,
-        weight_b: bool = False,
-        kept: int | None = None,
-        io_elems: tuple[int, int] | None = None,
-        bias_grad_elems: int = 0,
-        tensor_elems: tuple[int, int, int] | None = None,
-        taps: int = 1,
-    ) -> None:
-        self.op, self.batch, self.m, self.n, self.k = op, batch, m, n, k
-        self.taps = taps
-        self.a, self.b, self.bias, self.kept, self.io_elems = a, b, bias, kept, io_elems
-        # elements of the tensors behind A, B and C when A is implicit (a convolution's
-        # unfolded input): what crosses DRAM, forward and backward, instead of the matrices
-        self.tensor_elems = tensor_elems
-        self.grad_a, self.grad_b, self.weight_b = grad_a, grad_b, weight_b
-        # elements of a broadcast bias that needs grad: backward sums dC down to it (a
-        # reduction kernel); 0 when there is none or it has dC's own shape (dC passes through)
-        self.bias_grad_elems = bias_grad_elems
+    op: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: tuple[bool, int]
+    b: tuple[bool, int]
+    bias: bool = False  # a bias add is fused into the GEMM
+    grad_a: bool = False  # A needs grad: backward runs dA = dC·Bᵀ
+    grad_b: bool = False  # B needs grad: backward runs dB = Aᵀ·dC
+    weight_b: bool = False  # B is a weight stored (n, k): its gradient is dW = dYᵀ·X
+    kept: int | None = None  # scores a causal mask keeps (attention); None: all of them
+    io_elems: tuple[int, int] | None = None  # elements read and written, if not A, B, C once
+    # elements of a broadcast bias that needs grad: backward sums dC down to it (a
+    # reduction kernel); 0 when there is none or it has dC's own shape (dC passes through)
+    bias_grad_elems: int = 0
+    # elements of the tensors behind A, B and C when A is implicit (a convolution's
+    # unfolded input): what crosses DRAM, forward and backward, instead of the matrices
+    tensor_elems: tuple[int, int, int] | None = None
+    taps: int = 1  # a convolution's kernel taps (``GemmSite.taps``)
 
 
-class _Env:
+@dataclass(frozen=True)
+class HandlerContext:
     """What a GEMM handler may read besides the node's arguments."""
 
-    __slots__ = ("elem", "module_causal", "rg", "val")
-
-    def __init__(
-        self, val: Callable[[Any], Any], rg: Callable[[Any], bool], elem: int, module_causal: bool
-    ) -> None:
-        self.val, self.rg, self.elem, self.module_causal = val, rg, elem, module_causal
+    tensor: Callable[[Any], Any]  # an argument's value: the meta tensor behind an FX node
+    requires_grad: Callable[[Any], bool]  # whether gradients flow into an argument
+    elem_bytes: int  # bytes per element of A and B under the compute dtype
+    causal_module: bool  # the node runs inside a module with ``is_causal = True``
 
 
-def _bind(node: Any) -> dict[str, Any]:
+GemmHandler = Callable[[Mapping[str, Any], HandlerContext], list[ForwardGemm]]
+
+
+def bind_arguments(node: Any) -> dict[str, Any]:
     """The node's arguments by schema name, defaults filled in."""
     target = node.target
     schema = getattr(target, "_schema", None)
@@ -234,68 +225,69 @@ def _bind(node: Any) -> dict[str, Any]:
     return out
 
 
-def _bias_grad_elems(bias: Any, out_elems: int, env: _Env) -> int:
+def _bias_grad_elems(bias: Any, out_elems: int, ctx: HandlerContext) -> int:
     """Elements of ``bias``'s gradient when backward must reduce dC to it, else 0."""
-    t = env.val(bias) if bias is not None else None
-    if not isinstance(t, torch.Tensor) or not env.rg(bias) or t.numel() >= out_elems:
+    t = ctx.tensor(bias) if bias is not None else None
+    if not isinstance(t, torch.Tensor) or not ctx.requires_grad(bias) or t.numel() >= out_elems:
         return 0
     return int(t.numel())
 
 
-def _gemm_linear(b: dict, env: _Env) -> list[_Fwd]:
-    val, rg, elem = env.val, env.rg, env.elem
-    x, w = val(b["input"]), val(b["weight"])
+def _gemm_linear(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
+    val, rg, elem = ctx.tensor, ctx.requires_grad, ctx.elem_bytes
+    x, w = val(args["input"]), val(args["weight"])
     k = int(x.shape[-1])
     n = int(w.shape[0])
     m = math.prod(_ints(x.shape[:-1]))
     return [
-        _Fwd(
+        ForwardGemm(
             "linear",
             1,
             m,
             n,
             k,
-            _matrix(x, elem),
-            _matrix(w, elem, swap=True),
-            bias=b.get("bias") is not None,
-            grad_a=rg(b["input"]),
-            grad_b=rg(b["weight"]),
+            matrix_layout(x, elem),
+            matrix_layout(w, elem, swap=True),
+            bias=args.get("bias") is not None,
+            grad_a=rg(args["input"]),
+            grad_b=rg(args["weight"]),
             weight_b=True,
-            bias_grad_elems=_bias_grad_elems(b.get("bias"), m * n, env),
+            bias_grad_elems=_bias_grad_elems(args.get("bias"), m * n, ctx),
         )
     ]
 
 
 def _gemm_2d(op: str, a_key: str, b_key: str, bias_key: str | None):
-    def handler(b: dict, env: _Env) -> list[_Fwd]:
-        val, rg, elem = env.val, env.rg, env.elem
-        x, y = val(b[a_key]), val(b[b_key])
+    def handler(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
+        val, rg, elem = ctx.tensor, ctx.requires_grad, ctx.elem_bytes
+        x, y = val(args[a_key]), val(args[b_key])
+        bias = args.get(bias_key) if bias_key is not None else None
         batch = int(x.shape[0]) if x.dim() == 3 else 1
         m, k = int(x.shape[-2]), int(x.shape[-1])
         n = int(y.shape[-1])
         return [
-            _Fwd(
+            ForwardGemm(
                 op,
                 batch,
                 m,
                 n,
                 k,
-                _matrix(x, elem),
-                _matrix(y, elem),
-                bias=bias_key is not None and b.get(bias_key) is not None,
-                grad_a=rg(b[a_key]),
-                grad_b=rg(b[b_key]),
-                bias_grad_elems=_bias_grad_elems(b.get(bias_key), batch * m * n, env),
+                matrix_layout(x, elem),
+                matrix_layout(y, elem),
+                bias=bias is not None,
+                grad_a=rg(args[a_key]),
+                grad_b=rg(args[b_key]),
+                bias_grad_elems=_bias_grad_elems(bias, batch * m * n, ctx),
             )
         ]
 
     return handler
 
 
-def _gemm_matmul(b: dict, env: _Env) -> list[_Fwd]:
-    val, rg, elem = env.val, env.rg, env.elem
+def _gemm_matmul(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
     """torch.matmul in every broadcast case: dot, mv, vm, folded ND·2-D, batched ND·ND."""
-    x, y = val(b["self"]), val(b["other"])
+    val, rg, elem = ctx.tensor, ctx.requires_grad, ctx.elem_bytes
+    x, y = val(args["self"]), val(args["other"])
     xs, ys = _ints(x.shape), _ints(y.shape)
     k = xs[-1]
     if len(ys) == 1:  # (…, k)·(k,) -> m folds every leading dim, n = 1
@@ -308,75 +300,75 @@ def _gemm_matmul(b: dict, env: _Env) -> list[_Fwd]:
         batch = math.prod(torch.broadcast_shapes(xs[:-2], ys[:-2]))
         m, n = xs[-2], ys[-1]
     return [
-        _Fwd(
+        ForwardGemm(
             "matmul",
             batch,
             m,
             n,
             k,
-            _matrix(x, elem, as_rows=True),
-            _matrix(y, elem, as_rows=False),
-            grad_a=rg(b["self"]),
-            grad_b=rg(b["other"]),
+            matrix_layout(x, elem, as_rows=True),
+            matrix_layout(y, elem, as_rows=False),
+            grad_a=rg(args["self"]),
+            grad_b=rg(args["other"]),
         )
     ]
 
 
-def _gemm_einsum(b: dict, env: _Env) -> list[_Fwd]:
-    val, rg, elem = env.val, env.rg, env.elem
-    operands = list(b["tensors"])
+def _gemm_einsum(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
+    val, rg, elem = ctx.tensor, ctx.requires_grad, ctx.elem_bytes
+    operands = list(args["tensors"])
     shapes = [_ints(val(t).shape) for t in operands]
     out = []
     grad = rg(operands[0])
-    for j, (batch, m, n, k) in enumerate(einsum_gemms(b["equation"], shapes)):
+    for j, (batch, m, n, k) in enumerate(einsum_gemms(args["equation"], shapes)):
         # NB: torch permutes and reshapes einsum operands into contiguous bmm inputs
         layout_a = _layout(m, k, k, 1, 0, elem)
         layout_b = _layout(k, n, n, 1, 0, elem)
         gb = rg(operands[j + 1])
-        out.append(_Fwd("einsum", batch, m, n, k, layout_a, layout_b, grad_a=grad, grad_b=gb))
+        out.append(ForwardGemm("einsum", batch, m, n, k, layout_a, layout_b, grad_a=grad, grad_b=gb))
         grad = grad or gb
     return out
 
 
-def _gemm_sdpa(b: dict, env: _Env) -> list[_Fwd]:
-    val, rg, elem = env.val, env.rg, env.elem
-    q, k_, v = val(b["query"]), val(b["key"]), val(b["value"])
+def _gemm_sdpa(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
+    val, rg, elem = ctx.tensor, ctx.requires_grad, ctx.elem_bytes
+    q, k_, v = val(args["query"]), val(args["key"]), val(args["value"])
     qs = _ints(q.shape)
     batch = math.prod(qs[:-2])
     q_len, d_qk = qs[-2], qs[-1]
     kv_len, d_v = int(k_.shape[-2]), int(v.shape[-1])
     kept = None
-    if b.get("is_causal"):
+    if args.get("is_causal"):
         kept = causal_kept_entries(q_len, kv_len)
-    elif env.module_causal and b.get("attn_mask", b.get("attn_bias")) is not None and q_len > 1:
+    elif ctx.causal_module and args.get("attn_mask", args.get("attn_bias")) is not None and q_len > 1:
         # transformers materialises the causal mask while tracing; eagerly it passes is_causal
         kept = causal_kept_entries(q_len, kv_len, bottom_right=True)
-    g_q, g_k, g_v = rg(b["query"]), rg(b["key"]), rg(b["value"])
+    g_q, g_k, g_v = rg(args["query"]), rg(args["key"]), rg(args["value"])
     # fused kernel: QKᵀ reads Q and K, PV reads V and writes O; the scores stay on chip
     # (K and V are read once even when grouped-query heads share them)
-    qk_io = (_unique_numel(q) + _unique_numel(k_), 0)
-    pv_io = (_unique_numel(v), batch * q_len * d_v)
-    qk = _Fwd(
+    qk_io = (unique_numel(q) + unique_numel(k_), 0)
+    pv_io = (unique_numel(v), batch * q_len * d_v)
+    qk = ForwardGemm(
         "sdpa_qk",
         batch,
         q_len,
         kv_len,
         d_qk,
-        _matrix(q, elem),
-        _matrix(k_, elem, swap=True),
+        matrix_layout(q, elem),
+        matrix_layout(k_, elem, swap=True),
         grad_a=g_q,
         grad_b=g_k,
         kept=kept,
         io_elems=qk_io,
     )
-    pv = _Fwd(
+    pv = ForwardGemm(
         "sdpa_pv",
         batch,
         q_len,
         d_v,
         kv_len,
         (False, 16),  # P: on chip, never loaded from memory
-        _matrix(v, elem),
+        matrix_layout(v, elem),
         grad_a=g_q or g_k,
         grad_b=g_v,
         kept=kept,
@@ -397,15 +389,15 @@ def active_groups(groups: int, rows: int) -> int:
     return max(1, round(groups * (1.0 - (1.0 - 1.0 / groups) ** rows)))
 
 
-def _gemm_grouped_mm(b: dict, env: _Env) -> list[_Fwd]:
+def _gemm_grouped_mm(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
     """``torch._grouped_mm``: one GEMM per group (an MoE layer's experts). With ``offs`` a 2-D
     operand is cut into groups along its jagged dim, whose sizes depend on the routing and so
     are unknown until it runs: the rows are taken as routed uniformly, spread over the groups
     that receive any (``active_groups``), each group a GEMM of ⌈rows / active⌉. Only those
     groups' weights are read. Without ``offs`` both operands are 3-D, a bmm."""
-    val, rg, elem = env.val, env.rg, env.elem
-    x, y = val(b["self"]), val(b["mat2"])
-    offs = val(b.get("offs")) if b.get("offs") is not None else None
+    val, rg, elem = ctx.tensor, ctx.requires_grad, ctx.elem_bytes
+    x, y = val(args["self"]), val(args["mat2"])
+    offs = val(args.get("offs")) if args.get("offs") is not None else None
     groups = int(offs.numel()) if isinstance(offs, torch.Tensor) else int(x.shape[0])
 
     def jagged(total: int) -> tuple[int, int]:  # (groups that receive any, size of each)
@@ -421,17 +413,17 @@ def _gemm_grouped_mm(b: dict, env: _Env) -> list[_Fwd]:
     else:  # the reduction dim jagged (a weight gradient): (m, Σk)·(Σk, n) -> (G, m, n)
         (batch, k), m, n = jagged(int(x.shape[1])), int(x.shape[0]), int(y.shape[1])
     return [
-        _Fwd(
+        ForwardGemm(
             "grouped_mm",
             batch,
             m,
             n,
             k,
-            _matrix(x, elem),
-            _matrix(y, elem),
-            bias=b.get("bias") is not None,
-            grad_a=rg(b["self"]),
-            grad_b=rg(b["mat2"]),
+            matrix_layout(x, elem),
+            matrix_layout(y, elem),
+            bias=args.get("bias") is not None,
+            grad_a=rg(args["self"]),
+            grad_b=rg(args["mat2"]),
         )
     ]
 
@@ -451,23 +443,23 @@ def _gemm_convolution(transposed_op: bool):
     unfolded row's. A depthwise convolution (one input channel per group) is no GEMM: the
     handler declines it and it is costed as the memory-bound op it is."""
 
-    def handler(b: dict, env: _Env) -> list[_Fwd]:
-        x, w = env.val(b["input"]), env.val(b["weight"])
+    def handler(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
+        x, w = ctx.tensor(args["input"]), ctx.tensor(args["weight"])
         nd = w.dim() - 2
-        groups = int(b.get("groups") or 1)
-        transposed = transposed_op or bool(b.get("transposed") or False)
+        groups = int(args.get("groups") or 1)
+        transposed = transposed_op or bool(args.get("transposed") or False)
         batched = x.dim() == nd + 2
         n_img = int(x.shape[0]) if batched else 1
         spatial = _ints(x.shape[-nd:]) if nd else ()
-        stride = _per_dim(b.get("stride"), nd, 1)
-        dilation = _per_dim(b.get("dilation"), nd, 1)
-        pad = b.get("padding")
+        stride = _per_dim(args.get("stride"), nd, 1)
+        dilation = _per_dim(args.get("dilation"), nd, 1)
+        pad = args.get("padding")
         padding = (0,) * nd if isinstance(pad, str) else _per_dim(pad, nd, 0)
         kernel = _ints(w.shape[2:])
         taps = math.prod(kernel)
         if transposed:  # weight (C_in, C_out/g, *kernel)
             in_per_group, c_out_g = int(w.shape[0]) // groups, int(w.shape[1])
-            extra = _per_dim(b.get("output_padding"), nd, 0)
+            extra = _per_dim(args.get("output_padding"), nd, 0)
             out_sp = [(i - 1) * st - 2 * p + d * (kk - 1) + e + 1 for i, st, p, d, kk, e in
                       zip(spatial, stride, padding, dilation, kernel, extra)]
             m, n, k = n_img * math.prod(spatial), c_out_g * taps, in_per_group
@@ -484,9 +476,9 @@ def _gemm_convolution(transposed_op: bool):
             name = "convolution"
         if groups > 1 and in_per_group == 1:
             return []  # depthwise: a memory-bound stencil, costed as an elementwise op
-        elem = env.elem
+        elem = ctx.elem_bytes
         return [
-            _Fwd(
+            ForwardGemm(
                 name,
                 groups,
                 m,
@@ -494,12 +486,12 @@ def _gemm_convolution(transposed_op: bool):
                 k,
                 _layout(m, k, k, 1, 0, elem),  # unfolded input, row-major
                 _layout(k, n, 1, k, 0, elem),  # filters stored (n, k), as a Linear weight
-                bias=b.get("bias") is not None,
-                grad_a=env.rg(b["input"]),
-                grad_b=env.rg(b["weight"]),
+                bias=args.get("bias") is not None,
+                grad_a=ctx.requires_grad(args["input"]),
+                grad_b=ctx.requires_grad(args["weight"]),
                 weight_b=True,
-                bias_grad_elems=_bias_grad_elems(b.get("bias"), out_elems, env),
-                tensor_elems=(_unique_numel(x), _unique_numel(w), out_elems),
+                bias_grad_elems=_bias_grad_elems(args.get("bias"), out_elems, ctx),
+                tensor_elems=(unique_numel(x), unique_numel(w), out_elems),
                 taps=taps,
             )
         ]
@@ -510,55 +502,99 @@ def _gemm_convolution(transposed_op: bool):
 def _gemm_vector(op: str, a_key: str, b_key: str, bias_key: str | None):
     """mv (m, k)·(k,) and dot (k,)·(k,): GEMMs with n = 1 (and m = 1)."""
 
-    def handler(b: dict, env: _Env) -> list[_Fwd]:
-        x, y = env.val(b[a_key]), env.val(b[b_key])
+    def handler(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
+        x, y = ctx.tensor(args[a_key]), ctx.tensor(args[b_key])
         m = int(x.shape[0]) if x.dim() == 2 else 1
         k = int(y.shape[0])
         return [
-            _Fwd(
+            ForwardGemm(
                 op,
                 1,
                 m,
                 1,
                 k,
-                _matrix(x, env.elem),
-                _matrix(y, env.elem, as_rows=False),
+                matrix_layout(x, ctx.elem_bytes),
+                matrix_layout(y, ctx.elem_bytes, as_rows=False),
                 bias=bias_key is not None,
-                grad_a=env.rg(b[a_key]),
-                grad_b=env.rg(b[b_key]),
+                grad_a=ctx.requires_grad(args[a_key]),
+                grad_b=ctx.requires_grad(args[b_key]),
             )
         ]
 
     return handler
 
 
-_GEMM_HANDLERS: dict[str, Callable[..., list[_Fwd]]] = {
-    "linear": _gemm_linear,
-    "mv": _gemm_vector("mv", "self", "vec", None),
-    "addmv": _gemm_vector("addmv", "mat", "vec", "self"),
-    "dot": _gemm_vector("dot", "self", "tensor", None),
-    "vdot": _gemm_vector("dot", "self", "other", None),
+# --- the registry: ATen op name -> handler
+
+_HANDLERS: dict[str, GemmHandler] = {}
+
+
+def op_name(op: Any) -> str:
+    """The name an op is registered under: its overload packet's name (``aten.add_.Tensor`` ->
+    ``add_``; ``torch.ops.mylib.my_gemm`` -> ``my_gemm``), a Python callable's ``__name__``, or
+    the string itself."""
+    if isinstance(op, str):
+        return op
+    packet = getattr(op, "_overloadpacket", None)
+    name = getattr(packet, "__name__", None) or getattr(op, "__name__", None) or str(op)
+    return str(name).split(".")[-1]
+
+
+def gemm_handler(op: Any) -> GemmHandler | None:
+    """The handler registered for ``op`` (a name or the op), None when it runs no GEMM."""
+    return _HANDLERS.get(op_name(op))
+
+
+def register_gemm_handler(op: Any, handler: GemmHandler) -> GemmHandler:
+    """Register ``handler`` for the op ``op`` (its name, or the op, e.g.
+    ``torch.ops.mylib.my_gemm``), so that extraction records the GEMMs it runs.
+
+    ``handler(args, ctx)`` gets the node's arguments by schema name and a ``HandlerContext``
+    and returns the op's forward GEMMs (``ForwardGemm``, operand layouts from
+    ``matrix_layout``); backward GEMMs, FLOPs and bytes follow from them. An empty list means
+    this call runs no GEMM (the op is then costed as a memory-bound op). Raises ValueError if
+    ``op`` has a handler already: one op, one handler. Returns ``handler``.
+
+    NB: the default capture records a custom op's forward as its ``autograd.Function`` runs
+    it, with grad disabled, so it gets no backward GEMMs; ``capture_method="export"`` sees the
+    op's backward.
+    """
+    name = op_name(op)
+    if not name:
+        raise ValueError(f"cannot register a GEMM handler for {op!r}: it has no name")
+    if name in _HANDLERS:
+        raise ValueError(f"op {name!r} already has a GEMM handler ({_HANDLERS[name].__qualname__}); "
+                         "one op takes one handler")
+    if not callable(handler):
+        raise TypeError(f"handler for {name!r} must be callable, got {handler!r}")
+    _HANDLERS[name] = handler
+    return handler
+
+
+for _name, _handler in (
+    ("linear", _gemm_linear),
+    ("mv", _gemm_vector("mv", "self", "vec", None)),
+    ("addmv", _gemm_vector("addmv", "mat", "vec", "self")),
+    ("dot", _gemm_vector("dot", "self", "tensor", None)),
+    ("vdot", _gemm_vector("dot", "self", "other", None)),
     # NB: addbmm also sums the batch of products; that reduction is not costed
-    "addbmm": _gemm_2d("addbmm", "batch1", "batch2", "self"),
-    "addmm": _gemm_2d("addmm", "mat1", "mat2", "self"),
-    "mm": _gemm_2d("mm", "self", "mat2", None),
-    "bmm": _gemm_2d("bmm", "self", "mat2", None),
-    "baddbmm": _gemm_2d("baddbmm", "batch1", "batch2", "self"),
-    "matmul": _gemm_matmul,
-    "einsum": _gemm_einsum,
-    "_grouped_mm": _gemm_grouped_mm,
-    "convolution": _gemm_convolution(False),
-    "_convolution": _gemm_convolution(False),
-    "conv1d": _gemm_convolution(False),
-    "conv2d": _gemm_convolution(False),
-    "conv3d": _gemm_convolution(False),
-    "conv_transpose1d": _gemm_convolution(True),
-    "conv_transpose2d": _gemm_convolution(True),
-    "conv_transpose3d": _gemm_convolution(True),
-    "scaled_dot_product_attention": _gemm_sdpa,
+    ("addbmm", _gemm_2d("addbmm", "batch1", "batch2", "self")),
+    ("addmm", _gemm_2d("addmm", "mat1", "mat2", "self")),
+    ("mm", _gemm_2d("mm", "self", "mat2", None)),
+    ("bmm", _gemm_2d("bmm", "self", "mat2", None)),
+    ("baddbmm", _gemm_2d("baddbmm", "batch1", "batch2", "self")),
+    ("matmul", _gemm_matmul),
+    ("einsum", _gemm_einsum),
+    ("_grouped_mm", _gemm_grouped_mm),
+    *((name, _gemm_convolution(False))
+      for name in ("convolution", "_convolution", "conv1d", "conv2d", "conv3d")),
+    *((name, _gemm_convolution(True))
+      for name in ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")),
+    ("scaled_dot_product_attention", _gemm_sdpa),
     # the fused kernels SDPA dispatches to, where a graph holds them directly
-    "_scaled_dot_product_flash_attention": _gemm_sdpa,
-    "_scaled_dot_product_flash_attention_for_cpu": _gemm_sdpa,
-    "_scaled_dot_product_efficient_attention": _gemm_sdpa,
-    "_scaled_dot_product_cudnn_attention": _gemm_sdpa,
-}
+    ("_scaled_dot_product_flash_attention", _gemm_sdpa),
+    ("_scaled_dot_product_flash_attention_for_cpu", _gemm_sdpa),
+    ("_scaled_dot_product_efficient_attention", _gemm_sdpa),
+    ("_scaled_dot_product_cudnn_attention", _gemm_sdpa),
+):
+    register_gemm_handler(_name, _handler)
