@@ -126,7 +126,7 @@ def padding_section(h200: MeasuredGemms, preds: dict[str, torch.Tensor]) -> str:
 def vec_section(path: Path) -> str:
     """DATA.md's vec ops on the H200 against the shipped op costs (fitted on NeuSight's GPUs)."""
     from torch_gemm_cost.devices import get_device
-    from torch_gemm_cost.predict import memory
+    from torch_gemm_cost.predict import ops as memory
     from torch_gemm_cost.train.ops import VEC_OPS, VecRow, _score
 
     bw = get_device(GPU).dram_bw_bytes_per_s

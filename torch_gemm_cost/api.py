@@ -19,10 +19,10 @@ import torch
 from .capture import CAPTURE_METHODS, Captured, capture, unwrap_model
 from .devices import DeviceSpec
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
-from .gemms import GemmSite, OtherOp, extract
+from .gemms import GemmSite, OtherOp, extract, optimizer_ops
 from .gemms.records import GemmBatch
 from .predict import Predictor, default_predictor
-from .predict.memory import op_times_ms, optimizer_ops
+from .predict.ops import op_times_ms
 from .predict.query import DeviceLike, check_dtype_on_device, resolve_target
 from .report import Comparison, CostReport, GemmEstimate, OpEstimate
 
@@ -215,7 +215,7 @@ def _report(
 
 
 def _cost_other_ops(others: Sequence[OtherOp], device: DeviceSpec) -> tuple[OpEstimate, ...]:
-    """Times of the non-GEMM ops (``predict.memory``); ops of class ``other`` keep None."""
+    """Times of the non-GEMM ops (``predict.ops``); ops of class ``other`` keep None."""
     ops = tuple(others)
     times = op_times_ms(ops, device)
     return tuple(OpEstimate(op, t) for op, t in zip(ops, times))

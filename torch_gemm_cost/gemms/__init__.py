@@ -1,7 +1,7 @@
 """GEMM records, the handlers that read them off ATen ops (one per op, in a registry that takes
 custom ops too), the walk of a captured graph, and measured GEMMs from the data's schema."""
 
-from .extract import META_KEY, PHASES, extract
+from .extract import META_KEY, OPTIMIZERS, PHASES, adamw_ops, extract, optimizer_ops
 from .handlers import (
     ForwardGemm,
     GemmHandler,
@@ -18,6 +18,7 @@ from .records import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
 __all__ = [
     "DTYPE_NAMES",
     "META_KEY",
+    "OPTIMIZERS",
     "PHASES",
     "ForwardGemm",
     "GemmBatch",
@@ -26,11 +27,13 @@ __all__ = [
     "HandlerContext",
     "OtherOp",
     "active_groups",
+    "adamw_ops",
     "alignment_bytes",
     "causal_kept_entries",
     "einsum_gemms",
     "extract",
     "gemm_handler",
     "matrix_layout",
+    "optimizer_ops",
     "register_gemm_handler",
 ]

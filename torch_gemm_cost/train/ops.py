@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..devices import get_device
-from ..predict.memory import memory_time_ms
+from ..predict.ops import memory_time_ms
 
 __all__ = ["LAUNCH_MS", "VecRow", "fit_class", "fit_op_costs", "load_vec", "main"]
 
