@@ -35,7 +35,14 @@ from typing import Any, cast
 
 import torch
 
-from .devices import DeviceSpec, get_device, host_cpu
+from .devices import (
+    DeviceSpec,
+    copy_bw_bytes_per_s,
+    get_device,
+    host_cpu,
+    spec_from_record,
+    spec_to_record,
+)
 from .dtypes import DTYPES, resolve_dtype
 from .gemms.records import DTYPE_NAMES, OP_LAYOUT, GemmBatch
 from .predict.base import GemmPrediction, Predictor
@@ -1091,7 +1098,7 @@ def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0, holdout: 
     return {
         "format": FORMAT,
         "version": VERSION,
-        "device": _spec_record(spec),
+        "device": spec_to_record(spec),
         "predictor": predictor_doc,
         "fit": {
             "rows": len(data), "holdout_rows": len(val_idx), "timing": data.timing,
@@ -1100,58 +1107,6 @@ def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0, holdout: 
             "constants": constants,
         },
     }
-
-
-_SPEC_FIELDS: dict[str, tuple[type, ...]] = {
-    "id": (str,), "name": (str,), "vendor": (str,), "architecture": (str,),
-    "compute_capability": (str,), "sm_count": (int,), "boost_clock_mhz": (int, float, type(None)),
-    "tensor_cores_per_sm": (int,), "mem_bytes": (int, float, type(None)),
-    "dram_bw_bytes_per_s": (int, float), "l2_bytes": (int, float),
-    "l3_bytes": (int, float, type(None)), "l1_bytes_per_sm": (int, float, type(None)),
-    "smem_bytes_per_sm": (int, float, type(None)), "regfile_bytes_per_sm": (int, float, type(None)),
-    "peak_flops_per_s": (dict,), "aliases": (list,), "uncertain": (list,), "notes": (list,),
-}
-
-
-def _spec_record(spec: DeviceSpec) -> dict[str, Any]:
-    """A ``DeviceSpec`` in the catalog's JSON record layout."""
-    rec = {f: getattr(spec, f) for f in _SPEC_FIELDS if hasattr(spec, f)}
-    rec["peak_flops_per_s"] = dict(spec.peak_flops)
-    rec["tdp_w"] = spec.tdp_w
-    for key in ("aliases", "uncertain", "notes"):
-        rec[key] = list(getattr(spec, key))
-    return rec
-
-
-def _spec_from_record(rec: Any) -> DeviceSpec:
-    if not isinstance(rec, Mapping):
-        raise TypeError("'device' must be an object")
-    for key, types in _SPEC_FIELDS.items():
-        if key not in rec:
-            raise ValueError(f"'device' lacks {key!r}")
-        if not isinstance(rec[key], types) or isinstance(rec[key], bool):
-            raise TypeError(f"'device.{key}' has type {type(rec[key]).__name__}, expected "
-                            + " or ".join(t.__name__ for t in types))
-    peaks = {}
-    for key, value in rec["peak_flops_per_s"].items():
-        if value is not None and not (isinstance(value, (int, float)) and value > 0):
-            raise ValueError(f"'device.peak_flops_per_s.{key}' must be a positive number or "
-                             f"null, got {value!r}")
-        peaks[key] = None if value is None else float(value)
-    if not rec["dram_bw_bytes_per_s"] > 0 or rec["sm_count"] < 1:
-        raise ValueError("'device.dram_bw_bytes_per_s' and 'device.sm_count' must be positive")
-    tdp_w = rec.get("tdp_w")  # optional: profiles written before it existed have none
-    if tdp_w is not None and not (isinstance(tdp_w, (int, float)) and tdp_w > 0):
-        raise ValueError(f"'device.tdp_w' must be a positive number or null, got {tdp_w!r}")
-    return DeviceSpec(
-        **{k: rec[k] for k in _SPEC_FIELDS
-           if k not in ("peak_flops_per_s", "aliases", "uncertain", "notes")},
-        peak_flops=tuple(sorted(peaks.items())),
-        aliases=tuple(map(str, rec["aliases"])),
-        uncertain=tuple(map(str, rec["uncertain"])),
-        notes=tuple(map(str, rec["notes"])),
-        tdp_w=None if tdp_w is None else float(tdp_w),
-    )
 
 
 def save_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
@@ -1188,7 +1143,7 @@ def load_profile(path: str | Path) -> tuple[DeviceSpec, Predictor]:
         for key in ("device", "predictor"):
             if key not in doc:
                 raise ValueError(f"missing {key!r}")
-        spec = _spec_from_record(doc["device"])
+        spec = spec_from_record(doc["device"])
         pred_doc = doc["predictor"]
         kind = pred_doc.get("kind") if isinstance(pred_doc, Mapping) else None
         if kind == "calibrated":
@@ -1252,13 +1207,11 @@ def _target(device: str) -> tuple[DeviceSpec, str, Any]:
     if device == "cpu":
         return host_cpu(), "cpu", CpuTimer()
     if device == "cuda" or device.startswith("cuda:"):
-        from .devices import _stream_bw_bytes_per_s
-
         spec = get_device(device)  # raises if there is no GPU
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         dev = f"cuda:{index}"
         if not spec.dram_bw_bytes_per_s > 0:
-            spec = replace(spec, dram_bw_bytes_per_s=_stream_bw_bytes_per_s(dev))
+            spec = replace(spec, dram_bw_bytes_per_s=copy_bw_bytes_per_s(dev))
         return spec, dev, CudaTimer(dev, spec.l2_bytes)
     raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
 

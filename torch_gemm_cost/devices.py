@@ -13,8 +13,10 @@ import os
 import platform
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -24,7 +26,16 @@ import torch
 
 from .dtypes import ComputeDtype, resolve_dtype
 
-__all__ = ["DeviceSpec", "get_device", "host_cpu", "list_devices", "local_device"]
+__all__ = [
+    "DeviceSpec",
+    "copy_bw_bytes_per_s",
+    "get_device",
+    "host_cpu",
+    "list_devices",
+    "local_device",
+    "spec_from_record",
+    "spec_to_record",
+]
 
 
 @dataclass(frozen=True)
@@ -91,35 +102,91 @@ class DeviceSpec:
         return peak / self.dram_bw_bytes_per_s
 
 
-def _spec_from_json(rec: dict[str, Any]) -> DeviceSpec:
-    return DeviceSpec(
-        id=rec["id"],
-        name=rec["name"],
-        vendor=rec["vendor"],
-        architecture=rec["architecture"],
-        compute_capability=str(rec["compute_capability"]),
-        sm_count=int(rec["sm_count"]),
-        boost_clock_mhz=rec["boost_clock_mhz"],
-        tensor_cores_per_sm=int(rec["tensor_cores_per_sm"]),
-        mem_bytes=rec["mem_bytes"],
-        dram_bw_bytes_per_s=float(rec["dram_bw_bytes_per_s"]),
-        l2_bytes=float(rec["l2_bytes"]),
-        l3_bytes=rec["l3_bytes"],
-        l1_bytes_per_sm=rec["l1_bytes_per_sm"],
-        smem_bytes_per_sm=rec["smem_bytes_per_sm"],
-        regfile_bytes_per_sm=rec["regfile_bytes_per_sm"],
-        tdp_w=rec["tdp_w"],
-        peak_flops=tuple(sorted(rec["peak_flops_per_s"].items())),
-        aliases=tuple(rec["aliases"]),
-        uncertain=tuple(rec["uncertain"]),
-        notes=tuple(rec["notes"]),
-    )
+# ---------------------------------------------------------------- the JSON record of a spec
+# The catalog (data/devices.json) and calibration profiles store a DeviceSpec the same way: one
+# key per field, the peaks as an object under ``peak_flops_per_s``, tuples as lists.
+_PEAKS_KEY = "peak_flops_per_s"
+
+
+def spec_to_record(spec: DeviceSpec) -> dict[str, Any]:
+    """``spec`` as a JSON record of the catalog's layout (``spec_from_record`` reads it back)."""
+    rec: dict[str, Any] = {}
+    for f in fields(DeviceSpec):
+        value = getattr(spec, f.name)
+        if f.name == "peak_flops":
+            rec[_PEAKS_KEY] = dict(value)
+        else:
+            rec[f.name] = list(value) if isinstance(value, tuple) else value
+    return rec
+
+
+def _check_type(where: str, value: Any, hint: Any) -> Any:
+    """``value`` as the field type ``hint`` wants (str, int, float, tuple of str, or any of
+    them or None); TypeError naming ``where`` when it is none of them."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if value is None and type(None) in options:
+        return None
+    for t in options:
+        if t is str and isinstance(value, str):
+            return value
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if typing.get_origin(t) is tuple and isinstance(value, (list, tuple)):
+            return tuple(map(str, value))
+    names = " or ".join("null" if t is type(None) else getattr(t, "__name__", "list")
+                        for t in options)
+    raise TypeError(f"'{where}' has type {type(value).__name__}, expected {names}")
+
+
+def spec_from_record(rec: Any, where: str = "device") -> DeviceSpec:
+    """A ``DeviceSpec`` from its JSON record (see ``spec_to_record``), checked field by field.
+
+    A field with a default may be absent (records written before it existed); any other
+    missing field raises a ValueError naming ``where`` and the field; a wrong type a TypeError;
+    a peak that is not a positive number or null, a non-positive DRAM bandwidth, SM count or
+    board power a ValueError.
+    """
+    if not isinstance(rec, Mapping):
+        raise TypeError(f"'{where}' must be an object")
+    hints = typing.get_type_hints(DeviceSpec)
+    values: dict[str, Any] = {}
+    for f in fields(DeviceSpec):
+        key = _PEAKS_KEY if f.name == "peak_flops" else f.name
+        if key not in rec:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"'{where}' lacks {key!r}")
+            continue
+        if f.name == "peak_flops":
+            values[f.name] = _peaks(rec[key], f"{where}.{key}")
+        else:
+            values[f.name] = _check_type(f"{where}.{key}", rec[key], hints[f.name])
+    if not values["dram_bw_bytes_per_s"] > 0 or values["sm_count"] < 1:
+        raise ValueError(f"'{where}.dram_bw_bytes_per_s' and '{where}.sm_count' must be positive")
+    tdp_w = values.get("tdp_w")
+    if tdp_w is not None and not tdp_w > 0:
+        raise ValueError(f"'{where}.tdp_w' must be a positive number or null, got {tdp_w!r}")
+    return DeviceSpec(**values)
+
+
+def _peaks(raw: Any, where: str) -> tuple[tuple[str, float | None], ...]:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"'{where}' has type {type(raw).__name__}, expected dict")
+    peaks: dict[str, float | None] = {}
+    for key, value in raw.items():
+        if value is not None and not (isinstance(value, (int, float))
+                                      and not isinstance(value, bool) and value > 0):
+            raise ValueError(f"'{where}.{key}' must be a positive number or null, got {value!r}")
+        peaks[str(key)] = None if value is None else float(value)
+    return tuple(sorted(peaks.items()))
 
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, DeviceSpec]:
     text = resources.files("torch_gemm_cost").joinpath("data/devices.json").read_text()
-    return {rec["id"]: _spec_from_json(rec) for rec in json.loads(text)["devices"]}
+    return {rec["id"]: spec_from_record(rec, f"devices.json {rec.get('id')}")
+            for rec in json.loads(text)["devices"]}
 
 
 def _norm(name: str) -> str:
@@ -256,7 +323,7 @@ def _cache_bytes(cpus: Sequence[int]) -> dict[int, float]:
     return total
 
 
-def _stream_bw_bytes_per_s(device: str = "cpu", nbytes: int = 1 << 27, runs: int = 5) -> float:
+def copy_bw_bytes_per_s(device: str = "cpu", nbytes: int = 1 << 27, runs: int = 5) -> float:
     """Copy bandwidth (bytes read + written per second) of a buffer well past the last-level
     cache; the best of ``runs`` copies. NB: counts no write-allocate traffic."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
@@ -332,7 +399,7 @@ def host_cpu() -> DeviceSpec:
         boost_clock_mhz=mhz,
         tensor_cores_per_sm=1 if amx else 0,
         mem_bytes=mem,
-        dram_bw_bytes_per_s=_stream_bw_bytes_per_s(
+        dram_bw_bytes_per_s=copy_bw_bytes_per_s(
             "cpu", nbytes=int(max(1 << 27, 4 * caches.get(3, caches.get(2, 0.0))))
         ),
         l2_bytes=caches.get(2, 0.0),
