@@ -46,6 +46,7 @@ from .devices import (
 from .dtypes import DTYPES, resolve_dtype
 from .gemms.records import DTYPE_NAMES, OP_LAYOUT, GemmBatch
 from .predict.base import GemmPrediction, Predictor
+from .predict.score import summarize_errors
 
 __all__ = [
     "CSV_COLUMNS",
@@ -984,14 +985,6 @@ def _tile_candidates(spec: DeviceSpec) -> tuple[tuple[int, int], ...]:
     return ((64, 64), (128, 128), (256, 128))
 
 
-def ape_metrics(pred_ms: torch.Tensor, true_ms: torch.Tensor) -> dict[str, float]:
-    """MAPE, median APE (both in %) and the shares within 10% and 25%."""
-    ape = (pred_ms - true_ms).abs() / true_ms * 100.0
-    return {"n": int(ape.numel()), "mape": float(ape.mean()), "median_ape": float(ape.median()),
-            "within_10": float((ape <= 10).double().mean()),
-            "within_25": float((ape <= 25).double().mean())}
-
-
 def _split(n: int, share: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     cut = max(1, round(n * share)) if n >= 10 else 0
@@ -1070,13 +1063,14 @@ def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0, holdout: 
     if hybrid is not None:
         hybrid.fit(_as_measured(train, spec), warm_start=True)
         fitted["hybrid"] = hybrid
-        scores["hybrid"] = ape_metrics(hybrid.predict(val.gemms, spec).time_ms, val.latency_ms)
+        scores["hybrid"] = summarize_errors(hybrid.predict(val.gemms, spec).time_ms,
+                                            val.latency_ms).in_percent()
     for tn, block in _tile_candidates(spec):
         model = CalibratedPredictor(tile_n=tn, block=block, steps=steps, seed=seed)
         model.fit(train, spec)
         fitted[f"calibrated_n{tn}"] = model
-        scores[f"calibrated_n{tn}"] = ape_metrics(model.predict(val.gemms, spec).time_ms,
-                                                  val.latency_ms)
+        scores[f"calibrated_n{tn}"] = summarize_errors(model.predict(val.gemms, spec).time_ms,
+                                                       val.latency_ms).in_percent()
     for name, score in scores.items():
         log.info("%s: held-out MAPE %.1f%%, median %.1f%%", name, score["mape"],
                  score["median_ape"])
@@ -1103,7 +1097,8 @@ def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0, holdout: 
         "fit": {
             "rows": len(data), "holdout_rows": len(val_idx), "timing": data.timing,
             "holdout": scores, "chosen": chosen,
-            "train_all": ape_metrics(model.predict(data.gemms, spec).time_ms, data.latency_ms),
+            "train_all": summarize_errors(model.predict(data.gemms, spec).time_ms,
+                                          data.latency_ms).in_percent(),
             "constants": constants,
         },
     }
