@@ -45,7 +45,7 @@ from .devices import (
 )
 from .dtypes import DTYPES, resolve_dtype
 from .gemms.records import DTYPE_NAMES, OP_LAYOUT, GemmBatch
-from .predict.base import GemmPrediction, Predictor
+from .predict.base import Estimator, GemmPrediction, Predictor
 from .predict.score import summarize_errors
 
 __all__ = [
@@ -685,7 +685,7 @@ def _shape_features(gemms: GemmBatch) -> torch.Tensor:
     return torch.log2(torch.clamp(dims, min=1.0))
 
 
-class CalibratedPredictor:
+class CalibratedPredictor(Estimator):
     """A device's own GEMM physics, fitted to its measurements; implements ``Predictor``.
 
     Per dtype d: sustained peak P_d, a call floor t0_d that steps up where the library switches
@@ -721,9 +721,6 @@ class CalibratedPredictor:
         self.seed = seed
         self.neighbours = neighbours
         self.radius = radius
-
-    def get_params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in _HYPER}
 
     # ---------------------------------------------------------------- the model
     def _local_dtype(self, gemms: GemmBatch) -> torch.Tensor:
@@ -1039,9 +1036,8 @@ def _shipped_hybrid(steps: int, seed: int) -> Any:
     if not path.is_file():
         return None
     with resources.as_file(path) as real:
-        model = HybridPredictor.load(real)
-    model.steps, model.seed, model.default_timing = steps, seed, "event"
-    return model
+        return HybridPredictor.load(real).set_params(steps=steps, seed=seed,
+                                                     default_timing="event")
 
 
 def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0, holdout: float = 0.2,
@@ -1078,15 +1074,13 @@ def fit_profile(spec: DeviceSpec, data: Calibration, *, seed: int = 0, holdout: 
     chosen = min(scores, key=lambda name: (scores[name]["median_ape"], scores[name]["mape"]))
     model = fitted[chosen]
     if chosen == "hybrid":
-        model.steps = max(1, hybrid_steps // 3)
-        model.fit(_as_measured(data, spec), warm_start=True)
-        model.steps = hybrid_steps
+        model.set_params(steps=max(1, hybrid_steps // 3))
+        model.fit(_as_measured(data, spec), warm_start=True).set_params(steps=hybrid_steps)
         predictor_doc = {"kind": "hybrid", "weights": model.to_dict()}
         constants = model.physical_constants()
     else:
-        model.steps = max(1, steps // 3)
-        model.fit(data, spec, warm_start=True)
-        model.steps = steps
+        model.set_params(steps=max(1, steps // 3))
+        model.fit(data, spec, warm_start=True).set_params(steps=steps)
         predictor_doc = model.to_dict()
         constants = model.physical_constants()
     return {

@@ -1,21 +1,39 @@
 """The predictor contract: a batch of GEMMs and a device in, a time per GEMM out.
 
-Every predictor (roofline, hybrid, each ablation) implements ``Predictor.predict`` with the same
-signature, so callers and benchmarks swap them in one line.
+Every predictor (roofline, hybrid, each ablation, a calibrated device's own) implements
+``Predictor.predict`` with the same signature, so callers and benchmarks swap them in one line.
+
+A predictor fitted to measurements is also an ``Estimator``, scikit-learn's contract:
+``__init__`` stores hyperparameters, ``get_params`` returns them and ``set_params`` changes
+them (both checked by the constructor), ``fit(measured, warm_start=False)`` fits to a
+``MeasuredGemms`` and returns self, and fitted state has a trailing ``_``. Randomness comes from
+a ``seed`` hyperparameter.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from ..devices import DeviceSpec
 from ..gemms.records import DTYPE_NAMES, GemmBatch
 
-__all__ = ["DTYPE_NAMES", "GemmBatch", "GemmPrediction", "Predictor"]
+__all__ = [
+    "DTYPE_NAMES",
+    "Estimator",
+    "GemmBatch",
+    "GemmPrediction",
+    "Predictor",
+    "inv_softplus",
+]
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11; only type checkers read it
 
 
 @dataclass(frozen=True)
@@ -35,3 +53,35 @@ class Predictor(Protocol):
     version: str
 
     def predict(self, gemms: GemmBatch, device: DeviceSpec) -> GemmPrediction: ...
+
+
+class Estimator:
+    """The fitting half of the contract (see the module docstring); subclasses implement
+    ``fit(measured, *, warm_start=False) -> self``."""
+
+    def get_params(self) -> dict[str, Any]:
+        """The hyperparameters: every keyword of ``__init__``, as stored."""
+        return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
+
+    def set_params(self, **params: Any) -> Self:
+        """Change hyperparameters; fitted state stays. The constructor checks the new set, and
+        what it derives from them is derived again. Returns self."""
+        current = self.get_params()
+        unknown = sorted(set(params) - set(current))
+        if unknown:
+            raise ValueError(f"unknown hyperparameter(s) {', '.join(map(repr, unknown))} of "
+                             f"{type(self).__name__}; known: {', '.join(current)}")
+        fresh = type(self)(**{**current, **params})
+        for name, value in vars(fresh).items():
+            if not name.endswith("_"):
+                setattr(self, name, value)
+        return self
+
+
+def inv_softplus(x: float) -> float:
+    """The raw parameter whose softplus is ``x`` (> 0): log(eˣ − 1).
+
+    >>> round(float(torch.nn.functional.softplus(torch.tensor(inv_softplus(2.0)))), 6)
+    2.0
+    """
+    return math.log(math.expm1(x))

@@ -39,7 +39,8 @@ import torch
 
 from ..devices import DeviceSpec, get_device
 from ..gemms.measured import impossible_rows
-from .base import GemmBatch, GemmPrediction
+from .base import Estimator, GemmBatch, GemmPrediction
+from .base import inv_softplus as _inv_softplus
 from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
@@ -60,10 +61,6 @@ _HYPER = ("use_cache", "use_instr", "use_mlp", "loss", "hidden", "steps", "lr", 
           "refresh_every", "name")
 
 
-def _inv_softplus(x: float) -> float:
-    return math.log(math.expm1(x))
-
-
 def _pnorm(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """(aᵖ + bᵖ)^(1/p), written relative to ``a`` so float32 never overflows: between a + b
     (p = 1) and max(a, b) (large p)."""
@@ -74,7 +71,7 @@ def _logit(x: float) -> float:
     return math.log(x / (1.0 - x))
 
 
-class HybridPredictor:
+class HybridPredictor(Estimator):
     """Physics + utilization MLP; implements ``Predictor``.
 
     Hyperparameters (stored as given, scikit-learn style):
@@ -91,11 +88,12 @@ class HybridPredictor:
 
     version = "8"
 
-    # fitted state (set by fit or load)
+    # fitted state (set by fit, fit_alignment, set_metadata or load)
     params_: dict[str, torch.Tensor]
     metadata_: dict[str, Any]
     loss_history_: list[tuple[int, float]]
     n_train_rows_: int
+    alignment_fit_: dict[str, Any]
 
     def __init__(
         self,
@@ -140,9 +138,6 @@ class HybridPredictor:
         self._devices: dict[DeviceSpec, DeviceTable] = {}
 
     # ---------------------------------------------------------------- parameters
-    def get_params(self) -> dict[str, Any]:
-        return {h: getattr(self, h) for h in _HYPER}
-
     def _init_params(self) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed)
         f64 = torch.float64
@@ -468,7 +463,7 @@ class HybridPredictor:
         return GemmPrediction(time_ms=time_ms, compute_bound=out["compute_bound"],
                               details=details)
 
-    def fit_alignment(self, measured: Any, *, grid_points: int = 57) -> dict[str, Any]:
+    def fit_alignment(self, measured: Any, *, grid_points: int = 57) -> HybridPredictor:
         """Fit ``misaligned_load_cycles`` to measured alignment ratios; every other weight stays.
 
         Pairs each row of ``measured`` whose narrowest operand is under 16 bytes with the row of
@@ -476,8 +471,8 @@ class HybridPredictor:
         64 (``benchmarks/data/h200``'s alignment sweep holds both). Only ratios are fitted, so a
         GPU's overall level, which the main fit sets, stays out of it. A 1-D search over log
         cycles minimises the squared error of log(t_misaligned / t_aligned), then refines around
-        the best point. Returns the pair count, the cycles,
-        and the ratios' MAPE with the fitted roof and without it.
+        the best point. Stores the pair count, the cycles and the ratios' MAPE with the fitted
+        roof and without it in ``alignment_fit_``; returns self.
         """
         g = measured.gemms
         names = g.dtype_names()
@@ -524,9 +519,11 @@ class HybridPredictor:
             fine = torch.linspace(best - step, best + step, 21).tolist()
             best = min(fine, key=lambda c: loss_at(c)[0])
             _, ratio = loss_at(best)
-        return {"pairs": len(pairs), "cycles_per_warp_load": round(math.exp(best), 4),
-                "ratio_mape_without_roof": round(without, 4),
-                "ratio_mape": round(ratio_mape(ratio), 4)}
+        self.alignment_fit_ = {"pairs": len(pairs),
+                               "cycles_per_warp_load": round(math.exp(best), 4),
+                               "ratio_mape_without_roof": round(without, 4),
+                               "ratio_mape": round(ratio_mape(ratio), 4)}
+        return self
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Predicted ms for every row of a ``MeasuredGemms``, using each row's gpu, timing and
@@ -624,6 +621,11 @@ class HybridPredictor:
         return self
 
     # ---------------------------------------------------------------- persistence
+    def set_metadata(self, metadata: Mapping[str, Any]) -> HybridPredictor:
+        """Replace the provenance that ``save`` writes beside the weights; returns self."""
+        self.metadata_ = dict(metadata)
+        return self
+
     def to_dict(self, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
         params = self._params()
         return {

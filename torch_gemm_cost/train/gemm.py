@@ -129,7 +129,7 @@ def train_gemm_predictor(
     model = HybridPredictor(seed=seed, **hyper).fit(measured)
     seconds = time.perf_counter() - t0
     scores = score_groups(measured, model.predict_measured(measured))
-    model.metadata_ = {
+    return model.set_metadata({
         "description": "torch_gemm_cost hybrid GEMM predictor weights",
         "data_sources": list(CREDITS),
         "training_command": command,
@@ -147,5 +147,4 @@ def train_gemm_predictor(
             "overall_group_mape": round(overall(scores), 4),
             "groups": [s.as_dict() for s in scores],
         },
-    }
-    return model
+    })
