@@ -432,8 +432,8 @@ def test_corrupt_weights_and_profiles_are_named_in_the_error(tmp_path: Path) -> 
 
 
 def test_estimate_takes_a_profile_and_names_a_corrupt_one(tmp_path: Path) -> None:
-    from torch_gemm_cost.calibrate import FORMAT, VERSION
     from torch_gemm_cost.devices import spec_to_record
+    from torch_gemm_cost.predict.profile import FORMAT, VERSION
 
     weights = json.loads((PACKAGE / "data" / "hybrid_weights.json").read_text())
     doc = {

@@ -31,6 +31,7 @@ __all__ = [
     "copy_bw_bytes_per_s",
     "get_device",
     "host_cpu",
+    "is_cpu",
     "list_devices",
     "local_device",
     "spec_from_record",
@@ -339,6 +340,11 @@ def copy_bw_bytes_per_s(device: str = "cpu", nbytes: int = 1 << 27, runs: int = 
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t0)
     return 2.0 * nbytes / best
+
+
+def is_cpu(spec: DeviceSpec) -> bool:
+    """Whether ``spec`` describes a CPU (``host_cpu``: cores in place of SMs) or a GPU."""
+    return spec.architecture == "cpu"
 
 
 @lru_cache(maxsize=1)

@@ -26,6 +26,7 @@ __all__ = [
     "gemm_batch_from_columns",
     "impossible_rows",
     "load_gemms",
+    "read_gemm_file",
 ]
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -56,6 +57,11 @@ class MeasuredGemms:
         """The spec of a ``gpu`` id of these rows."""
         return self.devices[gpu] if gpu in self.devices else get_device(gpu)
 
+    def on_device(self, spec: DeviceSpec) -> MeasuredGemms:
+        """These rows as measured on ``spec``, which the catalog need not hold (a calibrated
+        device)."""
+        return replace(self, gpu=(spec.id,) * len(self), devices={spec.id: spec})
+
     def select(self, index: torch.Tensor | Sequence[int]) -> MeasuredGemms:
         """The rows at ``index`` (a bool mask or integer positions), in that order."""
         idx = torch.as_tensor(index)
@@ -72,6 +78,22 @@ class MeasuredGemms:
             latency_ms=self.latency_ms[idx],
             kernel=pick(self.kernel) if self.kernel else (),
             devices=self.devices,
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[MeasuredGemms]) -> MeasuredGemms:
+        """The rows of ``parts``, in order (their ``devices`` merged)."""
+        if not parts:
+            raise ValueError("no measured rows to join")
+        kernels = [p.kernel or ("",) * len(p) for p in parts]
+        return cls(
+            gemms=GemmBatch.concat(p.gemms for p in parts),
+            gpu=sum((p.gpu for p in parts), ()),
+            source=sum((p.source for p in parts), ()),
+            timing=sum((p.timing for p in parts), ()),
+            latency_ms=torch.cat([p.latency_ms for p in parts]),
+            kernel=sum(kernels, ()),
+            devices={k: v for p in parts for k, v in p.devices.items()},
         )
 
     def mask(self, **equal: str | Iterable[str]) -> torch.Tensor:
@@ -234,44 +256,31 @@ def _source_files(data_dir: Path) -> dict[str, Path]:
     return files
 
 
-def load_gemms(
-    data_dir: Path | str = DEFAULT_DATA_DIR, sources: Iterable[str] | None = None
-) -> MeasuredGemms:
-    """Every measured GEMM under ``data_dir/gemm`` (or only ``sources``, by file stem).
+_COLUMNS = ("gpu", "source", "timing", "op", "layout", "dtype", "batch", "m", "n", "k", "bias",
+            "latency_ms", "kernel")
 
-    Rows keep file order, files are read in name order. Raises ValueError naming the file, line
-    and column of a bad value, and FileNotFoundError when the directory or a source is missing.
+
+def read_gemm_file(path: Path | str, source: str = "",
+                   required: Sequence[str] = _REQUIRED) -> MeasuredGemms:
+    """The rows of one CSV (or ``.csv.gz``) file of the data's GEMM schema, in file order.
+
+    Rows without a ``source`` take ``source``; without a ``timing``, ``event``. Raises
+    ValueError naming the file, line and column of a bad value or the ``required`` columns it
+    lacks.
     """
-    files = _source_files(Path(data_dir))
-    if sources is not None:
-        wanted = list(dict.fromkeys(sources))
-        missing = [s for s in wanted if s not in files]
-        if missing:
-            raise FileNotFoundError(
-                f"no data file for source(s) {', '.join(map(repr, missing))} in "
-                f"{Path(data_dir) / 'gemm'}; available: {', '.join(files)}"
-            )
-        files = {s: files[s] for s in wanted}
-
-    cols: dict[str, list[str]] = {
-        c: [] for c in ("gpu", "source", "timing", "op", "layout", "dtype", "batch", "m", "n",
-                        "k", "bias", "latency_ms", "kernel")
-    }
+    path = Path(path)
+    cols: dict[str, list[str]] = {c: [] for c in _COLUMNS}
     names: list[str] = []
-    for stem, path in files.items():
-        with _open_text(path) as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            absent = [c for c in _REQUIRED if c not in header]
-            if absent:
-                raise ValueError(f"{path}: missing column(s) {', '.join(absent)}")
-            for line, row in enumerate(reader, start=2):
-                for c, values in cols.items():
-                    values.append(row.get(c) or "")
-                if not cols["source"][-1]:
-                    cols["source"][-1] = stem
-                names.append(f"{path.name} line {line}")
-
+    with _open_text(path) as fh:
+        reader = csv.DictReader(fh)
+        absent = [c for c in required if c not in (reader.fieldnames or [])]
+        if absent:
+            raise ValueError(f"{path}: missing column(s) {', '.join(absent)}")
+        for line, row in enumerate(reader, start=2):
+            for c, values in cols.items():
+                values.append(row.get(c) or "")
+            names.append(f"{path.name} line {line}")
+    cols["source"] = [v or source for v in cols["source"]]
     gemms = gemm_batch_from_columns(
         op=cols["op"], layout=cols["layout"], dtype=cols["dtype"], batch=cols["batch"],
         m=cols["m"], n=cols["n"], k=cols["k"], bias=cols["bias"], row_names=names,
@@ -284,8 +293,22 @@ def load_gemms(
         sixteen = torch.full_like(gemms.a_align_bytes, 16.0)
         gemms = replace(gemms, **{f: torch.where(padded, sixteen, getattr(gemms, f))
                                   for f in ("a_align_bytes", "b_align_bytes", "c_align_bytes")})
-    latency = torch.empty(len(names), dtype=torch.float64)
-    for i, text in enumerate(cols["latency_ms"]):
+    for i, gpu in enumerate(cols["gpu"]):
+        if not gpu:
+            raise ValueError(f"{names[i]}, column 'gpu': empty device id")
+    return MeasuredGemms(
+        gemms=gemms,
+        gpu=tuple(cols["gpu"]),
+        source=tuple(cols["source"]),
+        timing=tuple(t or "event" for t in cols["timing"]),
+        latency_ms=_latencies(cols["latency_ms"], names),
+        kernel=tuple(cols["kernel"]),
+    )
+
+
+def _latencies(texts: Sequence[str], names: Sequence[str]) -> torch.Tensor:
+    latency = torch.empty(len(texts), dtype=torch.float64)
+    for i, text in enumerate(texts):
         try:
             value = float(text)
         except ValueError:
@@ -295,17 +318,29 @@ def load_gemms(
                 f"{names[i]}, column 'latency_ms': expected a positive finite number, got {text!r}"
             )
         latency[i] = value
-    for i, gpu in enumerate(cols["gpu"]):
-        if not gpu:
-            raise ValueError(f"{names[i]}, column 'gpu': empty device id")
-    return MeasuredGemms(
-        gemms=gemms,
-        gpu=tuple(cols["gpu"]),
-        source=tuple(cols["source"]),
-        timing=tuple(t or "event" for t in cols["timing"]),
-        latency_ms=latency,
-        kernel=tuple(cols["kernel"]),
-    )
+    return latency
+
+
+def load_gemms(
+    data_dir: Path | str = DEFAULT_DATA_DIR, sources: Iterable[str] | None = None
+) -> MeasuredGemms:
+    """Every measured GEMM under ``data_dir/gemm`` (or only ``sources``, by file stem).
+
+    Rows keep file order, files are read in name order; a row without a source takes its
+    file's stem. Raises ValueError naming the file, line and column of a bad value, and
+    FileNotFoundError when the directory or a source is missing.
+    """
+    files = _source_files(Path(data_dir))
+    if sources is not None:
+        wanted = list(dict.fromkeys(sources))
+        missing = [s for s in wanted if s not in files]
+        if missing:
+            raise FileNotFoundError(
+                f"no data file for source(s) {', '.join(map(repr, missing))} in "
+                f"{Path(data_dir) / 'gemm'}; available: {', '.join(files)}"
+            )
+        files = {s: files[s] for s in wanted}
+    return MeasuredGemms.concat([read_gemm_file(path, stem) for stem, path in files.items()])
 
 
 def impossible_rows(measured: MeasuredGemms) -> torch.Tensor:

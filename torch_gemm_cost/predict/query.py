@@ -21,6 +21,8 @@ from ..devices import DeviceSpec, get_device, list_devices
 from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
 from ..gemms.records import GemmBatch
 from .base import GemmPrediction, Predictor
+from .hybrid import HybridPredictor
+from .profile import load_profile
 
 __all__ = ["check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms", "resolve_target"]
 
@@ -59,30 +61,11 @@ def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
     path = Path(device)
     if not path.is_file():
         raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
-    try:
-        from ..calibrate import load_profile
-    except ModuleNotFoundError as e:
-        if e.name != "torch_gemm_cost.calibrate":
-            raise
-        raise ValueError(
-            f"cannot read calibration profile {str(path)!r}: this installation has no "
-            "torch_gemm_cost.calibrate; pass a catalog device id instead"
-        ) from None
-    spec, predictor = load_profile(path)
-    return spec, predictor
+    return load_profile(path)
 
 
 def load_weights(path: str | os.PathLike[str]) -> Predictor:
     """The hybrid predictor with the weights stored at ``path`` (JSON, never unpickled)."""
-    try:
-        from .hybrid import HybridPredictor
-    except ImportError as e:
-        if e.name not in (None, "torch_gemm_cost.predict.hybrid"):
-            raise
-        raise ValueError(
-            f"cannot load weights {str(path)!r}: this installation has no hybrid predictor; "
-            "omit the weights to use the default predictor"
-        ) from None
     return HybridPredictor.load(Path(path))
 
 
