@@ -9,9 +9,10 @@ from .advise import PaddingAdvice
 from .api import annotate, compare, estimate
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
-from .gemms import GemmSite, OtherOp
+from .gemms import GemmSite, OtherOp, register_gemm_handler
+from .predict.estimates import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
-from .report import CostReport, GemmEstimate, OpEstimate, format_advice, format_comparison
+from .report import CostReport, format_advice, format_comparison
 
 __version__ = "0.1.0"
 
@@ -32,5 +33,6 @@ __all__ = [
     "get_device",
     "list_devices",
     "predict_gemm_ms",
+    "register_gemm_handler",
     "resolve_dtype",
 ]

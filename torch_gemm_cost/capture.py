@@ -40,13 +40,14 @@ import io
 import logging
 import operator
 import os
+import re
 import sysconfig
 import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -55,7 +56,16 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["CAPTURE_METHODS", "CaptureError", "Captured", "capture", "unwrap_model"]
+__all__ = [
+    "CAPTURE_METHODS",
+    "CaptureError",
+    "Captured",
+    "capture",
+    "config_dims",
+    "module_template",
+    "module_types_of",
+    "unwrap_model",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +80,12 @@ class CaptureError(RuntimeError):
 
 @dataclass(frozen=True)
 class Captured:
-    """A captured forward pass.
+    """A captured forward pass, and what the model itself says beyond its graph.
 
     ``requires_grad`` maps each placeholder node's name to whether gradients flow into it
-    (parameters with ``requires_grad``, inputs that require grad).
+    (parameters with ``requires_grad``, inputs that require grad). ``module_types`` maps each
+    module path to its class name; ``config`` holds the model's recognizable config dims
+    (``config_dims``), which padding advice names.
     """
 
     graph_module: torch.fx.GraphModule
@@ -81,6 +93,8 @@ class Captured:
     model_name: str  # class name of the (unwrapped) model
     requires_grad: Mapping[str, bool]
     causal_modules: frozenset[str] = frozenset()  # paths of modules with ``is_causal = True``
+    module_types: Mapping[str, str] = field(default_factory=dict)
+    config: Mapping[str, int] = field(default_factory=dict)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -113,7 +127,77 @@ def capture(
         args = tuple(args) if isinstance(args, list) else (args,)
     kw: dict[str, Any] = dict(kwargs or {})
     with _LOCK:
-        return _capture_locked(model, args, kw, train, method)
+        captured = _capture_locked(model, args, kw, train, method)
+    return replace(captured, module_types=module_types_of(model),
+                   config=config_dims(getattr(model, "config", None)))
+
+
+def module_types_of(model: torch.nn.Module) -> dict[str, str]:
+    """Dotted module path -> class name, for every submodule of a model."""
+    return {name: type(mod).__name__ for name, mod in model.named_modules()}
+
+
+_INDEX = re.compile(r"^\d+$")
+
+
+def module_template(path: str) -> tuple[str, tuple[int, ...]]:
+    """A module path with its container indices pulled out: the repeats of one block share
+    the template.
+
+    >>> module_template("a.h.3.mlp")
+    ('a.h.*.mlp', (3,))
+    """
+    parts = path.split(".") if path else []
+    idx = tuple(int(p) for p in parts if _INDEX.match(p))
+    return ".".join("*" if _INDEX.match(p) else p for p in parts), idx
+
+
+def config_dims(config: Any) -> dict[str, int]:
+    """The recognizable dims of an HF-style config (object or mapping), by field name.
+
+    ``intermediate_size`` also reads GPT-2's ``n_inner`` (4·hidden when unset), OPT's ``ffn_dim``
+    and T5's ``d_ff``; ``head_dim`` defaults to hidden_size / num_attention_heads. A vision
+    backbone's per-stage ``hidden_sizes`` list gives ``hidden_sizes[i]``.
+    """
+    if config is None:
+        return {}
+    get = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
+
+    def first(*names: str) -> int | None:
+        for name in names:
+            value = get(name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    out: dict[str, int] = {}
+    vocab = first("vocab_size")
+    hidden = first("hidden_size", "n_embd", "d_model")
+    heads = first("num_attention_heads", "n_head", "num_heads")
+    inter = first("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
+    if inter is None and hidden is not None and get("model_type", None) == "gpt2":
+        inter = 4 * hidden
+    head_dim = first("head_dim", "d_kv") or (hidden // heads if hidden and heads else None)
+    kv_heads = first("num_key_value_heads")
+    for name, value in (("vocab_size", vocab), ("hidden_size", hidden),
+                        ("intermediate_size", inter), ("num_attention_heads", heads),
+                        ("head_dim", head_dim)):
+        if value is not None:
+            out[name] = value
+    if heads and head_dim and heads * head_dim != hidden:
+        out["num_attention_heads × head_dim"] = heads * head_dim
+    if kv_heads and head_dim and kv_heads != heads:
+        out["num_key_value_heads × head_dim"] = kv_heads * head_dim
+    embedding = first("embedding_size")  # ALBERT's factorized embedding, ResNet's stem width
+    if embedding is not None:
+        out["embedding_size"] = embedding
+    # vision backbones (ResNet, ConvNeXt, RegNet) set one width per stage
+    widths = get("hidden_sizes", None)
+    if isinstance(widths, (list, tuple)):
+        for i, width in enumerate(widths):
+            if isinstance(width, int) and not isinstance(width, bool) and width > 0:
+                out[f"hidden_sizes[{i}]"] = width
+    return out
 
 
 def _capture_locked(

@@ -12,9 +12,11 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
@@ -24,11 +26,14 @@ from typing import Any
 
 import torch
 
-from .dtypes import ComputeDtype, resolve_dtype
+from .dtypes import DTYPES, ComputeDtype, resolve_dtype
 
 __all__ = [
+    "DeviceLike",
     "DeviceSpec",
+    "check_dtype_on_device",
     "copy_bw_bytes_per_s",
+    "device_or_profile",
     "get_device",
     "host_cpu",
     "is_cpu",
@@ -119,6 +124,9 @@ def spec_to_record(spec: DeviceSpec) -> dict[str, Any]:
         else:
             rec[f.name] = list(value) if isinstance(value, tuple) else value
     return rec
+
+
+DeviceLike = str | DeviceSpec | os.PathLike[str]  # a spec, a catalog id or name, a profile
 
 
 def _check_type(where: str, value: Any, hint: Any) -> Any:
@@ -243,6 +251,75 @@ def get_device(device: str | DeviceSpec) -> DeviceSpec:
         f"unknown device {device!r}.{hint} See torch_gemm_cost.list_devices() for all "
         f"{len(_catalog())} devices."
     )
+
+
+def device_or_profile(device: DeviceLike) -> DeviceSpec | Path:
+    """The spec ``device`` names, or the path of the calibration profile it names.
+
+    ``device`` is a ``DeviceSpec``, a catalog id, a driver name, ``"cuda"``, or the path of a
+    profile (``*.json``) written by ``torch-gemm-cost calibrate``. An unknown name that is no
+    file either raises the catalog's error, with its close matches.
+    """
+    if isinstance(device, DeviceSpec):
+        return device
+    if not isinstance(device, (str, os.PathLike)):
+        raise TypeError(
+            f"device must be a catalog id, a driver name or a profile path, got {device!r}"
+        )
+    if isinstance(device, str) and not device.endswith(".json"):
+        try:
+            return get_device(device)
+        except ValueError:
+            if not Path(device).is_file():  # not a profile either: the catalog's error
+                raise
+    path = Path(device)
+    if not path.is_file():
+        raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
+    return path
+
+
+# what a dtype falls back to, in order, when a device lacks it (the nearest good one)
+_FALLBACKS: tuple[str, ...] = ("bfloat16", "float16", "tf32", "float32")
+
+
+def check_dtype_on_device(spec: DeviceSpec, cd: ComputeDtype) -> None:
+    """Raise if ``spec`` cannot run ``cd`` at all; warn if it runs it on a slower path.
+
+    bf16 on V100/T4 has no tensor cores: it warns, and the prediction uses the path that would
+    run (the fp32 rate, see ``DeviceSpec.peak_flops_per_s``). fp8 without fp8 units raises.
+    """
+    if spec.supports(cd):
+        return
+    nearest = next(
+        (d for d in _FALLBACKS if spec.supports(d) and DTYPES[d].tensor_core), None
+    ) or next((d for d in _FALLBACKS if spec.supports(d)), None)
+    try:
+        spec.peak_flops_per_s(cd)
+    except ValueError:
+        able = [d.id for d in list_devices() if d.supports(cd)]
+        raise ValueError(
+            f"device {spec.id!r} ({spec.name}) cannot run {cd.name} GEMMs; nearest supported "
+            f"dtype: {nearest!r}. Devices with {cd.name}: {', '.join(able) or 'none'}"
+        ) from None
+    warnings.warn(
+        f"device {spec.id!r} ({spec.name}) has no {cd.peak_key} "
+        f"{'tensor cores' if cd.tensor_core else 'units'}; predicting the path that runs "
+        f"instead ({spec.peak_flops_per_s(cd) / 1e12:.4g} TFLOP/s). Nearest native dtype: "
+        f"{nearest!r}",
+        stacklevel=_stacklevel_of_caller(),
+    )
+
+
+def _stacklevel_of_caller() -> int:
+    """The ``stacklevel`` at which a warning raised by this function's caller names the first
+    frame outside the package: the user's call, however deep the package's own calls run."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def local_device(index: int = 0) -> DeviceSpec:

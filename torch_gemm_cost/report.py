@@ -1,59 +1,38 @@
 """CostReport: per-layer cost tables, module-tree aggregation, totals, exports and plots.
 
-This is the only module that formats text. Every table's rows sum to the report's totals: repeated
+This is the only module that formats text, and it renders what it is handed: the estimates,
+the model's module types and config dims, and the padding advice, all computed before (see
+``api.estimate``). It predicts nothing. Every table's rows sum to the report's totals: repeated
 blocks are collapsed into one row carrying the summed time of all repeats.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .advise import PaddingAdvice
+from .capture import module_template
 from .devices import DeviceSpec
-from .gemms import GemmSite, OtherOp
-
-if TYPE_CHECKING:
-
-    from .advise import PaddingAdvice
-    from .predict.base import Predictor
+from .dtypes import resolve_dtype
+from .gemms.records import GemmSite
+from .predict.estimates import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
 
 __all__ = [
     "Comparison",
     "CostReport",
-    "GemmEstimate",
     "GemmExplanation",
-    "OpEstimate",
     "format_advice",
     "format_comparison",
     "format_device_table",
-    "module_types_of",
 ]
-
-
-@dataclass(frozen=True)
-class GemmEstimate:
-    """One GEMM and its predicted time."""
-
-    site: GemmSite
-    time_ms: float
-    bound: str  # "compute" or "memory"
-    # the predictor's intermediates for this GEMM (waves, hit rates, ...), when it gives them
-    details: Mapping[str, float] = field(default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True)
-class OpEstimate:
-    """One non-GEMM op and its predicted time (None while it is unmodelled)."""
-
-    op: OtherOp
-    time_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -96,13 +75,6 @@ def _levels(module: str) -> list[str]:
     return levels
 
 
-def _template(path: str) -> tuple[str, tuple[int, ...]]:
-    """``"a.h.3.mlp"`` -> ``("a.h.*.mlp", (3,))``: the path with its container indices pulled out."""
-    parts = path.split(".") if path else []
-    idx = tuple(int(p) for p in parts if _INDEX.match(p))
-    return ".".join("*" if _INDEX.match(p) else p for p in parts), idx
-
-
 def _collapsed_name(template: str, indices: Sequence[tuple[int, ...]]) -> str:
     """Name a group of repeated paths: ``h.{0-11}`` for one contiguous index, else ``h.*``."""
     if len(indices) == 1:
@@ -113,11 +85,6 @@ def _collapsed_name(template: str, indices: Sequence[tuple[int, ...]]) -> str:
         if vals == list(range(vals[0], vals[0] + len(vals))):
             return template.replace("*", f"{{{vals[0]}-{vals[-1]}}}", 1)
     return template
-
-
-def module_types_of(model: Any) -> dict[str, str]:
-    """Dotted module path -> class name, for every submodule of an ``nn.Module``."""
-    return {name: type(mod).__name__ for name, mod in model.named_modules()}
 
 
 @dataclass
@@ -144,10 +111,10 @@ class _Row:
 class CostReport:
     """Every GEMM (and non-GEMM op) of one model run on one device, with predicted times.
 
-    ``predictor_impl``, ``config`` and ``module_types`` are optional context: the predictor object
-    (needed to re-predict for padding advice and explanations), the model's recognizable config
-    dims (see ``advise.config_dims``) and the class name of every module path (names blocks in
-    ``table(depth=N)``).
+    ``predictor`` and ``predictor_version`` name the predictor that priced the GEMMs.
+    ``config`` holds the model's recognizable config dims and ``module_types`` the class name
+    of every module path (names blocks in ``table(depth=N)``), both from the capture.
+    ``advice`` is the padding advice (``advise.padding_advice``); None where none was made.
     """
 
     model: str  # class name of the estimated model
@@ -158,40 +125,23 @@ class CostReport:
     predictor_version: str
     gemms: tuple[GemmEstimate, ...]
     others: tuple[OpEstimate, ...] = ()
-    predictor_impl: Predictor | None = field(default=None, compare=False, repr=False)
     config: Mapping[str, int] = field(default_factory=dict, compare=False)
     module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    def with_model(self, model: Any, predictor: Predictor | None = None) -> CostReport:
-        """A copy with what only the model knows filled in where missing: each module's class
-        name (names blocks in ``table(depth=N)``), its config dims (maps padding advice to config
-        fields) and, when given, the predictor object."""
-        from dataclasses import replace
-
-        from .advise import config_dims
-
-        extra: dict[str, Any] = {}
-        if not self.module_types:
-            extra["module_types"] = module_types_of(model)
-        if not self.config:
-            extra["config"] = config_dims(getattr(model, "config", None))
-        if self.predictor_impl is None and predictor is not None:
-            extra["predictor_impl"] = predictor
-        return replace(self, **extra) if extra else self
+    advice: tuple[PaddingAdvice, ...] | None = field(default=None, compare=False, repr=False)
 
     # ------------------------------------------------------------------ totals
 
     @property
     def gemm_ms(self) -> float:
-        return sum(g.time_ms for g in self.gemms)
+        return gemm_ms(self.gemms)
 
     @property
     def other_ms(self) -> float:
-        return sum(o.time_ms for o in self.others if o.time_ms is not None)
+        return other_ms(self.others)
 
     @property
     def total_ms(self) -> float:
-        return self.gemm_ms + self.other_ms
+        return total_ms(self.gemms, self.others)
 
     @property
     def total_flops(self) -> int:
@@ -251,10 +201,10 @@ class CostReport:
             "config": dict(self.config),
             "rows": self.rows(),
         }
-        if advice and self.predictor_object() is not None:
+        if advice and self.advice is not None:
             out["padding_advice"] = [
                 {**asdict(a), "saving_ms": a.saving_ms, "saving_pct": a.saving_pct}
-                for a in self.padding_advice()
+                for a in self.advice
             ]
         return out
 
@@ -348,7 +298,7 @@ class CostReport:
         merged: dict[Any, list[_Row]] = {}
         for row in groups.values():
             path, extra = row.key
-            tmpl, _ = _template(path)
+            tmpl, _ = module_template(path)
             merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
         total = self.total_ms or 1.0
         # at a finite depth, rows follow module definition order (close to execution order), so
@@ -359,7 +309,7 @@ class CostReport:
             if not any(r.gemms or r.unmodelled or r.time_ms for r in rows):
                 continue  # only free ops (views, metadata): nothing to show
             paths = [r.paths[0] for r in rows]
-            name = _collapsed_name(tmpl, [_template(p)[1] for p in paths]) if len(rows) > 1 else paths[0]
+            name = _collapsed_name(tmpl, [module_template(p)[1] for p in paths]) if len(rows) > 1 else paths[0]
             gemm_ms = sum(r.gemm_ms for r in rows)
             other_ms = sum(r.other_ms for r in rows)
             compute_ms = sum(r.compute_ms for r in rows)
@@ -445,65 +395,35 @@ class CostReport:
 
     def __str__(self) -> str:
         text = f"{self.table()}\n{self.footer()}"
-        if self.gemms and self.predictor_object() is not None:
-            text += "\n" + format_advice(self.padding_advice()[:3])
+        if self.gemms and self.advice is not None:
+            text += "\n" + format_advice(self.advice[:3])
         return text
 
     # ------------------------------------------------------------------ advice and explanation
 
-    @cached_property
-    def _advice(self) -> tuple[PaddingAdvice, ...]:
-        from .advise import padding_advice
-
-        return tuple(padding_advice(self))
-
     def padding_advice(self) -> list[PaddingAdvice]:
         """Padding suggestions ranked by predicted whole-model saving (see ``advise``)."""
-        return list(self._advice)
-
-    def predictor_object(self) -> Predictor | None:
-        """The predictor that made this report: ``predictor_impl``, or else the default or roofline
-        predictor when its name and version match the report's; None when neither does."""
-        if self.predictor_impl is not None:
-            return self.predictor_impl
-        from .predict import RooflinePredictor, default_predictor
-
-        for make in (default_predictor, RooflinePredictor):
-            p = make()
-            if (p.name, str(p.version)) == (self.predictor, str(self.predictor_version)):
-                return p
-        return None
-
-    def _predict(self, sites: Sequence[GemmSite]) -> Any:
-        from .predict.base import GemmBatch
-
-        predictor = self.predictor_object()
-        if predictor is None:
+        if self.advice is None:
             raise ValueError(
-                f"this report holds no predictor object (predictor={self.predictor!r}); build it "
-                "with estimate() or pass predictor_impl= to CostReport"
-            )
-        return predictor.predict(GemmBatch.from_sites(sites), self.device)
+                f"this report of {self.model} holds no padding advice: it is made by estimate() "
+                "and compare(), or by advise.padding_advice(report.gemms, predictor, ...)")
+        return list(self.advice)
 
     def explain(self, row: int | str) -> GemmExplanation:
-        """Explain one GEMM: ``row`` is its index in ``rows()`` or its module path (first match)."""
+        """Explain one GEMM: ``row`` is its index in ``rows()`` or its module path (first match).
+        The predictor's intermediates are those it gave when it priced the run."""
         if isinstance(row, str):
             hits = [i for i, g in enumerate(self.gemms) if g.site.module == row]
             if not hits:
                 mods = list(dict.fromkeys(g.site.module for g in self.gemms))
-                import difflib
-
                 close = difflib.get_close_matches(row, mods, n=3)
                 raise ValueError(f"no GEMM in module {row!r}; close matches: {close or mods[:3]}")
             row = hits[0]
         if not 0 <= row < len(self.gemms):
             raise ValueError(f"row {row} out of range; the report has rows 0..{len(self.gemms) - 1}")
         g = self.gemms[row]
-        details = dict(g.details)
-        if not details and self.predictor_object() is not None:
-            pred = self._predict([g.site])
-            details = {k: float(v[0]) for k, v in pred.details.items()}
-        return GemmExplanation(g.site, g.time_ms, g.bound, self.device.id, self.predictor, details)
+        return GemmExplanation(g.site, g.time_ms, g.bound, self.device.id, self.predictor,
+                               dict(g.details))
 
     # ------------------------------------------------------------------ plot
 
@@ -521,8 +441,6 @@ class CostReport:
             raise ImportError(
                 "plot_roofline needs matplotlib: pip install 'torch-gemm-cost[plot]'"
             ) from e
-        from .dtypes import resolve_dtype
-
         peak = self.device.peak_flops_per_s(resolve_dtype(self.dtype))
         bw = self.device.dram_bw_bytes_per_s
         ridge = peak / bw

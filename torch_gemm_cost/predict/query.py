@@ -11,14 +11,13 @@ value and the nearest good one.
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device, list_devices
-from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
+from ..devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_profile
+from ..dtypes import resolve_dtype
 from ..gemms.records import GemmBatch
 from .base import GemmPrediction, Predictor
 from .hybrid import HybridPredictor
@@ -27,7 +26,6 @@ from .profile import load_profile
 __all__ = ["check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms", "resolve_target"]
 
 DimLike = int | float | torch.Tensor | Any  # also lists and NumPy arrays
-DeviceLike = str | DeviceSpec | os.PathLike[str]
 
 # details keys of GemmPrediction, in the order explain() lists them
 _EXPLAIN_KEYS: tuple[str, ...] = (
@@ -35,8 +33,6 @@ _EXPLAIN_KEYS: tuple[str, ...] = (
     "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms", "memory_ms",
 )
 _INT_KEYS = frozenset({"tile_m", "tile_n", "split_k", "waves"})
-# what a dtype falls back to, in order, when a device lacks it (the nearest good one)
-_FALLBACKS: tuple[str, ...] = ("bfloat16", "float16", "tf32", "float32")
 _MAX_DIM = 2**53  # float64 holds every integer up to here exactly
 
 
@@ -46,55 +42,13 @@ def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
     ``device`` is a catalog id, a driver name, ``"cuda"``, a ``DeviceSpec``, or the path of a
     calibration profile (``*.json``) written by ``torch-gemm-cost calibrate``.
     """
-    if isinstance(device, DeviceSpec):
-        return device, None
-    if not isinstance(device, (str, os.PathLike)):
-        raise TypeError(
-            f"device must be a catalog id, a driver name or a profile path, got {device!r}"
-        )
-    if isinstance(device, str) and not device.endswith(".json"):
-        try:
-            return get_device(device), None
-        except ValueError:
-            if not Path(device).is_file():  # not a profile either: the catalog's error
-                raise
-    path = Path(device)
-    if not path.is_file():
-        raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
-    return load_profile(path)
+    found = device_or_profile(device)
+    return (found, None) if isinstance(found, DeviceSpec) else load_profile(found)
 
 
 def load_weights(path: str | os.PathLike[str]) -> Predictor:
     """The hybrid predictor with the weights stored at ``path`` (JSON, never unpickled)."""
     return HybridPredictor.load(Path(path))
-
-
-def check_dtype_on_device(spec: DeviceSpec, cd: ComputeDtype) -> None:
-    """Raise if ``spec`` cannot run ``cd`` at all; warn if it runs it on a slower path.
-
-    bf16 on V100/T4 has no tensor cores: it warns, and the prediction uses the path that would
-    run (the fp32 rate, see ``DeviceSpec.peak_flops_per_s``). fp8 without fp8 units raises.
-    """
-    if spec.supports(cd):
-        return
-    nearest = next(
-        (d for d in _FALLBACKS if spec.supports(d) and DTYPES[d].tensor_core), None
-    ) or next((d for d in _FALLBACKS if spec.supports(d)), None)
-    try:
-        spec.peak_flops_per_s(cd)
-    except ValueError:
-        able = [d.id for d in list_devices() if d.supports(cd)]
-        raise ValueError(
-            f"device {spec.id!r} ({spec.name}) cannot run {cd.name} GEMMs; nearest supported "
-            f"dtype: {nearest!r}. Devices with {cd.name}: {', '.join(able) or 'none'}"
-        ) from None
-    warnings.warn(
-        f"device {spec.id!r} ({spec.name}) has no {cd.peak_key} "
-        f"{'tensor cores' if cd.tensor_core else 'units'}; predicting the path that runs "
-        f"instead ({spec.peak_flops_per_s(cd) / 1e12:.4g} TFLOP/s). Nearest native dtype: "
-        f"{nearest!r}",
-        stacklevel=4,
-    )
 
 
 def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
