@@ -18,7 +18,7 @@ from ..predict.calibrated import CalibratedPredictor
 from ..predict.hybrid import HybridPredictor
 from ..predict.profile import make_profile
 from ..predict.score import summarize_errors
-from .timing import SOURCE
+from .timing import PREDICTOR_TIMING, SOURCE
 
 __all__ = ["fit_profile"]
 
@@ -63,10 +63,10 @@ def _measured_spec(spec: DeviceSpec, data: MeasuredGemms) -> DeviceSpec:
 
 
 def _on_device(data: MeasuredGemms, spec: DeviceSpec) -> MeasuredGemms:
-    """``data`` as calibration rows of ``spec``, a device the catalog may lack. CPU wall-clock
-    rows take the hybrid's ``event`` launch slot (both include dispatch)."""
+    """``data`` as calibration rows of ``spec``, a device the catalog may lack, each with the
+    launch overhead of its timer (``PREDICTOR_TIMING``)."""
     return replace(data.on_device(spec), source=(SOURCE,) * len(data),
-                   timing=tuple("event" if t == "wall" else t for t in data.timing))
+                   timing=tuple(PREDICTOR_TIMING.get(t, t) for t in data.timing))
 
 
 def _shipped_hybrid(steps: int, seed: int) -> HybridPredictor | None:

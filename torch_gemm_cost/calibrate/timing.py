@@ -22,6 +22,7 @@ from .sweep import SweepPoint
 
 __all__ = [
     "CSV_COLUMNS",
+    "PREDICTOR_TIMING",
     "SOURCE",
     "CpuTimer",
     "CudaTimer",
@@ -36,6 +37,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SOURCE = "calibrate"
+# the launch overhead a predictor adds for rows timed by each timer: perf_counter around the call
+# ("wall") includes the host's dispatch, as CUDA events around a torch op do ("event")
+PREDICTOR_TIMING: dict[str, str] = {"wall": "event", "event": "event"}
 # DATA.md's gemm schema, in its column order
 CSV_COLUMNS: tuple[str, ...] = (
     "gpu", "gpu_name", "source", "timing", "op", "dtype", "batch", "m", "n", "k", "bias",

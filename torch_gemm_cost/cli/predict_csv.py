@@ -38,7 +38,6 @@ _NAMES = ", ".join(REQUIRED)
 # DATA.md's methods, plus calibrate's "wall" (perf_counter around the call: host dispatch
 # included, as with "event"); "" = the predictor's default
 TIMINGS: tuple[str, ...] = ("", "event", "kernel", "table", "wall")
-_AS_TIMING = {"wall": "event"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -164,8 +163,10 @@ def _group_rows(
 
 def _context(predictor: Predictor, timing: str, source: str) -> dict[str, str]:
     """The ``timing``/``source`` keywords the predictor's ``predict`` takes, where given."""
+    from ..calibrate.timing import PREDICTOR_TIMING
+
     params = inspect.signature(predictor.predict).parameters
-    given = {"timing": _AS_TIMING.get(timing, timing), "source": source}
+    given = {"timing": PREDICTOR_TIMING.get(timing, timing), "source": source}
     return {k: v for k, v in given.items() if v and k in params}
 
 
