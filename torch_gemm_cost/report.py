@@ -255,8 +255,35 @@ class CostReport:
         """
         if depth is not None and depth < 1:
             raise ValueError(f"depth must be a positive number of module levels, got {depth}; try 1")
+        # collapse rows whose paths differ only in container indices and whose contents match
+        merged: dict[Any, list[_Row]] = {}
+        for row in self._group(depth).values():
+            path, extra = row.key
+            tmpl, _ = module_template(path)
+            merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
+        # at a finite depth, rows follow module definition order (close to execution order), so
+        # rows of non-GEMM ops fall in place; ops of the top-level module come last
+        rank = {p: i for i, p in enumerate(self.module_types) if p} if depth is not None else {}
+        total = self.total_ms or 1.0
+        out = []
+        for (tmpl, extra, _), rows in merged.items():
+            if not any(r.gemms or r.unmodelled or r.time_ms for r in rows):
+                continue  # only free ops (views, metadata): nothing to show
+            rec = self._record(tmpl, rows, total)
+            rec["first"] = (rank.get(rows[0].paths[0], len(rank)), min(r.first for r in rows))
+            if depth is None and extra != "other":
+                op, phase, shape, dtype, _ = extra
+                rec.update(op=op, phase=phase, shape=shape, dtype=dtype)
+            out.append(rec)
+        out.sort(key=lambda r: r["first"])
+        for r in out:
+            del r["first"]
+        return out
+
+    def _group(self, depth: int | None) -> dict[Any, _Row]:
+        """Every GEMM and op added to its row: its module cut at ``depth`` levels, or with
+        ``depth=None`` one row per GEMM and one for all other ops. Rows keep first-seen order."""
         groups: dict[Any, _Row] = {}
-        order = 0
 
         def add(path: str, key_extra: Any, i: int) -> _Row:
             row = groups.get((path, key_extra))
@@ -271,72 +298,46 @@ class CostReport:
             if depth is None:
                 okey = (s.module, s.op, s.phase)
                 nth = ordinal[okey] = ordinal.get(okey, -1) + 1
-                extra: Any = (s.op, s.phase, s.shape, s.dtype, nth)
-                path = s.module
+                row = add(s.module, (s.op, s.phase, s.shape, s.dtype, nth), i)
             else:
-                path = ".".join(_levels(s.module)[:depth])
-                extra = None
-            row = add(path, extra, order)
-            order += 1
+                row = add(".".join(_levels(s.module)[:depth]), None, i)
             row.gemms += 1
             row.flops += s.flops
             row.gemm_ms += g.time_ms
             row.compute_ms += g.time_ms if g.bound == "compute" else 0.0
-            rel = s.module[len(path):]
-            row.sig.append((rel, s.op, s.phase, s.shape, s.dtype))
-        for o in self.others:
+            row.sig.append((s.module[len(row.paths[0]):], s.op, s.phase, s.shape, s.dtype))
+        for i, o in enumerate(self.others, start=len(self.gemms)):
             if depth is None:
-                row = add("(non-GEMM ops)", "other", order)
+                row = add("(non-GEMM ops)", "other", i)
             else:
-                row = add(".".join(_levels(o.op.module)[:depth]), None, order)
+                row = add(".".join(_levels(o.op.module)[:depth]), None, i)
                 row.sig.append((o.op.module[len(row.paths[0]):], o.op.op, o.op.numel))
-            order += 1
             row.other_ms += o.time_ms or 0.0
             row.unmodelled += o.time_ms is None
+        return groups
 
-        # collapse rows whose paths differ only in container indices and whose contents match
-        merged: dict[Any, list[_Row]] = {}
-        for row in groups.values():
-            path, extra = row.key
-            tmpl, _ = module_template(path)
-            merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
-        total = self.total_ms or 1.0
-        # at a finite depth, rows follow module definition order (close to execution order), so
-        # rows of non-GEMM ops fall in place; ops of the top-level module come last
-        rank = {p: i for i, p in enumerate(self.module_types) if p} if depth is not None else {}
-        out = []
-        for (tmpl, extra, _), rows in merged.items():
-            if not any(r.gemms or r.unmodelled or r.time_ms for r in rows):
-                continue  # only free ops (views, metadata): nothing to show
-            paths = [r.paths[0] for r in rows]
-            name = _collapsed_name(tmpl, [module_template(p)[1] for p in paths]) if len(rows) > 1 else paths[0]
-            gemm_ms = sum(r.gemm_ms for r in rows)
-            other_ms = sum(r.other_ms for r in rows)
-            compute_ms = sum(r.compute_ms for r in rows)
-            first = rows[0]
-            rec: dict[str, Any] = {
-                "module": name or "(top)",
-                "module_type": self._type_of(paths[0]) if paths[0] != "(non-GEMM ops)" else "",
-                "count": len(rows),
-                "gemms": sum(r.gemms for r in rows),
-                "flops": sum(r.flops for r in rows),
-                "gemm_ms": gemm_ms,
-                "other_ms": other_ms,
-                "time_ms": gemm_ms + other_ms,
-                "pct_of_total": 100.0 * (gemm_ms + other_ms) / total,
-                "bound": "-" if not first.gemms else (
-                    "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
-                ),
-                "first": (rank.get(paths[0], len(rank)), min(r.first for r in rows)),
-            }
-            if depth is None and extra != "other":
-                op, phase, shape, dtype, _ = extra
-                rec.update(op=op, phase=phase, shape=shape, dtype=dtype)
-            out.append(rec)
-        out.sort(key=lambda r: r["first"])
-        for r in out:
-            del r["first"]
-        return out
+    def _record(self, template: str, rows: Sequence[_Row], total_ms: float) -> dict[str, Any]:
+        """The table row of one module (or GEMM) and its repeats, of a run of ``total_ms``."""
+        paths = [r.paths[0] for r in rows]
+        name = (_collapsed_name(template, [module_template(p)[1] for p in paths])
+                if len(rows) > 1 else paths[0])
+        gemm_ms = sum(r.gemm_ms for r in rows)
+        other_ms = sum(r.other_ms for r in rows)
+        compute_ms = sum(r.compute_ms for r in rows)
+        return {
+            "module": name or "(top)",
+            "module_type": self._type_of(paths[0]) if paths[0] != "(non-GEMM ops)" else "",
+            "count": len(rows),
+            "gemms": sum(r.gemms for r in rows),
+            "flops": sum(r.flops for r in rows),
+            "gemm_ms": gemm_ms,
+            "other_ms": other_ms,
+            "time_ms": gemm_ms + other_ms,
+            "pct_of_total": 100.0 * (gemm_ms + other_ms) / total_ms,
+            "bound": "-" if not rows[0].gemms else (
+                "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
+            ),
+        }
 
     def top(self, k: int = 10, depth: int | None = None) -> list[dict[str, Any]]:
         """The ``k`` costliest rows of ``module_rows(depth)``."""

@@ -11,6 +11,7 @@ every broadcast case, ``einsum`` (per pairwise contraction) and scaled-dot-produ
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -311,86 +312,113 @@ def extract(
     """
     if mode not in ("inference", "train"):
         raise ValueError(f"mode must be 'inference' or 'train', got {mode!r}")
-    cd = resolve_dtype(dtype)
-    ctx = _Ctx(cd, native_dtype)
-    graph = captured.graph_module.graph
-    model_name = captured.model_name
-    causal_modules: frozenset[str] = getattr(captured, "causal_modules", frozenset())
-    train = mode == "train"
-    requires: dict[Any, bool] = {}
-    fwd_gemms: list[GemmSite] = []
-    fwd_others: list[OtherOp] = []
-    bwd: dict[Any, list[GemmSite | OtherOp]] = {}  # per node, in forward order
+    walk = _Walk(captured, resolve_dtype(dtype), native_dtype, train=mode == "train")
+    for node in captured.graph_module.graph.nodes:
+        walk.visit(node)
+    return walk.records()
 
-    def val(x: Any) -> Any:
+
+class _Walk:
+    """One extraction: which nodes need grad, the forward records in execution order, and each
+    node's backward records (autograd runs them in reverse)."""
+
+    def __init__(self, captured: Any, cd: ComputeDtype, native: torch.dtype | None,
+                 train: bool) -> None:
+        self.cd, self.ctx, self.train = cd, _Ctx(cd, native), train
+        self.model_name: str = captured.model_name
+        self.causal_modules: frozenset[str] = getattr(captured, "causal_modules", frozenset())
+        self.placeholder_grad: Mapping[str, bool] = captured.requires_grad
+        self.requires: dict[Any, bool] = {}
+        self.fwd_gemms: list[GemmSite] = []
+        self.fwd_others: list[OtherOp] = []
+        self.bwd: dict[Any, list[GemmSite | OtherOp]] = {}  # per node, in forward order
+
+    def tensor(self, x: Any) -> Any:
         return x.meta.get("val") if hasattr(x, "meta") else x
 
-    def rg(x: Any) -> bool:
-        return bool(requires.get(x, False)) if hasattr(x, "meta") else False
+    def requires_grad(self, x: Any) -> bool:
+        return bool(self.requires.get(x, False)) if hasattr(x, "meta") else False
 
-    for node in graph.nodes:
+    def visit(self, node: Any) -> None:
+        """Record one node: its forward records, and its backward ones in train mode."""
         if node.op == "placeholder":
-            requires[node] = bool(captured.requires_grad.get(node.name, False))
-            bwd[node] = []
-            continue
+            self.requires[node] = bool(self.placeholder_grad.get(node.name, False))
+            self.bwd[node] = []
+            return
         if node.op != "call_function":
-            continue
-        out_val = node.meta.get("val")
+            return
         name = op_name(node.target)
-        inputs = node.all_input_nodes
-        out_tensors = _tensors(out_val)
-        requires[node] = (
+        out_tensors = _tensors(node.meta.get("val"))
+        self.requires[node] = (
             not node.meta.get(NO_GRAD)
             and name.rstrip("_") not in _NO_GRAD
             and any(t.dtype.is_floating_point for t in out_tensors)
-            and any(requires.get(i, False) for i in inputs)
+            and any(self.requires.get(i, False) for i in node.all_input_nodes)
         )
-        bwd[node] = []
+        self.bwd[node] = []
         if name == "getitem" or not out_tensors:
-            continue
-        module, module_type = _module_of(node, model_name)
+            return
+        module, module_type = _module_of(node, self.model_name)
+        handler = gemm_handler(name)
+        ctx = HandlerContext(self.tensor, self.requires_grad, self.cd.in_bytes,
+                             module in self.causal_modules)
+        fwds = handler(bind_arguments(node), ctx) if handler is not None else []
+        if fwds:
+            records, back = self._gemms(node, fwds, out_tensors[0], module, module_type)
+        else:
+            records, back = self._other(node, name, out_tensors, module, module_type)
+        node.meta[META_KEY] = tuple(records) + tuple(back)
+        self.bwd[node] = back
+
+    def _gemms(self, node: Any, fwds: Sequence[ForwardGemm], out: torch.Tensor, module: str,
+               module_type: str) -> tuple[list[GemmSite | OtherOp], list[GemmSite | OtherOp]]:
+        """A GEMM node's records: its GEMMs (SDPA's softmax between them) and their backward."""
         records: list[GemmSite | OtherOp] = []
         back: list[GemmSite | OtherOp] = []
-        handler = gemm_handler(name)
-        ctx_h = HandlerContext(val, rg, cd.in_bytes, module in causal_modules)
-        fwds = handler(bind_arguments(node), ctx_h) if handler is not None else []
-        if fwds:
-            for f in fwds:
-                site = _site(f, ctx, module, module_type, node.name)
-                records.append(site)
-                fwd_gemms.append(site)
-                if f.op == "sdpa_qk":
-                    soft = _sdpa_softmax(node, f, ctx, module, module_type)
-                    records.append(soft)
-                    fwd_others.append(soft)
-                    if train and requires[node]:
-                        back[:0] = [_backward_other(soft)]
-                if train and not node.meta.get(NO_GRAD):  # backward runs in reverse, in a node too
-                    back[:0] = _backward_sites(f, site)
-                    if f.bias_grad_elems:
-                        back.append(_bias_grad(site, f.bias_grad_elems, out_tensors[0], ctx))
-        else:
-            other = _other(node, name, inputs, out_tensors, ctx, module, module_type)
-            records.append(other)
-            fwd_others.append(other)
-            if train and requires[node] and other.op_class != "view":
-                back.append(_backward_other(other))
-        node.meta[META_KEY] = tuple(records) + tuple(back)
-        bwd[node] = back
+        for f in fwds:
+            site = _site(f, self.ctx, module, module_type, node.name)
+            records.append(site)
+            self.fwd_gemms.append(site)
+            if f.op == "sdpa_qk":
+                soft = _sdpa_softmax(node, f, self.ctx, module, module_type)
+                records.append(soft)
+                self.fwd_others.append(soft)
+                if self.train and self.requires[node]:
+                    back[:0] = [_backward_other(soft)]
+            if self.train and not node.meta.get(NO_GRAD):  # backward runs in reverse, in a node too
+                back[:0] = _backward_sites(f, site)
+                if f.bias_grad_elems:
+                    back.append(_bias_grad(site, f.bias_grad_elems, out, self.ctx))
+        return records, back
 
-    if train:
-        for node, back in bwd.items():
-            sums = _gradient_sums(node, requires, ctx, model_name)
-            if sums:  # autograd sums a tensor's gradients before the op that made it runs
-                back[:0] = sums
-                node.meta[META_KEY] = node.meta.get(META_KEY, ()) + tuple(sums)
+    def _other(self, node: Any, name: str, out_tensors: list[torch.Tensor], module: str,
+               module_type: str) -> tuple[list[GemmSite | OtherOp], list[GemmSite | OtherOp]]:
+        """A non-GEMM node's record and, where its output needs grad, its backward."""
+        other = _other(node, name, node.all_input_nodes, out_tensors, self.ctx, module,
+                       module_type)
+        self.fwd_others.append(other)
+        back: list[GemmSite | OtherOp] = []
+        if self.train and self.requires[node] and other.op_class != "view":
+            back.append(_backward_other(other))
+        return [other], back
 
-    bwd_gemms: list[GemmSite] = []
-    bwd_others: list[OtherOp] = []
-    for back in reversed(bwd.values()):
-        for r in back:
-            (bwd_gemms if isinstance(r, GemmSite) else bwd_others).append(r)  # type: ignore[arg-type]
-    return tuple(fwd_gemms + bwd_gemms), tuple(fwd_others + bwd_others)
+    def records(self) -> tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]:
+        """Every GEMM and every other op: the forward pass, then (train) the backward pass."""
+        if self.train:
+            for node, back in self.bwd.items():
+                sums = _gradient_sums(node, self.requires, self.ctx, self.model_name)
+                if sums:  # autograd sums a tensor's gradients before the op that made it runs
+                    back[:0] = sums
+                    node.meta[META_KEY] = node.meta.get(META_KEY, ()) + tuple(sums)
+        bwd_gemms: list[GemmSite] = []
+        bwd_others: list[OtherOp] = []
+        for back in reversed(self.bwd.values()):
+            for r in back:
+                if isinstance(r, GemmSite):
+                    bwd_gemms.append(r)
+                else:
+                    bwd_others.append(r)
+        return tuple(self.fwd_gemms + bwd_gemms), tuple(self.fwd_others + bwd_others)
 
 
 def _gemm_bytes(batch: int, m: int, n: int, k: int, cd: ComputeDtype) -> int:
@@ -441,95 +469,42 @@ def _site(f: ForwardGemm, ctx: _Ctx, module: str, module_type: str, node: str) -
 
 def _backward_sites(f: ForwardGemm, fwd: GemmSite) -> list[GemmSite]:
     """dA = dC·Bᵀ and dB = Aᵀ·dC (for a Linear weight, dW = dYᵀ·X), as autograd runs them."""
-    cd_out = fwd.out_dtype
-    cd = DTYPES[fwd.dtype]
-    dc_align = alignment_bytes(fwd.n, cd.in_bytes)  # dC is a contiguous (m, n) gradient
-    # fused attention's backward keeps dS (QKᵀ's dC) and dP (PV's dA) on chip, as the forward
-    # keeps S and P: their alignment costs nothing
-    if fwd.op == "sdpa_qk":
-        dc_align = 16
-
-    def c_align(phase: str, n: int) -> int:
-        if fwd.op == "sdpa_pv" and phase == "backward_dx":  # dP
-            return 16
-        if fwd.op == "sdpa_qk" and phase == "backward_dw":  # dKᵀ, stored as dK's (kv, d) rows
-            return alignment_bytes(fwd.k, cd.out_bytes)
-        return alignment_bytes(n, cd.out_bytes)
-    dense_fwd = 2 * fwd.batch * fwd.m * fwd.n * fwd.k
+    # dC is a contiguous (m, n) gradient; fused attention's backward keeps dS (QKᵀ's dC) and
+    # dP (PV's dA) on chip, as the forward keeps S and P: their alignment costs nothing
+    dc_align = 16 if fwd.op == "sdpa_qk" else alignment_bytes(fwd.n, DTYPES[fwd.dtype].in_bytes)
     out: list[GemmSite] = []
-
-    def make(
-        phase: str, b: int, m: int, n: int, k: int, a: tuple[bool, int], bb: tuple[bool, int]
-    ) -> GemmSite:
-        dense = 2 * b * m * n * k
-        flops = dense * fwd.flops // dense_fwd if fwd.causal else dense
-        dram = _gemm_bytes(b, m, n, k, cd)
-        if f.tensor_elems is not None:  # dX reads dY and W, writes dX; dW reads X and dY
-            x, w, y = f.tensor_elems
-            read, written = (y + w, x) if phase == "backward_dx" else (x + y, w)
-            dram = read * cd.in_bytes + written * cd.out_bytes
-        return GemmSite(
-            module=fwd.module,
-            module_type=fwd.module_type,
-            op=fwd.op,
-            node=fwd.node,
-            phase=phase,
-            batch=b,
-            m=m,
-            n=n,
-            k=k,
-            dtype=fwd.dtype,
-            out_dtype=cd_out,
-            a_transposed=a[0],
-            b_transposed=bb[0],
-            a_align_bytes=a[1],
-            b_align_bytes=bb[1],
-            c_align_bytes=c_align(phase, n),
-            bias=False,
-            flops=flops,
-            dram_bytes=dram,
-            causal=fwd.causal,
-            taps=fwd.taps,
-        )
-
     if f.grad_a:  # dA (m, k) = dC (m, n) · Bᵀ (n, k)
-        out.append(
-            make(
-                "backward_dx",
-                fwd.batch,
-                fwd.m,
-                fwd.k,
-                fwd.n,
-                (False, dc_align),
-                (not fwd.b_transposed, fwd.b_align_bytes),
-            )
-        )
-    if f.grad_b:
-        if f.weight_b:  # dW (n, k) = dYᵀ (n, m) · X (m, k)
-            out.append(
-                make(
-                    "backward_dw",
-                    fwd.batch,
-                    fwd.n,
-                    fwd.k,
-                    fwd.m,
-                    (True, dc_align),
-                    (fwd.a_transposed, fwd.a_align_bytes),
-                )
-            )
-        else:  # dB (k, n) = Aᵀ (k, m) · dC (m, n)
-            out.append(
-                make(
-                    "backward_dw",
-                    fwd.batch,
-                    fwd.k,
-                    fwd.n,
-                    fwd.m,
-                    (not fwd.a_transposed, fwd.a_align_bytes),
-                    (False, dc_align),
-                )
-            )
+        out.append(_backward_site(f, fwd, "backward_dx", fwd.m, fwd.k, fwd.n, (False, dc_align),
+                                  (not fwd.b_transposed, fwd.b_align_bytes)))
+    if f.grad_b and f.weight_b:  # dW (n, k) = dYᵀ (n, m) · X (m, k)
+        out.append(_backward_site(f, fwd, "backward_dw", fwd.n, fwd.k, fwd.m, (True, dc_align),
+                                  (fwd.a_transposed, fwd.a_align_bytes)))
+    elif f.grad_b:  # dB (k, n) = Aᵀ (k, m) · dC (m, n)
+        out.append(_backward_site(f, fwd, "backward_dw", fwd.k, fwd.n, fwd.m,
+                                  (not fwd.a_transposed, fwd.a_align_bytes), (False, dc_align)))
     return out
+
+
+def _backward_site(f: ForwardGemm, fwd: GemmSite, phase: str, m: int, n: int, k: int,
+                   a: tuple[bool, int], b: tuple[bool, int]) -> GemmSite:
+    """One gradient GEMM of ``fwd``: its dims, and A's and B's (transposed, alignment bytes)."""
+    cd = DTYPES[fwd.dtype]
+    dense = 2 * fwd.batch * m * n * k
+    flops = dense * fwd.flops // fwd.dense_flops if fwd.causal else dense
+    dram = _gemm_bytes(fwd.batch, m, n, k, cd)
+    if f.tensor_elems is not None:  # dX reads dY and W, writes dX; dW reads X and dY
+        x, w, y = f.tensor_elems
+        read, written = (y + w, x) if phase == "backward_dx" else (x + y, w)
+        dram = read * cd.in_bytes + written * cd.out_bytes
+    if fwd.op == "sdpa_pv" and phase == "backward_dx":  # dP, on chip
+        c_align = 16
+    elif fwd.op == "sdpa_qk" and phase == "backward_dw":  # dKᵀ, stored as dK's (kv, d) rows
+        c_align = alignment_bytes(fwd.k, cd.out_bytes)
+    else:
+        c_align = alignment_bytes(n, cd.out_bytes)
+    return replace(fwd, phase=phase, m=m, n=n, k=k, a_transposed=a[0], b_transposed=b[0],
+                   a_align_bytes=a[1], b_align_bytes=b[1], c_align_bytes=c_align, bias=False,
+                   flops=flops, dram_bytes=dram)
 
 
 def _gradient_sums(
