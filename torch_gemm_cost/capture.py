@@ -684,10 +684,6 @@ class _DispatchRecorder(TorchDispatchMode):
 
 def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.nn.modules.module import (
-        register_module_forward_hook,
-        register_module_forward_pre_hook,
-    )
 
     # Fake tensors for every model, meta ones too: no real kernels run, and libraries that skip
     # value checks while tracing (transformers' is_tracing) recognise them. Parameters, buffers
@@ -696,29 +692,11 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
     # Eager (``fake=False``) runs real kernels: parameters are used as they are, buffers and
     # inputs are cloned so in-place ops leave the user's tensors alone.
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
-
-    def copy(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        if fake_mode is not None:
-            return fake_mode.from_tensor(x, static_shapes=True)
-        return x.detach().clone().requires_grad_(x.requires_grad)
-
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
-    # fake parameters stay Parameters, so code that touches modules in forward (.to()) works;
-    # a tied parameter gets one copy under all its names
-    copies: dict[int, torch.Tensor] = {}
-    for p in params.values():
-        if id(p) not in copies:
-            copies[id(p)] = (
-                p
-                if fake_mode is None
-                else torch.nn.Parameter(copy(p), requires_grad=p.requires_grad)
-            )
-    state = {n: copies[id(p)] for n, p in params.items()}
-    state.update({n: copy(b) for n, b in buffers.items()})
-    fake_args, fake_kwargs = torch.utils._pytree.tree_map(copy, (args, kwargs))
+    state = _traced_state(params, buffers, fake_mode)
+    fake_args, fake_kwargs = torch.utils._pytree.tree_map(
+        lambda x: _traced_copy(x, fake_mode), (args, kwargs))
     rec = _Recorder(
         model,
         params={id(state[n]): (n, p.requires_grad) for n, p in params.items()},
@@ -727,21 +705,7 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
     rec.track_grad_mode = fake
     try:
         with ExitStack() as stack:
-            pre = register_module_forward_pre_hook(rec.pre_hook)
-            stack.callback(pre.remove)
-            post = register_module_forward_hook(rec.post_hook, always_call=True)
-            stack.callback(post.remove)
-            if hasattr(torch.compiler, "set_stance"):  # torch.compile'd submodules run eagerly
-                stack.enter_context(torch.compiler.set_stance("force_eager"))
-            stack.enter_context(warnings.catch_warnings())
-            # our global hooks see a compiled submodule twice (wrapper, _orig_mod); paths say so
-            warnings.filterwarnings("ignore", message=r".*global hooks on modules")
-            if fake_mode is not None:
-                stack.enter_context(fake_mode)
-            else:
-                stack.enter_context(torch.no_grad())
-            stack.enter_context(_DispatchRecorder(rec))
-            stack.enter_context(_FunctionRecorder(rec))
+            _record_into(rec, stack, fake_mode)
             out = torch.func.functional_call(
                 model, state, fake_args, fake_kwargs, tie_weights=True, strict=False
             )
@@ -755,3 +719,56 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
         rec.requires_grad,
         _causal_modules(model),
     )
+
+
+def _traced_copy(x: Any, fake_mode: Any) -> Any:
+    """A tensor as the trace sees it: a fake copy, or (eager) a detached clone."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if fake_mode is not None:
+        return fake_mode.from_tensor(x, static_shapes=True)
+    return x.detach().clone().requires_grad_(x.requires_grad)
+
+
+def _traced_state(params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
+                  fake_mode: Any) -> dict[str, torch.Tensor]:
+    """Name -> the tensor the trace uses: fake parameters stay Parameters, so code that
+    touches modules in forward (.to()) works; a tied parameter gets one copy under all its
+    names. Eager keeps the parameters themselves."""
+    copies: dict[int, torch.Tensor] = {}
+    for p in params.values():
+        if id(p) not in copies:
+            copies[id(p)] = (
+                p
+                if fake_mode is None
+                else torch.nn.Parameter(_traced_copy(p, fake_mode), requires_grad=p.requires_grad)
+            )
+    state = {n: copies[id(p)] for n, p in params.items()}
+    state.update({n: _traced_copy(b, fake_mode) for n, b in buffers.items()})
+    return state
+
+
+def _record_into(rec: _Recorder, stack: ExitStack, fake_mode: Any) -> None:
+    """Enter, on ``stack``, what records a forward pass into ``rec``: global module hooks for
+    the module paths, eager torch.compile, the fake mode (or no_grad for an eager run), then
+    the dispatch and function recorders."""
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+
+    pre = register_module_forward_pre_hook(rec.pre_hook)
+    stack.callback(pre.remove)
+    post = register_module_forward_hook(rec.post_hook, always_call=True)
+    stack.callback(post.remove)
+    if hasattr(torch.compiler, "set_stance"):  # torch.compile'd submodules run eagerly
+        stack.enter_context(torch.compiler.set_stance("force_eager"))
+    stack.enter_context(warnings.catch_warnings())
+    # our global hooks see a compiled submodule twice (wrapper, _orig_mod); paths say so
+    warnings.filterwarnings("ignore", message=r".*global hooks on modules")
+    if fake_mode is not None:
+        stack.enter_context(fake_mode)
+    else:
+        stack.enter_context(torch.no_grad())
+    stack.enter_context(_DispatchRecorder(rec))
+    stack.enter_context(_FunctionRecorder(rec))

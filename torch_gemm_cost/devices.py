@@ -424,6 +424,41 @@ def is_cpu(spec: DeviceSpec) -> bool:
     return spec.architecture == "cpu"
 
 
+def _cpu_mhz(info: Mapping[str, str]) -> float | None:
+    """The CPU's maximum clock from cpufreq, else the one /proc/cpuinfo reports, else None."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e3
+    except (OSError, ValueError):
+        try:
+            return float(info.get("cpu MHz", "")) or None
+        except ValueError:
+            return None
+
+
+def _cpu_peaks(fp32: float, flags: set[str]) -> dict[str, float | None]:
+    """Peaks per key from the fp32 vector rate: bf16/fp16/int8 only where the ISA has
+    dot-product instructions for them."""
+    amx = "amx_tile" in flags
+    return {
+        "fp64": fp32 / 2, "fp32": fp32, "fp32_matrix": None, "tf32": None, "fp8": None,
+        # AMX: 16x the fp32 vector rate for bf16/fp16 (1024 FLOPs/clk/core on Sapphire Rapids)
+        "bf16": fp32 * 16 if amx and "amx_bf16" in flags
+        else fp32 * 2 if "avx512_bf16" in flags else None,
+        "fp16": fp32 * 16 if amx and "amx_fp16" in flags
+        else fp32 * 2 if "avx512_fp16" in flags else None,
+        "int8": fp32 * 32 if amx and "amx_int8" in flags
+        else fp32 * 4 if flags & {"avx512_vnni", "avx_vnni"} else None,
+    }
+
+
+def _mem_total_bytes() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            return float(fh.readline().split()[1]) * 1024  # MemTotal: N kB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @lru_cache(maxsize=1)
 def host_cpu() -> DeviceSpec:
     """Describe the host CPU as a GEMM target: the cores torch uses take the place of SMs.
@@ -442,33 +477,11 @@ def host_cpu() -> DeviceSpec:
     except (AttributeError, OSError):
         allowed = list(range(cores))
     caches = _cache_bytes(allowed)
-    mhz: float | None = None
-    try:
-        mhz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e3
-    except (OSError, ValueError):
-        try:
-            mhz = float(info.get("cpu MHz", "")) or None
-        except ValueError:
-            mhz = None
+    mhz = _cpu_mhz(info)
     simd = next((b for f, b in _SIMD_BYTES if f in flags), 16)
-    fp32 = cores * (mhz or 2000.0) * 1e6 * 2 * 2 * (simd // 4)
     amx = "amx_tile" in flags
-    peaks: dict[str, float | None] = {
-        "fp64": fp32 / 2, "fp32": fp32, "fp32_matrix": None, "tf32": None, "fp8": None,
-        # AMX: 16x the fp32 vector rate for bf16/fp16 (1024 FLOPs/clk/core on Sapphire Rapids)
-        "bf16": fp32 * 16 if amx and "amx_bf16" in flags
-        else fp32 * 2 if "avx512_bf16" in flags else None,
-        "fp16": fp32 * 16 if amx and "amx_fp16" in flags
-        else fp32 * 2 if "avx512_fp16" in flags else None,
-        "int8": fp32 * 32 if amx and "amx_int8" in flags
-        else fp32 * 4 if flags & {"avx512_vnni", "avx_vnni"} else None,
-    }
-    mem = None
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            mem = float(fh.readline().split()[1]) * 1024  # MemTotal: N kB
-    except (OSError, ValueError, IndexError):
-        pass
+    peaks = _cpu_peaks(cores * (mhz or 2000.0) * 1e6 * 2 * 2 * (simd // 4), flags)
+    mem = _mem_total_bytes()
     name = info.get("model name") or platform.processor() or platform.machine() or "CPU"
     return DeviceSpec(
         id="cpu",

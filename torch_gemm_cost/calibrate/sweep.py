@@ -122,10 +122,32 @@ def design_sweep(
     rounded to multiples of 8/16/64 and half left misaligned.
     """
     dtypes = tuple(resolve_dtype(d).name for d in (dtypes or sweep_dtypes(spec)))
+    max_est_s = max_est_s if max_est_s is not None else (3.0 if is_cpu(spec) else 0.2)
+    shapes = _regime_shapes(spec) + _random_shapes(seed, n_random)
+    points: dict[tuple[tuple[int, int, int, int], str], SweepPoint] = {}
+    for dims, regime in shapes:
+        b, m, n, k = dims
+        for dt in dtypes:
+            if (dims, dt) in points:
+                continue
+            cd = DTYPES[dt]
+            if max(b * m * k, b * k * n, b * m * n) * max(cd.in_bytes, cd.out_bytes) \
+                    > MAX_OPERAND_BYTES:
+                continue
+            est = _est_s(dims, dt, spec)
+            if est <= max_est_s:
+                points[(dims, dt)] = SweepPoint(b, m, n, k, dt, regime, est)
+    return sorted(points.values(), key=lambda p: (p.est_s, p.dtype, p.shape))
+
+
+_Shape = tuple[tuple[int, int, int, int], str]  # (batch, m, n, k), regime
+
+
+def _regime_shapes(spec: DeviceSpec) -> list[_Shape]:
+    """The hand-designed regimes of ``design_sweep``, in order."""
     cores = max(1, spec.sm_count)
     edges, block = _blocking(spec)
-    max_est_s = max_est_s if max_est_s is not None else (3.0 if is_cpu(spec) else 0.2)
-    shapes: list[tuple[tuple[int, int, int, int], str]] = []
+    shapes: list[_Shape] = []
 
     def add(regime: str, *dims: int) -> None:
         b, m, n, k = dims
@@ -159,35 +181,26 @@ def design_sweep(
         for extra in (0, 1):
             add("wave_edge", 1, block * cores * j + extra, block, 256)
             add("wave_edge", 1, block * j, block * cores + extra * block // 2, 512)
+    return shapes
 
+
+def _random_shapes(seed: int, count: int) -> list[_Shape]:
+    """Seeded log-uniform shapes, every other one rounded to a multiple of 8, 16 or 64."""
     rng = random.Random(seed)
 
     def log_uniform(lo: int, hi: int) -> int:
         return round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
-    for i in range(n_random):
+    shapes: list[_Shape] = []
+    for i in range(count):
         b = 1 if rng.random() < 0.7 else log_uniform(2, 64)
         m, n, k = log_uniform(1, 4096), log_uniform(8, 8192), log_uniform(8, 8192)
         if i % 2 == 0:  # aligned half
             q = rng.choice((8, 16, 64))
             n, k = max(q, n // q * q), max(q, k // q * q)
             m = m if m < q else m // q * q
-        add("random", b, m, n, k)
-
-    points: dict[tuple[tuple[int, int, int, int], str], SweepPoint] = {}
-    for dims, regime in shapes:
-        b, m, n, k = dims
-        for dt in dtypes:
-            if (dims, dt) in points:
-                continue
-            cd = DTYPES[dt]
-            if max(b * m * k, b * k * n, b * m * n) * max(cd.in_bytes, cd.out_bytes) \
-                    > MAX_OPERAND_BYTES:
-                continue
-            est = _est_s(dims, dt, spec)
-            if est <= max_est_s:
-                points[(dims, dt)] = SweepPoint(b, m, n, k, dt, regime, est)
-    return sorted(points.values(), key=lambda p: (p.est_s, p.dtype, p.shape))
+        shapes.append(((b, m, n, k), "random"))
+    return shapes
 
 
 # (n, k) of common weights, each dim a multiple of 64: Llama-3-8B attention, MLP up and down,

@@ -197,63 +197,81 @@ def run_sweep(
     ``progress(done, total, elapsed_s, budget_s)`` follows every point. A point the backend
     refuses (fp8 kernels take no dims off a multiple of 16, say) is skipped and, with its error,
     appended to ``refused``."""
-    start = clock()
-    operands = _Operands(device)
-    best: dict[int, tuple[float, int]] = {}  # point index -> (lowest median ms, runs)
+    sweep = _Sweep(points, _Operands(device), timer, reps, retries, clock, refused)
     tf32_before = torch.backends.cuda.matmul.allow_tf32
-    ratios: list[float] = []  # measured / estimated time of recent points
-
-    def time_point(i: int, until_s: float) -> bool:
-        """Time point i once more; False if it does not fit before ``until_s``."""
-        p = points[i]
-        left = until_s - (clock() - start)
-        recent = sorted(ratios[-50:])
-        ratio = recent[len(recent) // 2] if recent else 1.0
-        if p.est_s * ratio * (reps + 1) > left:
-            return False
-        torch.backends.cuda.matmul.allow_tf32 = p.dtype == "tf32"
-        fn = operands.call(p)
-        try:
-            first = time_runs(fn, 2 if p.est_s < 1e-3 else 1, timer)[-1]
-        except RuntimeError as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log.info("%s %s refused: %s", p.op, p.shape, message)
-            if refused is not None:
-                refused.append((p, message))
-            return True
-        if p.est_s > 0:
-            ratios.append(first * 1e-3 / p.est_s)
-        runs = _reps(first, reps)
-        if runs * first * 1e-3 > until_s - (clock() - start):
-            return False
-        low = best.get(i, (float("inf"), runs))[0]
-        for _ in range(1 + retries):
-            times = time_runs(fn, runs, timer)
-            low = min(low, sorted(times)[runs // 2])
-            if not _stalled(times) or runs * low * 1e-3 > until_s - (clock() - start):
-                break
-        best[i] = (low, runs)
-        if progress is not None:
-            progress(len(best), len(points), clock() - start, budget_s)
-        return True
-
     try:
         first_pass_s = budget_s * (1.0 - revisit_share)
         for i in range(len(points)):
-            if not time_point(i, first_pass_s):
+            if not sweep.time_point(i, first_pass_s):
                 break
-        slow = [i for i, (ms, _) in best.items() if ms >= 0.5]
-        # slowest against the estimate first; points without an estimate (est_s 0) last
-        slow.sort(key=lambda i: -best[i][0] * 1e-3 / points[i].est_s if points[i].est_s > 0
-                  else 0.0)
-        for i in slow:
-            if not time_point(i, budget_s):
+            if progress is not None and i in sweep.best:
+                progress(len(sweep.best), len(points), sweep.elapsed_s(), budget_s)
+        for i in sweep.revisits():
+            if not sweep.time_point(i, budget_s):
                 break
+            if progress is not None:  # every revisit was timed before: none is refused now
+                progress(len(sweep.best), len(points), sweep.elapsed_s(), budget_s)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    log.info("timed %d of %d sweep points in %.1f s", len(best), len(points), clock() - start)
-    return [Measurement(points[i], ms, runs) for i, (ms, runs) in sorted(best.items())]
+    log.info("timed %d of %d sweep points in %.1f s", len(sweep.best), len(points),
+             sweep.elapsed_s())
+    return [Measurement(points[i], ms, runs) for i, (ms, runs) in sorted(sweep.best.items())]
 
+
+class _Sweep:
+    """The state of one ``run_sweep``: each timed point's lowest median, and how the recent
+    points' measured times compare with their estimates."""
+
+    def __init__(self, points: Sequence[SweepPoint], operands: _Operands, timer: Any, reps: int,
+                 retries: int, clock: Callable[[], float],
+                 refused: list[tuple[SweepPoint, str]] | None) -> None:
+        self.points, self.operands, self.timer = points, operands, timer
+        self.reps, self.retries, self.clock, self.refused = reps, retries, clock, refused
+        self.start = clock()
+        self.best: dict[int, tuple[float, int]] = {}  # point index -> (lowest median ms, runs)
+        self.ratios: list[float] = []  # measured / estimated time of recent points
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.start
+
+    def time_point(self, i: int, until_s: float) -> bool:
+        """Time point i once more; False if it does not fit before ``until_s``."""
+        p = self.points[i]
+        recent = sorted(self.ratios[-50:])
+        ratio = recent[len(recent) // 2] if recent else 1.0
+        if p.est_s * ratio * (self.reps + 1) > until_s - self.elapsed_s():
+            return False
+        torch.backends.cuda.matmul.allow_tf32 = p.dtype == "tf32"
+        fn = self.operands.call(p)
+        try:
+            first = time_runs(fn, 2 if p.est_s < 1e-3 else 1, self.timer)[-1]
+        except RuntimeError as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.info("%s %s refused: %s", p.op, p.shape, message)
+            if self.refused is not None:
+                self.refused.append((p, message))
+            return True
+        if p.est_s > 0:
+            self.ratios.append(first * 1e-3 / p.est_s)
+        runs = _reps(first, self.reps)
+        if runs * first * 1e-3 > until_s - self.elapsed_s():
+            return False
+        low = self.best.get(i, (float("inf"), runs))[0]
+        for _ in range(1 + self.retries):
+            times = time_runs(fn, runs, self.timer)
+            low = min(low, sorted(times)[runs // 2])
+            if not _stalled(times) or runs * low * 1e-3 > until_s - self.elapsed_s():
+                break
+        self.best[i] = (low, runs)
+        return True
+
+    def revisits(self) -> list[int]:
+        """The timed points of 0.5 ms or more, slowest against their estimate first; points
+        without an estimate (est_s 0) last."""
+        slow = [i for i, (ms, _) in self.best.items() if ms >= 0.5]
+        slow.sort(key=lambda i: -self.best[i][0] * 1e-3 / self.points[i].est_s
+                  if self.points[i].est_s > 0 else 0.0)
+        return slow
 
 
 def _short_kernel(name: str) -> str:

@@ -546,13 +546,10 @@ class HybridPredictor(Estimator):
         return RowInputs.gather(measured.gemms, table, dev, launch), source
 
     # ---------------------------------------------------------------- training
-    def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
-        """Fit every trainable parameter jointly with full-batch Adam; returns self.
-
-        Rows the data cannot physically contain (``impossible_rows``) are left out.
-        Each (gpu, source, dtype) group contributes at most ``rows_per_group`` seeded-random rows
-        and equal total weight. ``warm_start`` fine-tunes the current weights.
-        """
+    def _training_rows(self, measured: Any) -> tuple[Any, torch.Tensor]:
+        """The rows a fit uses and their weights (N,), summing to 1: at most ``rows_per_group``
+        seeded-random rows of each (gpu, source, dtype) group, each group the same weight,
+        rows the data cannot physically contain (``impossible_rows``) left out."""
         gen = torch.Generator().manual_seed(self.seed)
         keep = ~impossible_rows(measured)
         if int(keep.sum()) == 0:
@@ -568,9 +565,18 @@ class HybridPredictor(Estimator):
             idx = idx[torch.randperm(len(idx), generator=gen)[: self.rows_per_group]]
             chosen += idx.tolist()
             weights += [1.0 / len(idx)] * len(idx)
-        sub = measured.select(torch.tensor(chosen))
         w = torch.tensor(weights, dtype=torch.float64)
-        w = w / w.sum()
+        return measured.select(torch.tensor(chosen)), w / w.sum()
+
+    # ---------------------------------------------------------------- training
+    def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
+        """Fit every trainable parameter jointly with full-batch Adam; returns self.
+
+        Rows the data cannot physically contain (``impossible_rows``) are left out.
+        Each (gpu, source, dtype) group contributes at most ``rows_per_group`` seeded-random rows
+        and equal total weight. ``warm_start`` fine-tunes the current weights.
+        """
+        sub, w = self._training_rows(measured)
         rows, source = self._rows_of(sub)
         y = sub.latency_ms
 
@@ -616,7 +622,7 @@ class HybridPredictor(Estimator):
         for t in self.params_.values():
             t.requires_grad_(False)
         self.loss_history_ = history
-        self.n_train_rows_ = len(chosen)
+        self.n_train_rows_ = len(sub)
         self._devices.clear()
         return self
 
