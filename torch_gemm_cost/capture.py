@@ -1,4 +1,5 @@
-"""Capture: a model and example inputs in, an FX graph with shapes and module paths out.
+"""Capture: a model and example inputs in, an FX graph with shapes and module paths out, with
+what the model says beyond its graph (each module's class name, its config's dims).
 
 Every capture path produces the same kind of graph: ATen-level ``call_function`` nodes whose
 ``meta["val"]`` holds the output's fake (or meta) tensor and whose ``meta["nn_module_stack"]``
@@ -639,7 +640,7 @@ class _FunctionRecorder(TorchFunctionMode):
         if entry is None:
             # NB: the mode is off inside its handler, so composites that a Python-level torch
             # function calls (F.multi_head_attention_forward) reach the dispatch recorder in
-            # pieces (t + addmm, the fused SDPA kernels); gemms.py reads those too
+            # pieces (t + addmm, the fused SDPA kernels); gemms/handlers.py reads those too
             return func(*args, **kwargs)
         op, binder = entry
         self.rec.current = self.rec.where(op)
