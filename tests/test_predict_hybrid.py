@@ -293,8 +293,7 @@ def test_fit_is_seeded_and_lowers_the_loss() -> None:
     assert a.loss_history_[-1][1] < a.loss_history_[0][1]
     # warm start continues from the fitted weights
     before = {k: v.clone() for k, v in a.params_.items()}
-    a.steps = 5
-    a.fit(rows, warm_start=True)
+    a.set_params(steps=5).fit(rows, warm_start=True)
     assert any(not torch.equal(before[k], a.params_[k]) for k in before)
 
 
