@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .advise import padding_advice
+from .advise import PaddingAdvice, padding_advice
 from .capture import CAPTURE_METHODS, Captured, capture
 from .devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_profile
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
@@ -187,7 +187,8 @@ def _price(run: _Run, sites: Sequence[GemmSite], others: Sequence[OtherOp],
 
 
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
-            ops: tuple[OpEstimate, ...], mode: str, advice: tuple[Any, ...]) -> CostReport:
+            ops: tuple[OpEstimate, ...], mode: str,
+            advice: tuple[PaddingAdvice, ...]) -> CostReport:
     return CostReport(
         model=captured.model_name,
         device=run.spec,
