@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_gemm_cost"
 PKG = PACKAGE.name
@@ -118,3 +121,51 @@ def test_the_graph_sees_imports_inside_functions(tmp_path: Path) -> None:
                               ["pkg.sub", "pkg.sub.b", "pkg.a", "pkg.sub"],
                               ["pkg.sub.b", "pkg.a", "pkg.sub.b"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_estimate_walks_the_pipeline_forward() -> None:
+    """A traced walk of estimate() and print(report) (``sys.setprofile``, every call into the
+    package): the calls that the user's code and api.py make enter the stages in pipeline
+    order, no function calls into a stage after its own, and rendering predicts nothing."""
+    import sys
+
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    import torch_gemm_cost as tgc
+
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=64,
+                                                                     n_head=2))
+    ids = torch.ones(2, 31, dtype=torch.long, device="meta")
+    calls: list[tuple[str | None, str, str]] = []  # (caller's module in the package, callee's)
+
+    def in_package(name: str) -> bool:
+        return name == PKG or name.startswith(PKG + ".")
+
+    def record(frame: Any, event: str, arg: Any) -> None:
+        callee = frame.f_globals.get("__name__", "")
+        if event != "call" or not in_package(callee):
+            return
+        up = frame.f_back
+        while up is not None and not in_package(up.f_globals.get("__name__", "")):
+            up = up.f_back
+        calls.append((up.f_globals["__name__"] if up else None, callee, frame.f_code.co_name))
+
+    sys.setprofile(record)
+    try:
+        report = tgc.estimate(model, (ids,), device="a100_sxm4_80gb", dtype="fp16")
+        rendered_from = len(calls)
+        str(report), report.explain(0), report.to_dict()
+    finally:
+        sys.setprofile(None)
+    entered = [STAGES[stage(callee)][0] for caller, callee, _ in calls
+               if caller in (None, f"{PKG}.api")]
+    walk = [s for s in entered if s not in ("foundation", "top")]  # helpers, the orchestrator
+    assert [s for i, s in enumerate(walk) if i == 0 or s != walk[i - 1]] == [
+        "capture", "gemms", "predict", "advise", "report"]
+    up = {(caller, f"{callee}.{name}") for caller, callee, name in calls
+          if caller is not None and stage(callee) > stage(caller)}
+    assert not up, f"calls into a later stage: {sorted(up)}"
+    assert not [name for _, callee, name in calls[rendered_from:]
+                if name == "predict" and callee.startswith(f"{PKG}.predict")]
