@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms
+from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_gemms
 from torch_gemm_cost.predict.hybrid import variants
 from torch_gemm_cost.predict.roofline import RooflinePredictor
-from torch_gemm_cost.train.gemm import leave_one_gpu_out, score_groups
+from torch_gemm_cost.train.gemm import leave_one_chip_out, score_groups
 
 log = logging.getLogger("accuracy")
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     timing: dict[str, float] = {}
     for name in names:
         t0 = time.perf_counter()
-        preds[name] = leave_one_gpu_out(
+        preds[name] = leave_one_chip_out(
             measured, lambda seed, name=name: variants(seed=seed, **hyper)[name],
             seeds=seeds if name == "hybrid" else seeds[:1])
         timing[name] = time.perf_counter() - t0

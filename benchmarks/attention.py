@@ -28,7 +28,6 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.attention_measurements import MeasuredAttention, load_attention
 from torch_gemm_cost.devices import get_device
 from torch_gemm_cost.predict.attention import (
     AttentionPredictor,
@@ -36,6 +35,7 @@ from torch_gemm_cost.predict.attention import (
     attention_bytes,
     attention_flops,
 )
+from torch_gemm_cost.predict.attention_measured import MeasuredAttention, load_attention
 from torch_gemm_cost.train.attention import (
     MIN_MS,
     AttentionScore,

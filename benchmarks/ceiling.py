@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from accuracy import per_gpu
 
-from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_all_gemms
+from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_all_gemms
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import leave_one_chip_out
 

@@ -337,7 +337,7 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
     return (
         "# Whole-model estimates against NeuSight's end-to-end labels\n\n"
         f"Produced by `{command}` (torch_gemm_cost {torch_gemm_cost.__version__}, GEMM predictor "
-        f"{name} v{version}, non-GEMM ops: predict/memory.py with data/op_costs.json); "
+        f"{name} v{version}, non-GEMM ops: predict/ops.py with data/op_costs.json); "
         f"{len(results)} rows, {wall_s:.0f} s of capture and prediction.\n\n"
         "Measured latencies and NeuSight's predictions: NeuSight (MIT License). Rows with an "
         "`option` (fusion, dp4, tp4, pp4_1) and the switch-transformer rows are left out. "
@@ -401,7 +401,7 @@ class HeldOutGemm:
     name = "hybrid (refitted without each GPU)"
 
     def __init__(self, data_dir: Path, gpus: list[str], seed: int = 0) -> None:
-        from torch_gemm_cost.measurements import load_gemms
+        from torch_gemm_cost.gemms.measured import load_gemms
         from torch_gemm_cost.predict.hybrid import HybridPredictor
 
         measured = load_gemms(data_dir)

@@ -44,7 +44,7 @@ from e2e import MODE, build
 
 from torch_gemm_cost.api import compare
 from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.measurements import MeasuredGemms, impossible_rows, load_gemms
+from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_gemms
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import score_groups
@@ -126,7 +126,7 @@ def padding_section(h200: MeasuredGemms, preds: dict[str, torch.Tensor]) -> str:
 def vec_section(path: Path) -> str:
     """DATA.md's vec ops on the H200 against the shipped op costs (fitted on NeuSight's GPUs)."""
     from torch_gemm_cost.devices import get_device
-    from torch_gemm_cost.predict import memory
+    from torch_gemm_cost.predict import ops as memory
     from torch_gemm_cost.train.ops import VEC_OPS, VecRow, _score
 
     bw = get_device(GPU).dram_bw_bytes_per_s

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_gemm_cost.attention_measurements import ATTENTION_COLUMNS, load_attention
 from torch_gemm_cost.devices import get_device
 from torch_gemm_cost.predict.attention import (
     KERNELS,
@@ -26,6 +25,7 @@ from torch_gemm_cost.predict.attention import (
     split_kv_splits,
     vllm_kernel,
 )
+from torch_gemm_cost.predict.attention_measured import ATTENTION_COLUMNS, load_attention
 from torch_gemm_cost.train.attention import score_attention
 
 

@@ -140,4 +140,4 @@ def test_devices_lists_peaks_and_bandwidths(capsys):
     rc, _, err = run(capsys, "devices", "zzz")
     assert rc == 2 and "no catalog device matches 'zzz'" in err
     rc, out, _ = run(capsys, "devices", "mi300x", "--json")
-    assert json.loads(out)[0]["peak_flops"]["fp8"] == pytest.approx(2614.9e12)
+    assert json.loads(out)[0]["peak_flops_per_s"]["fp8"] == pytest.approx(2614.9e12)

@@ -15,7 +15,7 @@ import torch_gemm_cost as tgc
 from torch_gemm_cost import api
 from torch_gemm_cost.capture import capture
 from torch_gemm_cost.gemms import META_KEY, extract
-from torch_gemm_cost.predict import RooflinePredictor
+from torch_gemm_cost.predict import HybridPredictor, RooflinePredictor
 
 transformers = pytest.importorskip("transformers")
 
@@ -178,7 +178,7 @@ class CountingPredictor(RooflinePredictor):
         return super().predict(gemms, device)
 
 
-def test_compare_captures_once_and_predicts_once_per_report(
+def test_compare_captures_once_and_predicts_in_one_batch_per_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     model, kwargs = build("bert")
@@ -198,7 +198,8 @@ def test_compare_captures_once_and_predicts_once_per_report(
         dtypes=[torch.bfloat16, "fp8"],
         predictor=predictor,
     )
-    assert len(captures) == 1 and predictor.calls == 4
+    # per report, one batch of its GEMMs and one of their padded shapes (the padding advice)
+    assert len(captures) == 1 and predictor.calls == 2 * 4
     assert [(r.device.id, r.dtype) for r in reports] == [
         ("h100_sxm5_80gb", "bfloat16"),
         ("h100_sxm5_80gb", "float8_e4m3fn"),
@@ -208,6 +209,28 @@ def test_compare_captures_once_and_predicts_once_per_report(
     assert reports[0].predictor == "counting"
     # fp8 halves the bytes, and on the same GPU the total cannot grow
     assert reports[1].total_ms <= reports[0].total_ms
+
+
+def test_printing_and_explaining_a_report_predict_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report renders what estimate() handed it: explain() reads the details kept from the
+    one batched prediction, and neither it nor printing calls a predictor again."""
+    with torch.device("meta"):
+        model = gpt2()
+    report = tgc.estimate(model, (ids(2, 63),), device="a100_sxm4_80gb", dtype="fp16")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the report predicted again")
+
+    monkeypatch.setattr(HybridPredictor, "predict", refuse)
+    text = str(report)
+    explained = report.explain("lm_head")
+    lm_head = next(g for g in report.gemms if g.site.module == "lm_head")
+    assert explained.details == dict(lm_head.details) and "waves" in explained.details
+    assert explained.time_ms == lm_head.time_ms
+    assert "padding advice (predicted):" in text  # 126 tokens: padding them saves time
+    assert report.to_dict()["padding_advice"]
 
 
 def test_annotate_returns_the_graph_with_records() -> None:

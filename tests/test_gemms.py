@@ -9,7 +9,17 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from torch_gemm_cost.capture import capture
-from torch_gemm_cost.gemms import META_KEY, causal_kept_entries, einsum_gemms, extract
+from torch_gemm_cost.gemms import (
+    META_KEY,
+    ForwardGemm,
+    causal_kept_entries,
+    einsum_gemms,
+    extract,
+    gemm_handler,
+    handlers,
+    matrix_layout,
+    register_gemm_handler,
+)
 
 METHODS = ("dispatch", "export")
 
@@ -580,3 +590,72 @@ def test_every_grouped_mm_layout_by_hand() -> None:
     # all 64 columns, reduction rows or batches reach the 4 groups: 4·(1 − 0.75^64) = 4.0,
     # 16 each; every layout is 4 GEMMs of 8×16×16, 2·4·8·16·16 = 16,384 FLOPs
     assert [(s.op, s.shape, s.flops) for s in sites] == [("grouped_mm", (4, 8, 16, 16), 16_384)] * 3
+
+
+@torch.library.custom_op("tgc_test::linear_nt", mutates_args=())
+def linear_nt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A custom GEMM op: x (m, k) times w (n, k) transposed."""
+    return x @ w.t()
+
+
+@linear_nt.register_fake
+def _(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], w.shape[0])
+
+
+def _linear_nt_backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x, w = ctx.saved_tensors
+    return grad @ w, grad.t() @ x
+
+
+linear_nt.register_autograd(
+    _linear_nt_backward, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs))
+
+
+def _linear_nt_gemms(args, ctx):  # (args by schema name, HandlerContext) -> forward GEMMs
+    x, w = ctx.tensor(args["x"]), ctx.tensor(args["w"])
+    return [ForwardGemm("linear_nt", 1, int(x.shape[0]), int(w.shape[0]), int(x.shape[1]),
+                        matrix_layout(x, ctx.elem_bytes),
+                        matrix_layout(w, ctx.elem_bytes, swap=True),
+                        grad_a=ctx.requires_grad(args["x"]), grad_b=ctx.requires_grad(args["w"]),
+                        weight_b=True)]
+
+
+class CustomGemm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(24, 40))  # (n, k), k off a multiple of 8 fp16 elements
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear_nt(x, self.w)
+
+
+def test_a_custom_op_takes_a_registered_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handlers, "_HANDLERS", dict(handlers._HANDLERS))  # undone after the test
+    x = torch.randn(6, 40)
+    before, _ = extract(capture(CustomGemm(), (x,)), "float16")
+    assert before == ()  # no handler: the op is no GEMM
+    register_gemm_handler(torch.ops.tgc_test.linear_nt, _linear_nt_gemms)
+    (site,), _ = extract(capture(CustomGemm(), (x,)), "float16")
+    assert site.op == "linear_nt" and site.module_type == "CustomGemm"
+    # export sees the op's autograd (the recorder sees its forward run with grad disabled)
+    sites, _ = extract(capture(CustomGemm(), (x,), train=True, method="export"), "float16",
+                       mode="train")
+    # forward y (6, 24) = x (6, 40)·Wᵀ; backward dW (24, 40) = dYᵀ (24, 6)·X (6, 40) (x needs no
+    # grad, so no dX); fp16 rows of 40 elements are 80 bytes: 16-byte loads
+    assert [(s.phase, s.shape, s.b_transposed, s.flops) for s in sites] == [
+        ("forward", (1, 6, 24, 40), True, 2 * 6 * 24 * 40),
+        ("backward_dw", (1, 24, 40, 6), False, 2 * 24 * 40 * 6),
+    ]
+    assert sites[0].a_align_bytes == sites[0].b_align_bytes == 16
+
+
+def test_one_op_takes_one_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handlers, "_HANDLERS", dict(handlers._HANDLERS))
+    with pytest.raises(ValueError, match="op 'linear' already has a GEMM handler"):
+        register_gemm_handler("linear", _linear_nt_gemms)
+    register_gemm_handler("tgc_test_gemm", _linear_nt_gemms)
+    with pytest.raises(ValueError, match="op 'tgc_test_gemm' already has a GEMM handler"):
+        register_gemm_handler("tgc_test_gemm", _linear_nt_gemms)
+    assert gemm_handler("tgc_test_gemm") is _linear_nt_gemms
+    assert gemm_handler(torch.ops.aten.addmm.default) is gemm_handler("addmm")

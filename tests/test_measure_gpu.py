@@ -40,7 +40,7 @@ def test_every_part_runs_on_the_cpu(tmp_path: Path) -> None:
                         "--budget-s", "12", "--tokens", "1"]) == 0
 
     align = read_measurements(out / "alignment.csv")
-    assert len(align) > 0 and align.device_id == "cpu" and align.timing == "wall"
+    assert len(align) > 0 and set(align.gpu) == {"cpu"} and set(align.timing) == {"wall"}
     with open(out / "alignment.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert {r["source"] for r in rows} == {"tgc-align"}

@@ -240,10 +240,10 @@ def test_non_finite_prediction_is_an_internal_error_naming_the_line(tmp_path, mo
 
 def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch, counting):
     # The profile's loader is stubbed: this checks the dispatch, not the calibration format.
-    calibrate = pytest.importorskip("torch_gemm_cost.calibrate")
     from dataclasses import replace
 
     from torch_gemm_cost.devices import get_device
+    from torch_gemm_cost.predict import query
 
     local = replace(get_device("l4"), id="my_l4", name="My L4", aliases=())
     profile_pred = _Counting()
@@ -253,7 +253,7 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
         seen.append(Path(path))
         return local, profile_pred
 
-    monkeypatch.setattr(calibrate, "load_profile", load_profile)
+    monkeypatch.setattr(query, "load_profile", load_profile)
     (tmp_path / "p.json").write_text("{}")
     header = ["gpu", "op", "dtype", "batch", "m", "n", "k"]
     rows = [["my_l4", "mm", "fp16", "1", "8", "8", "8"], ["l4", "mm", "fp16", "1", "8", "8", "8"],
@@ -268,7 +268,7 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
 
 
 def test_weights_flag_predicts_with_the_hybrid_from_that_file(tmp_path, data_dir):
-    from torch_gemm_cost.measurements import load_gemms
+    from torch_gemm_cost.gemms.measured import load_gemms
     from torch_gemm_cost.predict import HybridPredictor
 
     weights = tmp_path / "w.json"

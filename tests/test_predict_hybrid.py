@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from torch_gemm_cost.devices import get_device, list_devices
 from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.measurements import MeasuredGemms, gemm_batch_from_columns
-from torch_gemm_cost.predict.base import DTYPE_NAMES, GemmBatch
+from torch_gemm_cost.gemms.measured import MeasuredGemms, gemm_batch_from_columns
+from torch_gemm_cost.gemms.records import DTYPE_NAMES, GemmBatch
 from torch_gemm_cost.predict.cache import effective_bandwidth
 from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable
 from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
@@ -242,6 +242,19 @@ def test_save_load_round_trip(tmp_path) -> None:
     assert back.metadata_ == {"note": "x"} and back.hidden == 8
 
 
+def test_set_params_checks_what_it_is_given_and_keeps_the_weights() -> None:
+    model = initialised(steps=10)
+    weights = model.params_
+    assert model.set_params(steps=3, default_timing="event") is model
+    assert (model.steps, model.default_timing, model.get_params()["seed"]) == (3, "event", 0)
+    assert model.params_ is weights
+    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) 'step' of HybridPredictor"):
+        model.set_params(step=3)
+    with pytest.raises(ValueError, match="default_timing must be one of"):
+        model.set_params(default_timing="wall")
+    assert model.default_timing == "event"  # a refused change changes nothing
+
+
 @pytest.mark.parametrize(
     "content",
     ["{not json", json.dumps({"format": "other"}), json.dumps([1, 2]), "\x00\x01"],
@@ -280,8 +293,7 @@ def test_fit_is_seeded_and_lowers_the_loss() -> None:
     assert a.loss_history_[-1][1] < a.loss_history_[0][1]
     # warm start continues from the fitted weights
     before = {k: v.clone() for k, v in a.params_.items()}
-    a.steps = 5
-    a.fit(rows, warm_start=True)
+    a.set_params(steps=5).fit(rows, warm_start=True)
     assert any(not torch.equal(before[k], a.params_[k]) for k in before)
 
 
@@ -450,7 +462,7 @@ def test_fit_alignment_recovers_the_load_cost() -> None:
     rows = MeasuredGemms(rows.gemms, rows.gpu, rows.source, rows.timing,
                          2.0 * truth.predict_measured(rows))
     model = initialised()
-    fitted = model.fit_alignment(rows)
+    fitted = model.fit_alignment(rows).alignment_fit_
     assert fitted["pairs"] == 6  # three misaligned shapes at each of two m
     assert fitted["cycles_per_warp_load"] == pytest.approx(12.0, rel=0.03)
     assert fitted["ratio_mape"] < 0.01 < fitted["ratio_mape_without_roof"]

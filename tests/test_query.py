@@ -305,10 +305,11 @@ def test_threads_get_identical_results():
 
 
 def test_profile_path_brings_its_device_and_predictor(tmp_path, monkeypatch):
-    calibrate = pytest.importorskip("torch_gemm_cost.calibrate")
+    from torch_gemm_cost.predict import query
+
     rec = _Recorder()
     spec = tgc.get_device("l4")
-    monkeypatch.setattr(calibrate, "load_profile", lambda path: (spec, rec))
+    monkeypatch.setattr(query, "load_profile", lambda path: (spec, rec))
     path = tmp_path / "profile.json"
     path.write_text("{}")
     # _Recorder predicts m · 1e-3 ms

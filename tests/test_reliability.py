@@ -29,8 +29,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 import torch_gemm_cost as tgc
 from torch_gemm_cost.capture import CaptureError
 from torch_gemm_cost.dtypes import DTYPES
+from torch_gemm_cost.gemms.records import DTYPE_NAMES
 from torch_gemm_cost.predict import GemmBatch, default_predictor
-from torch_gemm_cost.predict.base import DTYPE_NAMES
 from torch_gemm_cost.predict.query import load_weights
 
 transformers = pytest.importorskip("transformers")
@@ -432,13 +432,14 @@ def test_corrupt_weights_and_profiles_are_named_in_the_error(tmp_path: Path) -> 
 
 
 def test_estimate_takes_a_profile_and_names_a_corrupt_one(tmp_path: Path) -> None:
-    from torch_gemm_cost.calibrate import FORMAT, VERSION, _spec_record
+    from torch_gemm_cost.devices import spec_to_record
+    from torch_gemm_cost.predict.profile import FORMAT, VERSION
 
     weights = json.loads((PACKAGE / "data" / "hybrid_weights.json").read_text())
     doc = {
         "format": FORMAT,
         "version": VERSION,
-        "device": _spec_record(tgc.get_device("l4")),
+        "device": spec_to_record(tgc.get_device("l4")),
         "predictor": {"kind": "hybrid", "weights": weights},
     }
     profile = tmp_path / "l4_profile.json"

@@ -8,21 +8,19 @@ import csv
 import io
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from torch_gemm_cost import GemmSite, OtherOp, get_device
+from torch_gemm_cost.advise import padding_advice
+from torch_gemm_cost.capture import module_types_of
 from torch_gemm_cost.gemms import alignment_bytes
-from torch_gemm_cost.predict import GemmBatch, RooflinePredictor
-from torch_gemm_cost.report import (
-    CostReport,
-    GemmEstimate,
-    OpEstimate,
-    format_comparison,
-    module_types_of,
-)
+from torch_gemm_cost.predict import RooflinePredictor
+from torch_gemm_cost.predict.estimates import GemmEstimate, OpEstimate, estimate_gemms, total_ms
+from torch_gemm_cost.report import CostReport, format_comparison
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TORCH_GEMM_COST_UPDATE_GOLDEN") == "1"
@@ -73,19 +71,18 @@ GPT2_TYPES = {  # in named_modules() order
 
 def make_report(sites, predictor=None, device="a100_sxm4_80gb", others=(), dtype="float16",
                 config=None) -> CostReport:
+    """A report as estimate() makes one: estimates of ``sites`` by ``predictor`` (the
+    roofline by default) and its padding advice."""
     predictor = predictor or RooflinePredictor()
     dev = get_device(device)
-    pred = predictor.predict(GemmBatch.from_sites(sites), dev)
-    gemms = tuple(
-        GemmEstimate(s, float(t), "compute" if c else "memory")
-        for s, t, c in zip(sites, pred.time_ms.tolist(), pred.compute_bound.tolist())
-    )
+    gemms = estimate_gemms(sites, dev, predictor)
+    config = config if config is not None else {"vocab_size": 50257, "hidden_size": 768,
+                                                "intermediate_size": 3072}
+    advice = padding_advice(gemms, predictor, dev, model_ms=total_ms(gemms, tuple(others)),
+                            config=config)
     return CostReport(
         "GPT2LMHeadModel", dev, dtype, "inference", predictor.name, predictor.version, gemms,
-        tuple(others), predictor_impl=predictor,
-        config=config if config is not None else {"vocab_size": 50257, "hidden_size": 768,
-                                                  "intermediate_size": 3072},
-        module_types=GPT2_TYPES,
+        tuple(others), config=config, module_types=GPT2_TYPES, advice=tuple(advice),
     )
 
 
@@ -240,17 +237,17 @@ def test_module_types_of_names_every_module():
     assert module_types_of(net) == {"": "Sequential", "0": "Linear", "1": "ReLU"}
 
 
-def test_existing_constructor_still_valid():
+def test_a_report_renders_what_it_is_handed():
     site = linear_site("fc", 64, 64, 64)
     r = CostReport("M", get_device("l4"), "float16", "inference", "mystery", "0",
                    (GemmEstimate(site, 0.5, "memory"),))
     assert r.total_ms == 0.5 and r.to_dict()["rows"][0]["time_ms"] == 0.5
-    assert "padding advice" not in str(r)  # no predictor object: no advice section
-    # a report named after the roofline finds that predictor again
-    r = CostReport("M", get_device("l4"), "float16", "inference", "roofline", "1",
-                   (GemmEstimate(site, 0.5, "memory"),))
-    assert isinstance(r.predictor_object(), RooflinePredictor)
-    assert "padding advice: none" in str(r)
+    assert "padding advice" not in str(r) and "padding_advice" not in r.to_dict()
+    with pytest.raises(ValueError, match="holds no padding advice"):
+        r.padding_advice()
+    assert r.explain(0).details == {}  # no details handed, none made up
+    r = replace(r, advice=())
+    assert "padding advice: none" in str(r) and r.to_dict()["padding_advice"] == []
 
 
 def test_rows_of_free_ops_are_left_out():

@@ -9,10 +9,11 @@ from .advise import PaddingAdvice
 from .api import annotate, compare, estimate
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
-from .gemms import GemmSite, OtherOp
+from .gemms import GemmSite, OtherOp, register_gemm_handler
 from .predict.collectives import predict_collective_ms
+from .predict.estimates import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
-from .report import CostReport, GemmEstimate, OpEstimate, format_advice, format_comparison
+from .report import CostReport, format_advice, format_comparison
 
 __version__ = "0.1.0"
 
@@ -34,5 +35,6 @@ __all__ = [
     "list_devices",
     "predict_collective_ms",
     "predict_gemm_ms",
+    "register_gemm_handler",
     "resolve_dtype",
 ]

@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
+from .capture import module_template
+from .devices import DeviceSpec
 from .dtypes import DTYPES, FP8_MULTIPLE
-from .predict.base import DTYPE_NAMES, GemmBatch, GemmPrediction
+from .gemms.records import DTYPE_NAMES, GemmBatch, GemmSite, alignment_bytes
+from .predict.base import GemmPrediction, Predictor
+from .predict.estimates import GemmEstimate
 
-if TYPE_CHECKING:
-    from .report import CostReport
-
-__all__ = ["PaddingAdvice", "config_dims", "padded_size", "padding_advice"]
+__all__ = ["PaddingAdvice", "padded_size", "padding_advice"]
 
 MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
 _AXES = ("m", "n", "k")
@@ -91,82 +92,16 @@ def padded_size(dim: int, multiple: int) -> int:
     return -(-int(dim) // multiple) * multiple
 
 
-def config_dims(config: Any) -> dict[str, int]:
-    """The recognizable dims of an HF-style config (object or mapping), by field name.
-
-    ``intermediate_size`` also reads GPT-2's ``n_inner`` (4·hidden when unset), OPT's ``ffn_dim``
-    and T5's ``d_ff``; ``head_dim`` defaults to hidden_size / num_attention_heads. A vision
-    backbone's per-stage ``hidden_sizes`` list gives ``hidden_sizes[i]``.
-    """
-    if config is None:
-        return {}
-    get = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
-
-    def first(*names: str) -> int | None:
-        for name in names:
-            value = get(name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return None
-
-    out: dict[str, int] = {}
-    vocab = first("vocab_size")
-    hidden = first("hidden_size", "n_embd", "d_model")
-    heads = first("num_attention_heads", "n_head", "num_heads")
-    inter = first("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
-    if inter is None and hidden is not None and get("model_type", None) == "gpt2":
-        inter = 4 * hidden
-    head_dim = first("head_dim", "d_kv") or (hidden // heads if hidden and heads else None)
-    kv_heads = first("num_key_value_heads")
-    for name, value in (("vocab_size", vocab), ("hidden_size", hidden),
-                        ("intermediate_size", inter), ("num_attention_heads", heads),
-                        ("head_dim", head_dim)):
-        if value is not None:
-            out[name] = value
-    if heads and head_dim and heads * head_dim != hidden:
-        out["num_attention_heads × head_dim"] = heads * head_dim
-    if kv_heads and head_dim and kv_heads != heads:
-        out["num_key_value_heads × head_dim"] = kv_heads * head_dim
-    embedding = first("embedding_size")  # ALBERT's factorized embedding, ResNet's stem width
-    if embedding is not None:
-        out["embedding_size"] = embedding
-    # vision backbones (ResNet, ConvNeXt, RegNet) set one width per stage
-    widths = get("hidden_sizes", None)
-    if isinstance(widths, (list, tuple)):
-        for i, width in enumerate(widths):
-            if isinstance(width, int) and not isinstance(width, bool) and width > 0:
-                out[f"hidden_sizes[{i}]"] = width
-    return out
-
-
-def _align(dim: torch.Tensor, elem_bytes: torch.Tensor, cap: int = 16) -> torch.Tensor:
-    """Batched ``gemms.alignment_bytes``: largest power of two ≤ cap dividing dim·elem bytes."""
-    row = (dim * elem_bytes).long()
-    out = torch.ones_like(row)
-    a = 2
-    while a <= cap:
-        out = torch.where((row % a == 0) & (out == a // 2), torch.full_like(row, a), out)
-        a *= 2
-    return out.to(torch.float64)
-
-
-def _io_bytes(rows: dict[str, torch.Tensor]) -> torch.Tensor:
-    """A, B and C each moved once, for GEMM columns as ``_take`` returns them."""
-    b, m, n, k = rows["batch"], rows["m"], rows["n"], rows["k"]
-    return b * ((m * k + k * n) * rows["in_bytes"] + m * n * rows["out_bytes"])
-
-
-def _take(b: GemmBatch, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {name: getattr(b, name)[idx] for name in b.__dataclass_fields__}
+def _io_bytes(g: GemmBatch) -> torch.Tensor:
+    """A, B and C each moved once, (N,)."""
+    return g.batch * ((g.m * g.k + g.k * g.n) * g.in_bytes + g.m * g.n * g.out_bytes)
 
 
 def _module_label(paths: Sequence[str]) -> list[str]:
     """Group repeated layers: ``12 × mlp.c_fc`` for ``transformer.h.{0..11}.mlp.c_fc``."""
-    from .report import _template
-
     groups: dict[str, list[str]] = {}
     for p in dict.fromkeys(paths):
-        groups.setdefault(_template(p)[0], []).append(p)
+        groups.setdefault(module_template(p)[0], []).append(p)
     out = []
     for tmpl, members in groups.items():
         label = tmpl.rsplit(".*.", 1)[1] if ".*." in tmpl else tmpl
@@ -185,8 +120,30 @@ def _module_label(paths: Sequence[str]) -> list[str]:
 class _Candidate:
     value: int
     field: str | None
-    idx: torch.Tensor  # (c,) GEMM indices into the report
+    idx: torch.Tensor  # (c,) GEMM indices into the run
     mask: torch.Tensor  # (c, 3) which of m, n, k equal ``value``
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One candidate padded to one size: its rows of the batch that is re-predicted."""
+
+    cand: _Candidate
+    size: int
+    multiple: int
+    lo: int  # the padded rows are lo:hi of the batch
+    hi: int
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What advice reads of a run: its GEMMs as records and as a batch, with the dims
+    (N, 3 for m, n, k) and the elements per paddable unit of each (``_channel_units``)."""
+
+    sites: list[GemmSite]
+    base: GemmBatch
+    dims: torch.Tensor
+    unit: torch.Tensor
 
 
 def _channel_units(sites: Sequence[Any]) -> torch.Tensor:
@@ -200,20 +157,25 @@ def _channel_units(sites: Sequence[Any]) -> torch.Tensor:
     return unit
 
 
-def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
-    """Candidates over ``dims`` in channel units (``_channel_units``)."""
-    from .report import _template
-
-    sites = [g.site for g in report.gemms]
-    paddable = torch.ones_like(dims, dtype=torch.bool)
+def _paddable(sites: Sequence[GemmSite]) -> torch.Tensor:
+    """(N, 3) the axes a user can pad: all three, but for a convolution only its channels
+    (m is images × positions)."""
+    paddable = torch.ones((len(sites), 3), dtype=torch.bool)
     for i, s in enumerate(sites):
         axis = _CHANNEL_AXIS.get((s.op, s.phase))
         if axis is not None:
             paddable[i] = False
             paddable[i, axis] = True
             paddable[i, _TAPS_AXIS[(s.op, s.phase)]] = True
+    return paddable
+
+
+def _candidates(sites: Sequence[GemmSite], config: Mapping[str, int],
+                dims: torch.Tensor) -> list[_Candidate]:
+    """Candidates over ``dims`` in channel units (``_channel_units``)."""
+    paddable = _paddable(sites)
     fields: dict[int, str] = {}
-    for name, value in report.config.items():
+    for name, value in config.items():
         fields.setdefault(int(value), name)
     tokens = {s.m for s in sites if s.op in _LINEAR_OPS and s.phase == "forward"}
     out = []
@@ -232,102 +194,114 @@ def _candidates(report: CostReport, dims: torch.Tensor) -> list[_Candidate]:
         # of one parent module, and across its repeats
         by_group: dict[str, list[int]] = {}
         for i in rows.tolist():
-            by_group.setdefault(_template(sites[i].module)[0].rpartition(".")[0], []).append(i)
+            by_group.setdefault(module_template(sites[i].module)[0].rpartition(".")[0],
+                                []).append(i)
         for members in by_group.values():
             idx = torch.tensor(members, dtype=torch.long)
             out.append(_Candidate(value, None, idx, hit[idx]))
     return out
 
 
+def _sizes(run: _Run, c: _Candidate, multiples: Sequence[int]) -> dict[int, int]:
+    """Padded size -> the smallest multiple that gives it; fp8 GEMMs pad to multiples of 16."""
+    fp8 = any(DTYPES[run.sites[i].dtype].peak_key == "fp8" for i in c.idx.tolist())
+    sizes: dict[int, int] = {}
+    for mult in sorted(m for m in multiples if not fp8 or m % FP8_MULTIPLE == 0):
+        sizes.setdefault(padded_size(c.value, mult), mult)
+    sizes.pop(c.value, None)
+    return sizes
+
+
+def _padded(run: _Run, c: _Candidate, size: int) -> GemmBatch:
+    """The candidate's GEMMs with ``size`` in place of its dim: compulsory bytes grow with the
+    operands, and an operand whose alignment its padded dim set gets the new one."""
+    rows = run.base.select(c.idx)
+    old = run.dims[c.idx]  # (c, 3)
+    new = torch.where(c.mask, size * run.unit[c.idx], old).to(torch.float64)
+    grown = replace(rows, m=new[:, 0], n=new[:, 1], k=new[:, 2])
+    # A's contiguous dim is m when transposed, else k; B's is k when transposed, else n
+    a_t = torch.tensor([run.sites[i].a_transposed for i in c.idx.tolist()])
+    b_t = torch.tensor([run.sites[i].b_transposed for i in c.idx.tolist()])
+    a_axis = torch.where(a_t, 0, 2)
+    b_axis = torch.where(b_t, 2, 1)
+    aligned: dict[str, torch.Tensor] = {}
+    for key, axis, elem in (("a_align_bytes", a_axis, rows.in_bytes),
+                            ("b_align_bytes", b_axis, rows.in_bytes),
+                            ("c_align_bytes", torch.ones_like(a_axis), rows.out_bytes)):
+        padded = c.mask.gather(1, axis[:, None]).squeeze(1)
+        current = getattr(rows, key)
+        was_set_by_dim = current == alignment_bytes(
+            old.gather(1, axis[:, None]).squeeze(1).to(elem.dtype), elem)
+        aligned[key] = torch.where(padded & was_set_by_dim, alignment_bytes(
+            new.gather(1, axis[:, None]).squeeze(1), elem), current)
+    # a fused kernel keeps its on-chip share of the compulsory bytes
+    dram = rows.dram_bytes * _io_bytes(grown) / _io_bytes(rows)
+    return replace(grown, dram_bytes=dram, **aligned)
+
+
 def padding_advice(
-    report: CostReport,
+    gemms: Sequence[GemmEstimate],
+    predictor: Predictor,
+    device: DeviceSpec,
     *,
+    model_ms: float,
+    config: Mapping[str, int] | None = None,
     multiples: Sequence[int] = MULTIPLES,
     min_saving_pct: float = 0.01,
 ) -> list[PaddingAdvice]:
-    """Ranked padding advice for a report, best whole-model saving first.
+    """Ranked padding advice for a run's GEMMs, best whole-model saving first.
 
-    Uses the predictor that made the report (``report.predictor_object()``). Only changes the predictor
-    says save at least ``min_saving_pct`` % of the whole model's time are returned; a change
-    predicted slower is never advised.
+    ``predictor`` is the one that priced ``gemms`` on ``device``: it prices their padded
+    shapes (the unpadded ones again, in the same batch). ``model_ms`` is the whole run's
+    time; ``config`` maps config fields to their dims (``capture.config_dims``), so a dim that
+    one names is padded wherever it occurs. Only changes that save at least
+    ``min_saving_pct`` % of the run are returned; a change predicted slower is never advised.
     """
-    if not report.gemms:
+    if not gemms:
         return []
-    predictor = report.predictor_object()
-    if predictor is None:
-        raise ValueError(
-            f"padding advice re-runs the predictor, but this report holds none "
-            f"(predictor={report.predictor!r}); build it with estimate()"
-        )
-    sites = [g.site for g in report.gemms]
+    sites = [g.site for g in gemms]
     base = GemmBatch.from_sites(sites)
-    dims = torch.stack([base.m, base.n, base.k], dim=1).long()  # (N, 3)
-    unit = _channel_units(sites)  # a convolution's C_in·taps axis is matched in channels
-    a_t = torch.tensor([s.a_transposed for s in sites])
-    b_t = torch.tensor([s.b_transposed for s in sites])
-    flops = torch.tensor([float(s.flops) for s in sites], dtype=torch.float64)
-    cands = _candidates(report, dims // unit)
-
-    # one block of rows per (candidate, padded size); the base rows come first
-    blocks: list[tuple[_Candidate, int, int, int, int]] = []  # cand, size, multiple, start, end
-    cols: list[dict[str, torch.Tensor]] = [_take(base, torch.arange(len(base)))]
-    start = len(base)
+    run = _Run(sites, base, torch.stack([base.m, base.n, base.k], dim=1).long(),
+               _channel_units(sites))
+    cands = _candidates(sites, config or {}, run.dims // run.unit)
+    parts, blocks, start = [base], [], len(base)  # the base rows first
     for c in cands:
-        sizes: dict[int, int] = {}
-        fp8 = any(DTYPES[sites[i].dtype].peak_key == "fp8" for i in c.idx.tolist())
-        for mult in sorted(m for m in multiples if not fp8 or m % FP8_MULTIPLE == 0):
-            sizes.setdefault(padded_size(c.value, mult), mult)
-        for size, mult in sizes.items():
-            if size == c.value:
-                continue
-            rows = _take(base, c.idx)
-            old = dims[c.idx]  # (c, 3)
-            new = torch.where(c.mask, size * unit[c.idx], old).to(torch.float64)
-            io_before = _io_bytes(rows)
-            rows["m"], rows["n"], rows["k"] = new[:, 0], new[:, 1], new[:, 2]
-            # compulsory bytes grow with the operands; a fused kernel keeps its on-chip share
-            rows["dram_bytes"] = rows["dram_bytes"] * _io_bytes(rows) / io_before
-            # A's contiguous dim is m when transposed, else k; B's is k when transposed, else n
-            a_axis = torch.where(a_t[c.idx], 0, 2)
-            b_axis = torch.where(b_t[c.idx], 2, 1)
-            for key, axis, elem in (("a_align_bytes", a_axis, rows["in_bytes"]),
-                                    ("b_align_bytes", b_axis, rows["in_bytes"]),
-                                    ("c_align_bytes", torch.ones_like(a_axis), rows["out_bytes"])):
-                padded = c.mask.gather(1, axis[:, None]).squeeze(1)
-                was_set_by_dim = rows[key] == _align(old.gather(1, axis[:, None]).squeeze(1)
-                                                     .to(elem.dtype), elem)
-                rows[key] = torch.where(padded & was_set_by_dim, _align(new.gather(
-                    1, axis[:, None]).squeeze(1), elem), rows[key])
-            cols.append(rows)
-            blocks.append((c, size, mult, start, start + len(c.idx)))
+        for size, mult in _sizes(run, c, multiples).items():
+            parts.append(_padded(run, c, size))
+            blocks.append(_Block(c, size, mult, start, start + len(c.idx)))
             start += len(c.idx)
     if not blocks:
         return []
-    batch = GemmBatch(**{k: torch.cat([col[k] for col in cols]) for k in cols[0]})
-    pred = predictor.predict(batch, report.device)
-    t = pred.time_ms.to(torch.float64)
+    batch = GemmBatch.concat(parts)
+    pred = predictor.predict(batch, device)
+    return _best(run, blocks, batch, pred, model_ms, min_saving_pct)
 
-    model_before = report.total_ms
-    best: dict[int, tuple[float, PaddingAdvice]] = {}  # candidate's index -> its best padding
-    index = {id(c): i for i, c in enumerate(cands)}
-    for c, size, mult, lo, hi in blocks:
+
+def _best(run: _Run, blocks: Sequence[_Block], batch: GemmBatch, pred: GemmPrediction,
+          model_ms: float, min_saving_pct: float) -> list[PaddingAdvice]:
+    """Each candidate's best padding that saves time, ranked; within 1% of the best saving,
+    the smaller padding wins."""
+    t = pred.time_ms.to(torch.float64)
+    flops = torch.tensor([float(s.flops) for s in run.sites], dtype=torch.float64)
+    best: dict[int, tuple[float, PaddingAdvice]] = {}  # candidate -> its best padding
+    for blk in blocks:
+        c = blk.cand
         before = float(t[c.idx].sum())
-        after = float(t[lo:hi].sum())
+        after = float(t[blk.lo:blk.hi].sum())
         saving = before - after
-        if saving <= 0 or 100.0 * saving / model_before < min_saving_pct:
+        if saving <= 0 or 100.0 * saving / model_ms < min_saving_pct:
             continue
-        old = dims[c.idx].to(torch.float64)
-        new = torch.stack([batch.m[lo:hi], batch.n[lo:hi], batch.k[lo:hi]], dim=1)
+        old = run.dims[c.idx].to(torch.float64)
+        new = torch.stack([batch.m[blk.lo:blk.hi], batch.n[blk.lo:blk.hi],
+                           batch.k[blk.lo:blk.hi]], dim=1)
         extra = float((flops[c.idx] * (new.prod(1) / old.prod(1) - 1)).sum())
-        extra_frac = extra / float(flops[c.idx].sum())
-        advice = _make_advice(report, c, size, mult, before, after, extra_frac, pred, lo, batch)
-        ci = index[id(c)]
-        prev = best.get(ci)
-        # within 1% of the best saving, the smaller padding wins
+        advice = _make_advice(run.sites, model_ms, blk, before, after,
+                              extra / float(flops[c.idx].sum()), pred, batch)
+        prev = best.get(id(c))
         if prev is None or saving > prev[0] * 1.01 or (
-            saving >= prev[0] * 0.99 and size < prev[1].suggested
+            saving >= prev[0] * 0.99 and blk.size < prev[1].suggested
         ):
-            best[ci] = (saving, advice)
+            best[id(c)] = (saving, advice)
     return sorted((a for _, a in best.values()), key=lambda a: -a.saving_ms)
 
 
@@ -345,102 +319,95 @@ def tile_fill(dim: int, tile: float) -> float:
     return dim / padded_size(dim, int(tile))
 
 
-def _make_advice(
-    report: CostReport,
-    c: _Candidate,
-    size: int,
-    mult: int,
-    before: float,
-    after: float,
-    extra_frac: float,
-    pred: GemmPrediction,
-    lo: int,
-    batch: GemmBatch,
-) -> PaddingAdvice:
-    sites = [report.gemms[i].site for i in c.idx.tolist()]
-    t_base = pred.time_ms[c.idx]
-    j = int(torch.argmax(t_base))  # the costliest padded GEMM explains the cause
-    gi, pi = int(c.idx[j]), lo + j
-    # every role the dim plays, the costliest GEMM's first: "out_features (n) / in_features (k)"
-    # when one layer writes what its sibling reads; backward GEMMs' plain "dim" only if alone
+def _dim_label(sites: Sequence[GemmSite], c: _Candidate, j: int) -> str:
+    """Every role the dim plays, GEMM ``j``'s first: "out_features (n) / in_features (k)"
+    when one layer writes what its sibling reads; backward GEMMs' plain "dim" only if alone."""
     axes = c.mask.long().argmax(dim=1).tolist()  # each GEMM's first padded axis
-    axis = axes[j]
     labels = list(dict.fromkeys(f"{_role(sites[i], axes[i])} ({_AXES[axes[i]]})"
                                 for i in [j, *range(len(sites))]))
-    dim = " / ".join([x for x in labels if not x.startswith("dim ")] or labels)
+    return " / ".join([x for x in labels if not x.startswith("dim ")] or labels)
+
+
+def _moved(det: Mapping[str, torch.Tensor], gi: int, pi: int) -> list[str]:
+    """The predictor's stages that padding moves by more than 1%, from row gi to row pi."""
+    return [
+        f"{label} {float(det[key][gi]):.3g} -> {float(det[key][pi]):.3g}"
+        for key, label in _STAGES
+        if key in det and abs(float(det[key][pi]) - float(det[key][gi]))
+        > 0.01 * abs(float(det[key][gi]))
+    ]
+
+
+def _cause(batch: GemmBatch, det: Mapping[str, torch.Tensor], gi: int, pi: int, axis: int,
+           size: int, value: int) -> tuple[str, str]:
+    """(kind, words) of why padding row gi (in the base) to row pi (padded) saves time."""
     # that GEMM's padded axis in elements: the channel count, or channels·taps on a
     # convolution's unfolded axis
     was = int(getattr(batch, _AXES[axis])[gi])
     now = int(getattr(batch, _AXES[axis])[pi])
     aligns = ("a_align_bytes", "b_align_bytes", "c_align_bytes")
     old_align = min(float(getattr(batch, k)[gi]) for k in aligns)
-    # the narrowest operand's element: C's (fp8 GEMMs write bf16) when C is the narrowest
-    cd = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]]
-    eb = cd.out_bytes if float(batch.c_align_bytes[gi]) < min(
-        float(batch.a_align_bytes[gi]), float(batch.b_align_bytes[gi])) else cd.in_bytes
     new_align = min(float(getattr(batch, k)[pi]) for k in aligns)
-    numbers = f"padded GEMMs {before:.4f} -> {after:.4f} ms"
-    det = pred.details
-    moved = [
-        f"{label} {float(det[key][gi]):.3g} -> {float(det[key][pi]):.3g}"
-        for key, label in _STAGES
-        if key in det and abs(float(det[key][pi]) - float(det[key][gi]))
-        > 0.01 * abs(float(det[key][gi]))
-    ]
-    if moved:
-        numbers += f" ({', '.join(moved)})"
-
-    # (waves before, waves after, last-wave fill before, after) when the predictor reports them;
-    # waves as tiles / slots, whether the predictor counts them whole (the hybrid: ⌈tiles /
-    # slots⌉) or not
-    wave = None
-    if "waves" in det and "last_wave_fill" in det:
-        fill = det["last_wave_fill"]
-        tiles_per_slot = [math.ceil(float(det["waves"][i])) - 1.0 + float(fill[i])
-                          for i in (gi, pi)]
-        wave = (*tiles_per_slot, float(fill[gi]), float(fill[pi]))
-    # the tile width along the padded axis, before and after (k is stepped through, not tiled)
-    tile_key = ("tile_m", "tile_n", "")[axis]
-    tile = None
-    if tile_key in det and float(det[tile_key][gi]) >= 1 and float(det[tile_key][pi]) >= 1:
-        tile = (float(det[tile_key][gi]), float(det[tile_key][pi]))
     if new_align > old_align:
-        kind = "alignment"
-        cause = (
+        # the narrowest operand's element: C's (fp8 GEMMs write bf16) when C is the narrowest
+        cd = DTYPES[DTYPE_NAMES[int(batch.dtype_index[gi])]]
+        eb = cd.out_bytes if float(batch.c_align_bytes[gi]) < min(
+            float(batch.a_align_bytes[gi]), float(batch.b_align_bytes[gi])) else cd.in_bytes
+        return "alignment", (
             f"{was} × {eb} B = {was * eb} B rows allow only {old_align:.0f}-byte loads "
             f"({old_align / eb:.0f} of {16 // eb} elements per 16-byte vector, off the tensor-core "
             "kernels' 16-byte load path); "
             f"{now} allows {new_align:.0f}-byte loads"
         )
-    elif wave is not None and (wave[3] > wave[2] or math.ceil(wave[1]) < math.ceil(wave[0])):
-        kind = "wave quantization"
-        cause = (
-            f"{wave[0]:.2f} waves: the last wave is {100 * wave[2]:.0f}% full; at {size}: "
-            f"{wave[1]:.2f} waves, the last {100 * wave[3]:.0f}% full"
-        )
-    elif tile is not None and tile_fill(was, tile[0]) < tile_fill(now, tile[1]):
-        kind = "tile quantization"
-        cause = (
-            f"{was} fills {100 * tile_fill(was, tile[0]):.0f}% of its {tile[0]:.0f}-wide "
-            f"tiles; {now} fills {100 * tile_fill(now, tile[1]):.0f}% of {tile[1]:.0f}-wide tiles"
-        )
-    else:
-        kind = "kernel choice"
-        cause = f"the predictor's cost for {size} is lower than for {c.value}"
-    paths = [s.module for s in sites]
+    # waves as tiles / slots, whether the predictor counts them whole (the hybrid: ⌈tiles /
+    # slots⌉) or not: (waves before, after, last-wave fill before, after)
+    if "waves" in det and "last_wave_fill" in det:
+        fill = det["last_wave_fill"]
+        w0, w1 = (math.ceil(float(det["waves"][i])) - 1.0 + float(fill[i]) for i in (gi, pi))
+        f0, f1 = float(fill[gi]), float(fill[pi])
+        if f1 > f0 or math.ceil(w1) < math.ceil(w0):
+            return "wave quantization", (
+                f"{w0:.2f} waves: the last wave is {100 * f0:.0f}% full; at {size}: "
+                f"{w1:.2f} waves, the last {100 * f1:.0f}% full"
+            )
+    # the tile width along the padded axis, before and after (k is stepped through, not tiled)
+    tile_key = ("tile_m", "tile_n", "")[axis]
+    if tile_key in det and float(det[tile_key][gi]) >= 1 and float(det[tile_key][pi]) >= 1:
+        t0, t1 = float(det[tile_key][gi]), float(det[tile_key][pi])
+        if tile_fill(was, t0) < tile_fill(now, t1):
+            return "tile quantization", (
+                f"{was} fills {100 * tile_fill(was, t0):.0f}% of its {t0:.0f}-wide "
+                f"tiles; {now} fills {100 * tile_fill(now, t1):.0f}% of {t1:.0f}-wide tiles"
+            )
+    return "kernel choice", f"the predictor's cost for {size} is lower than for {value}"
+
+
+def _make_advice(sites: Sequence[GemmSite], model_ms: float, blk: _Block, before: float,
+                 after: float, extra_frac: float, pred: GemmPrediction,
+                 batch: GemmBatch) -> PaddingAdvice:
+    c = blk.cand
+    padded = [sites[i] for i in c.idx.tolist()]
+    j = int(torch.argmax(pred.time_ms[c.idx]))  # the costliest padded GEMM explains the cause
+    gi, pi = int(c.idx[j]), blk.lo + j
+    axis = int(c.mask.long().argmax(dim=1)[j])  # its first padded axis
+    kind, cause = _cause(batch, pred.details, gi, pi, axis, blk.size, c.value)
+    numbers = f"padded GEMMs {before:.4f} -> {after:.4f} ms"
+    moved = _moved(pred.details, gi, pi)
+    if moved:
+        numbers += f" ({', '.join(moved)})"
     return PaddingAdvice(
-        modules=tuple(_module_label(paths)),
-        dim=dim,
+        modules=tuple(_module_label([s.module for s in padded])),
+        dim=_dim_label(padded, c, j),
         config_field=c.field,
         current=c.value,
-        suggested=size,
-        multiple=mult,
-        gemms=len(sites),
+        suggested=blk.size,
+        multiple=blk.multiple,
+        gemms=len(padded),
         extra_flops_pct=100.0 * extra_frac,
         gemm_ms_before=before,
         gemm_ms_after=after,
-        model_ms_before=report.total_ms,
-        model_ms_after=report.total_ms - (before - after),
+        model_ms_before=model_ms,
+        model_ms_after=model_ms - (before - after),
         cause_kind=kind,
         cause=f"{kind}: {cause}; {numbers}",
     )

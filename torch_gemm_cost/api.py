@@ -1,7 +1,9 @@
 """The public entry points: ``estimate``, ``annotate`` and ``compare``.
 
-Each one runs the pipeline capture -> gemms -> predict -> report; arguments are checked here,
-at the boundary, before anything is traced.
+Each runs the pipeline forward, each stage once: the arguments are checked here, at the
+boundary, before anything is traced; then capture -> gemms (records) -> predict (every GEMM in
+one batched call per device and dtype, keeping the predictor's details) -> advise (padding) ->
+report, which renders what it is handed.
 """
 
 from __future__ import annotations
@@ -12,18 +14,20 @@ import itertools
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .capture import CAPTURE_METHODS, Captured, capture, unwrap_model
-from .devices import DeviceSpec
+from .advise import PaddingAdvice, padding_advice
+from .capture import CAPTURE_METHODS, Captured, capture
+from .devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_profile
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
-from .gemms import GemmSite, OtherOp, extract
-from .predict import GemmBatch, Predictor, default_predictor
-from .predict.memory import op_times_ms, optimizer_ops
-from .predict.query import DeviceLike, check_dtype_on_device, resolve_target
-from .report import Comparison, CostReport, GemmEstimate, OpEstimate
+from .gemms import GemmSite, OtherOp, extract, optimizer_ops
+from .predict import Predictor, default_predictor
+from .predict.estimates import GemmEstimate, OpEstimate, estimate_gemms, estimate_ops, total_ms
+from .predict.profile import load_profile
+from .report import Comparison, CostReport
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
 
@@ -51,7 +55,8 @@ def estimate(
     ``predictor`` is given.
 
     ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
-    ``mode="train"`` adds the backward pass. ``optimizer`` is passed to the non-GEMM cost model.
+    ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"`` or a torch.optim.AdamW or
+    Adam) adds its update step.
     ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then, for
     a real model with real inputs only, an eager run), or one of ``"dispatch"``, ``"export"``,
     ``"eager"`` (see ``capture``). The model is left as it was.
@@ -81,14 +86,9 @@ def annotate(
 ) -> torch.fx.GraphModule:
     """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
     ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
-    spec, _ = resolve_target(device)
-    _check_mode(mode)
-    _check_method(capture_method)
-    native = _model_dtype(model)
-    cd = resolve_dtype(dtype if dtype is not None else native)
-    check_dtype_on_device(spec, cd)
+    plan = _plan(model, [device], [dtype], mode, capture_method)
     captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
-    extract(captured, cd, mode=mode, native_dtype=native)
+    extract(captured, plan.dtypes[0], mode=mode, native_dtype=plan.native)
     return captured.graph_module
 
 
@@ -108,55 +108,112 @@ def compare(
 
     The result is a list of ``CostReport``; printing it shows totals and the top layers side by
     side."""
-    # a device is a catalog id, a driver name, a DeviceSpec or a calibration profile's path,
-    # which brings its own predictor
-    targets = [resolve_target(d) for d in _as_list(devices, "devices")]
-    specs = [spec for spec, _ in targets]
+    plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer)
+    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
+    records = {cd.name: extract(captured, cd, mode=mode, native_dtype=plan.native)
+               for cd in plan.dtypes}
+    optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
+    runs = [_Run(spec, _predictor_of(predictor, own), cd)
+            for (spec, own), cd in itertools.product(plan.targets, plan.dtypes)]
+    priced = [_price(run, *records[run.cd.name], optimizer_records) for run in runs]
+    advice = [tuple(padding_advice(gemms, run.predictor, run.spec, model_ms=total_ms(gemms, ops),
+                                   config=captured.config))
+              for run, (gemms, ops) in zip(runs, priced)]
+    _warn_unmodelled(captured.model_name, priced[0][1])
+    for name, (sites, _) in records.items():
+        _warn_fp8_off_16(captured.model_name, name, sites)
+    return Comparison(_report(captured, run, gemms, ops, mode, adv)
+                      for run, (gemms, ops), adv in zip(runs, priced, advice))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The checked arguments of one call: each device's spec with the predictor a calibration
+    profile brings (None for a catalog device), the compute dtypes, and the model's own
+    floating dtype."""
+
+    targets: list[tuple[DeviceSpec, Predictor | None]]
+    dtypes: list[ComputeDtype]
+    native: torch.dtype
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One report's device, predictor and compute dtype."""
+
+    spec: DeviceSpec
+    predictor: Predictor
+    cd: ComputeDtype
+
+
+def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
+          dtypes: Iterable[str | torch.dtype | ComputeDtype | None], mode: str,
+          capture_method: str, predictor: Predictor | None = None,
+          optimizer: Any = None) -> _Plan:
+    """Check every argument once, before anything is traced. A device is a catalog id, a
+    driver name, a DeviceSpec or a calibration profile's path, which brings its own predictor
+    (``predictor``, when given, replaces it)."""
+    targets: list[tuple[DeviceSpec, Predictor | None]] = []
+    for d in _as_list(devices, "devices"):
+        found = device_or_profile(d)
+        targets.append((found, None) if isinstance(found, DeviceSpec) else load_profile(found))
     native = _model_dtype(model)
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
-    _check_mode(mode)
-    _check_method(capture_method)
-    for spec, cd in itertools.product(specs, cds):
+    _check_choice("mode", mode, MODES)
+    _check_choice("capture_method", capture_method, CAPTURE_METHODS)
+    for (spec, _), cd in itertools.product(targets, cds):
         # fp8 without fp8 units: ValueError naming both; bf16 without bf16 tensor cores warns
         check_dtype_on_device(spec, cd)
     if predictor is not None and not callable(getattr(predictor, "predict", None)):
         raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
-    predictors = [
-        predictor if predictor is not None else own if own is not None else default_predictor()
-        for _, own in targets
-    ]
     if optimizer is not None and mode != "train":
         raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
-    inner = unwrap_model(model)
-    optimizer_records = optimizer_ops(optimizer, list(inner.parameters())) if optimizer else ()
-    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
-    records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
-    for cd in cds:
-        if cd.name not in records:
-            records[cd.name] = extract(captured, cd, mode=mode, native_dtype=native)
-    reports = Comparison(
-        _report(captured, *records[cd.name], spec, cd, mode, pred, optimizer_records).with_model(
-            inner,
-            pred,  # module class names, config dims and the predictor, for advice
-        )
-        for (spec, pred), cd in itertools.product(zip(specs, predictors), cds)
+    return _Plan(targets, cds, native)
+
+
+def _predictor_of(given: Predictor | None, own: Predictor | None) -> Predictor:
+    """The predictor of a run: the one given, else the profile's, else the default."""
+    if given is not None:
+        return given
+    return own if own is not None else default_predictor()
+
+
+def _price(run: _Run, sites: Sequence[GemmSite], others: Sequence[OtherOp],
+           optimizer_records: Sequence[OtherOp]
+           ) -> tuple[tuple[GemmEstimate, ...], tuple[OpEstimate, ...]]:
+    """The run's GEMMs (one batched call of its predictor) and other ops, with their times."""
+    return (estimate_gemms(sites, run.spec, run.predictor),
+            estimate_ops((*others, *optimizer_records), run.spec))
+
+
+def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
+            ops: tuple[OpEstimate, ...], mode: str,
+            advice: tuple[PaddingAdvice, ...]) -> CostReport:
+    return CostReport(
+        model=captured.model_name,
+        device=run.spec,
+        dtype=run.cd.name,
+        mode=mode,
+        predictor=getattr(run.predictor, "name", type(run.predictor).__name__),
+        predictor_version=str(getattr(run.predictor, "version", "")),
+        gemms=gemms,
+        others=ops,
+        config=captured.config,
+        module_types=captured.module_types,
+        advice=advice,
     )
-    _warn_unmodelled(reports[0])
-    for name, (sites, _) in records.items():
-        _warn_fp8_off_16(captured.model_name, name, sites)
-    return reports
 
 
-def _warn_unmodelled(report: CostReport) -> None:
+def _warn_unmodelled(model: str, ops: Sequence[OpEstimate]) -> None:
     """One warning for all the ops without a cost model (left out of the total), by op."""
-    counts = collections.Counter(o.op.op for o in report.unmodelled)
+    counts = collections.Counter(o.op.op for o in ops if o.time_ms is None)
     if not counts:
         return
     shown = ", ".join(f"{op} x{n}" for op, n in counts.most_common(8))
     more = f" and {len(counts) - 8} more kinds" if len(counts) > 8 else ""
     log.warning(
         "%s: %d ops have no cost model and are left out of the total: %s%s",
-        report.model,
+        model,
         sum(counts.values()),
         shown,
         more,
@@ -182,50 +239,12 @@ def _warn_fp8_off_16(model: str, dtype: str, sites: Sequence[GemmSite]) -> None:
     )
 
 
-def _report(
-    captured: Captured,
-    sites: tuple[GemmSite, ...],
-    others: tuple[OtherOp, ...],
-    device: DeviceSpec,
-    cd: ComputeDtype,
-    mode: str,
-    predictor: Predictor,
-    optimizer_records: tuple[OtherOp, ...],
-) -> CostReport:
-    gemms: tuple[GemmEstimate, ...] = ()
-    if sites:
-        pred = predictor.predict(GemmBatch.from_sites(sites), device)  # one call per report
-        times = pred.time_ms.tolist()
-        bound = pred.compute_bound.tolist()
-        gemms = tuple(
-            GemmEstimate(s, float(t), "compute" if b else "memory")
-            for s, t, b in zip(sites, times, bound)
-        )
-    return CostReport(
-        model=captured.model_name,
-        device=device,
-        dtype=cd.name,
-        mode=mode,
-        predictor=getattr(predictor, "name", type(predictor).__name__),
-        predictor_version=str(getattr(predictor, "version", "")),
-        gemms=gemms,
-        others=_cost_other_ops(others + optimizer_records, device),
-    )
-
-
-def _cost_other_ops(others: Sequence[OtherOp], device: DeviceSpec) -> tuple[OpEstimate, ...]:
-    """Times of the non-GEMM ops (``predict.memory``); ops of class ``other`` keep None."""
-    ops = tuple(others)
-    times = op_times_ms(ops, device)
-    return tuple(OpEstimate(op, t) for op, t in zip(ops, times))
-
-
 def _model_dtype(model: torch.nn.Module) -> torch.dtype:
     """The most common floating dtype among the parameters (float32 when there are none)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     counts: dict[torch.dtype, int] = {}
-    for p in unwrap_model(model).parameters():
+    for p in model.parameters():  # a torch.compile wrapper's are those of the model it holds
         if p.dtype.is_floating_point:
             counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
     return max(counts, key=counts.__getitem__) if counts else torch.float32
@@ -237,14 +256,6 @@ def _check_choice(what: str, value: Any, choices: Sequence[str]) -> None:
     close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.3)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise ValueError(f"{what} must be one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
-
-
-def _check_mode(mode: str) -> None:
-    _check_choice("mode", mode, MODES)
-
-
-def _check_method(method: str) -> None:
-    _check_choice("capture_method", method, CAPTURE_METHODS)
 
 
 def _as_list(values: Any, what: str) -> list[Any]:

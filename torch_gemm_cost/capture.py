@@ -1,4 +1,5 @@
-"""Capture: a model and example inputs in, an FX graph with shapes and module paths out.
+"""Capture: a model and example inputs in, an FX graph with shapes and module paths out, with
+what the model says beyond its graph (each module's class name, its config's dims).
 
 Every capture path produces the same kind of graph: ATen-level ``call_function`` nodes whose
 ``meta["val"]`` holds the output's fake (or meta) tensor and whose ``meta["nn_module_stack"]``
@@ -40,13 +41,14 @@ import io
 import logging
 import operator
 import os
+import re
 import sysconfig
 import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -55,7 +57,16 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["CAPTURE_METHODS", "CaptureError", "Captured", "capture", "unwrap_model"]
+__all__ = [
+    "CAPTURE_METHODS",
+    "CaptureError",
+    "Captured",
+    "capture",
+    "config_dims",
+    "module_template",
+    "module_types_of",
+    "unwrap_model",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +81,12 @@ class CaptureError(RuntimeError):
 
 @dataclass(frozen=True)
 class Captured:
-    """A captured forward pass.
+    """A captured forward pass, and what the model itself says beyond its graph.
 
     ``requires_grad`` maps each placeholder node's name to whether gradients flow into it
-    (parameters with ``requires_grad``, inputs that require grad).
+    (parameters with ``requires_grad``, inputs that require grad). ``module_types`` maps each
+    module path to its class name; ``config`` holds the model's recognizable config dims
+    (``config_dims``), which padding advice names.
     """
 
     graph_module: torch.fx.GraphModule
@@ -81,6 +94,8 @@ class Captured:
     model_name: str  # class name of the (unwrapped) model
     requires_grad: Mapping[str, bool]
     causal_modules: frozenset[str] = frozenset()  # paths of modules with ``is_causal = True``
+    module_types: Mapping[str, str] = field(default_factory=dict)
+    config: Mapping[str, int] = field(default_factory=dict)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -113,7 +128,77 @@ def capture(
         args = tuple(args) if isinstance(args, list) else (args,)
     kw: dict[str, Any] = dict(kwargs or {})
     with _LOCK:
-        return _capture_locked(model, args, kw, train, method)
+        captured = _capture_locked(model, args, kw, train, method)
+    return replace(captured, module_types=module_types_of(model),
+                   config=config_dims(getattr(model, "config", None)))
+
+
+def module_types_of(model: torch.nn.Module) -> dict[str, str]:
+    """Dotted module path -> class name, for every submodule of a model."""
+    return {name: type(mod).__name__ for name, mod in model.named_modules()}
+
+
+_INDEX = re.compile(r"^\d+$")
+
+
+def module_template(path: str) -> tuple[str, tuple[int, ...]]:
+    """A module path with its container indices pulled out: the repeats of one block share
+    the template.
+
+    >>> module_template("a.h.3.mlp")
+    ('a.h.*.mlp', (3,))
+    """
+    parts = path.split(".") if path else []
+    idx = tuple(int(p) for p in parts if _INDEX.match(p))
+    return ".".join("*" if _INDEX.match(p) else p for p in parts), idx
+
+
+def config_dims(config: Any) -> dict[str, int]:
+    """The recognizable dims of an HF-style config (object or mapping), by field name.
+
+    ``intermediate_size`` also reads GPT-2's ``n_inner`` (4·hidden when unset), OPT's ``ffn_dim``
+    and T5's ``d_ff``; ``head_dim`` defaults to hidden_size / num_attention_heads. A vision
+    backbone's per-stage ``hidden_sizes`` list gives ``hidden_sizes[i]``.
+    """
+    if config is None:
+        return {}
+    get = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
+
+    def first(*names: str) -> int | None:
+        for name in names:
+            value = get(name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    out: dict[str, int] = {}
+    vocab = first("vocab_size")
+    hidden = first("hidden_size", "n_embd", "d_model")
+    heads = first("num_attention_heads", "n_head", "num_heads")
+    inter = first("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
+    if inter is None and hidden is not None and get("model_type", None) == "gpt2":
+        inter = 4 * hidden
+    head_dim = first("head_dim", "d_kv") or (hidden // heads if hidden and heads else None)
+    kv_heads = first("num_key_value_heads")
+    for name, value in (("vocab_size", vocab), ("hidden_size", hidden),
+                        ("intermediate_size", inter), ("num_attention_heads", heads),
+                        ("head_dim", head_dim)):
+        if value is not None:
+            out[name] = value
+    if heads and head_dim and heads * head_dim != hidden:
+        out["num_attention_heads × head_dim"] = heads * head_dim
+    if kv_heads and head_dim and kv_heads != heads:
+        out["num_key_value_heads × head_dim"] = kv_heads * head_dim
+    embedding = first("embedding_size")  # ALBERT's factorized embedding, ResNet's stem width
+    if embedding is not None:
+        out["embedding_size"] = embedding
+    # vision backbones (ResNet, ConvNeXt, RegNet) set one width per stage
+    widths = get("hidden_sizes", None)
+    if isinstance(widths, (list, tuple)):
+        for i, width in enumerate(widths):
+            if isinstance(width, int) and not isinstance(width, bool) and width > 0:
+                out[f"hidden_sizes[{i}]"] = width
+    return out
 
 
 def _capture_locked(
@@ -555,7 +640,7 @@ class _FunctionRecorder(TorchFunctionMode):
         if entry is None:
             # NB: the mode is off inside its handler, so composites that a Python-level torch
             # function calls (F.multi_head_attention_forward) reach the dispatch recorder in
-            # pieces (t + addmm, the fused SDPA kernels); gemms.py reads those too
+            # pieces (t + addmm, the fused SDPA kernels); gemms/handlers.py reads those too
             return func(*args, **kwargs)
         op, binder = entry
         self.rec.current = self.rec.where(op)
@@ -600,10 +685,6 @@ class _DispatchRecorder(TorchDispatchMode):
 
 def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.nn.modules.module import (
-        register_module_forward_hook,
-        register_module_forward_pre_hook,
-    )
 
     # Fake tensors for every model, meta ones too: no real kernels run, and libraries that skip
     # value checks while tracing (transformers' is_tracing) recognise them. Parameters, buffers
@@ -612,29 +693,11 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
     # Eager (``fake=False``) runs real kernels: parameters are used as they are, buffers and
     # inputs are cloned so in-place ops leave the user's tensors alone.
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
-
-    def copy(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        if fake_mode is not None:
-            return fake_mode.from_tensor(x, static_shapes=True)
-        return x.detach().clone().requires_grad_(x.requires_grad)
-
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
-    # fake parameters stay Parameters, so code that touches modules in forward (.to()) works;
-    # a tied parameter gets one copy under all its names
-    copies: dict[int, torch.Tensor] = {}
-    for p in params.values():
-        if id(p) not in copies:
-            copies[id(p)] = (
-                p
-                if fake_mode is None
-                else torch.nn.Parameter(copy(p), requires_grad=p.requires_grad)
-            )
-    state = {n: copies[id(p)] for n, p in params.items()}
-    state.update({n: copy(b) for n, b in buffers.items()})
-    fake_args, fake_kwargs = torch.utils._pytree.tree_map(copy, (args, kwargs))
+    state = _traced_state(params, buffers, fake_mode)
+    fake_args, fake_kwargs = torch.utils._pytree.tree_map(
+        lambda x: _traced_copy(x, fake_mode), (args, kwargs))
     rec = _Recorder(
         model,
         params={id(state[n]): (n, p.requires_grad) for n, p in params.items()},
@@ -643,21 +706,7 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
     rec.track_grad_mode = fake
     try:
         with ExitStack() as stack:
-            pre = register_module_forward_pre_hook(rec.pre_hook)
-            stack.callback(pre.remove)
-            post = register_module_forward_hook(rec.post_hook, always_call=True)
-            stack.callback(post.remove)
-            if hasattr(torch.compiler, "set_stance"):  # torch.compile'd submodules run eagerly
-                stack.enter_context(torch.compiler.set_stance("force_eager"))
-            stack.enter_context(warnings.catch_warnings())
-            # our global hooks see a compiled submodule twice (wrapper, _orig_mod); paths say so
-            warnings.filterwarnings("ignore", message=r".*global hooks on modules")
-            if fake_mode is not None:
-                stack.enter_context(fake_mode)
-            else:
-                stack.enter_context(torch.no_grad())
-            stack.enter_context(_DispatchRecorder(rec))
-            stack.enter_context(_FunctionRecorder(rec))
+            _record_into(rec, stack, fake_mode)
             out = torch.func.functional_call(
                 model, state, fake_args, fake_kwargs, tie_weights=True, strict=False
             )
@@ -671,3 +720,56 @@ def _capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake
         rec.requires_grad,
         _causal_modules(model),
     )
+
+
+def _traced_copy(x: Any, fake_mode: Any) -> Any:
+    """A tensor as the trace sees it: a fake copy, or (eager) a detached clone."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if fake_mode is not None:
+        return fake_mode.from_tensor(x, static_shapes=True)
+    return x.detach().clone().requires_grad_(x.requires_grad)
+
+
+def _traced_state(params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
+                  fake_mode: Any) -> dict[str, torch.Tensor]:
+    """Name -> the tensor the trace uses: fake parameters stay Parameters, so code that
+    touches modules in forward (.to()) works; a tied parameter gets one copy under all its
+    names. Eager keeps the parameters themselves."""
+    copies: dict[int, torch.Tensor] = {}
+    for p in params.values():
+        if id(p) not in copies:
+            copies[id(p)] = (
+                p
+                if fake_mode is None
+                else torch.nn.Parameter(_traced_copy(p, fake_mode), requires_grad=p.requires_grad)
+            )
+    state = {n: copies[id(p)] for n, p in params.items()}
+    state.update({n: _traced_copy(b, fake_mode) for n, b in buffers.items()})
+    return state
+
+
+def _record_into(rec: _Recorder, stack: ExitStack, fake_mode: Any) -> None:
+    """Enter, on ``stack``, what records a forward pass into ``rec``: global module hooks for
+    the module paths, eager torch.compile, the fake mode (or no_grad for an eager run), then
+    the dispatch and function recorders."""
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+
+    pre = register_module_forward_pre_hook(rec.pre_hook)
+    stack.callback(pre.remove)
+    post = register_module_forward_hook(rec.post_hook, always_call=True)
+    stack.callback(post.remove)
+    if hasattr(torch.compiler, "set_stance"):  # torch.compile'd submodules run eagerly
+        stack.enter_context(torch.compiler.set_stance("force_eager"))
+    stack.enter_context(warnings.catch_warnings())
+    # our global hooks see a compiled submodule twice (wrapper, _orig_mod); paths say so
+    warnings.filterwarnings("ignore", message=r".*global hooks on modules")
+    if fake_mode is not None:
+        stack.enter_context(fake_mode)
+    else:
+        stack.enter_context(torch.no_grad())
+    stack.enter_context(_DispatchRecorder(rec))
+    stack.enter_context(_FunctionRecorder(rec))

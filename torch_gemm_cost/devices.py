@@ -12,9 +12,13 @@ import json
 import os
 import platform
 import re
+import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+import types
+import typing
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -22,9 +26,22 @@ from typing import Any
 
 import torch
 
-from .dtypes import ComputeDtype, resolve_dtype
+from .dtypes import DTYPES, ComputeDtype, resolve_dtype
 
-__all__ = ["DeviceSpec", "get_device", "host_cpu", "list_devices", "local_device"]
+__all__ = [
+    "DeviceLike",
+    "DeviceSpec",
+    "check_dtype_on_device",
+    "copy_bw_bytes_per_s",
+    "device_or_profile",
+    "get_device",
+    "host_cpu",
+    "is_cpu",
+    "list_devices",
+    "local_device",
+    "spec_from_record",
+    "spec_to_record",
+]
 
 
 @dataclass(frozen=True)
@@ -110,51 +127,94 @@ class DeviceSpec:
         return peak / self.dram_bw_bytes_per_s
 
 
-def _spec_from_json(rec: dict[str, Any]) -> DeviceSpec:
-    return DeviceSpec(
-        id=rec["id"],
-        name=rec["name"],
-        vendor=rec["vendor"],
-        architecture=rec["architecture"],
-        compute_capability=str(rec["compute_capability"]),
-        sm_count=int(rec["sm_count"]),
-        boost_clock_mhz=rec["boost_clock_mhz"],
-        tensor_cores_per_sm=int(rec["tensor_cores_per_sm"]),
-        mem_bytes=rec["mem_bytes"],
-        dram_bw_bytes_per_s=float(rec["dram_bw_bytes_per_s"]),
-        l2_bytes=float(rec["l2_bytes"]),
-        l3_bytes=rec["l3_bytes"],
-        l1_bytes_per_sm=rec["l1_bytes_per_sm"],
-        smem_bytes_per_sm=rec["smem_bytes_per_sm"],
-        regfile_bytes_per_sm=rec["regfile_bytes_per_sm"],
-        tdp_w=rec["tdp_w"],
-        peak_flops=tuple(sorted(rec["peak_flops_per_s"].items())),
-        aliases=tuple(rec["aliases"]),
-        uncertain=tuple(rec["uncertain"]),
-        notes=tuple(rec["notes"]),
-        chip=rec.get("chip") or "",
-        fp32_lanes_per_sm=rec.get("fp32_lanes_per_sm"),
-        base_clock_mhz=rec.get("base_clock_mhz"),
-        issue_lanes_per_sm=rec.get("issue_lanes_per_sm"),
-        peer_link=rec.get("peer_link"),
-        peer_links=int(rec.get("peer_links") or 0),
-        peer_link_bw_bytes_per_s=rec.get("peer_link_bw_bytes_per_s"),
-        node_fabric=rec.get("node_fabric", "pcie"),
-        node_gpus=int(rec.get("node_gpus") or 1),
-        pcie_generation=rec.get("pcie_generation"),
-        pcie_lanes=rec.get("pcie_lanes"),
-        pcie_bw_bytes_per_s=rec.get("pcie_bw_bytes_per_s"),
-        network=rec.get("network"),
-        network_bw_bytes_per_s=rec.get("network_bw_bytes_per_s"),
-        interconnect_uncertain=tuple(rec.get("interconnect_uncertain", ())),
-        interconnect_sources=tuple(rec.get("interconnect_sources", ())),
-    )
+# ---------------------------------------------------------------- the JSON record of a spec
+# The catalog (data/devices.json) and calibration profiles store a DeviceSpec the same way: one
+# key per field, the peaks as an object under ``peak_flops_per_s``, tuples as lists.
+_PEAKS_KEY = "peak_flops_per_s"
+
+
+def spec_to_record(spec: DeviceSpec) -> dict[str, Any]:
+    """``spec`` as a JSON record of the catalog's layout (``spec_from_record`` reads it back)."""
+    rec: dict[str, Any] = {}
+    for f in fields(DeviceSpec):
+        value = getattr(spec, f.name)
+        if f.name == "peak_flops":
+            rec[_PEAKS_KEY] = dict(value)
+        else:
+            rec[f.name] = list(value) if isinstance(value, tuple) else value
+    return rec
+
+
+DeviceLike = str | DeviceSpec | os.PathLike[str]  # a spec, a catalog id or name, a profile
+
+
+def _check_type(where: str, value: Any, hint: Any) -> Any:
+    """``value`` as the field type ``hint`` wants (str, int, float, tuple of str, or any of
+    them or None); TypeError naming ``where`` when it is none of them."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if value is None and type(None) in options:
+        return None
+    for t in options:
+        if t is str and isinstance(value, str):
+            return value
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if typing.get_origin(t) is tuple and isinstance(value, (list, tuple)):
+            return tuple(map(str, value))
+    names = " or ".join("null" if t is type(None) else getattr(t, "__name__", "list")
+                        for t in options)
+    raise TypeError(f"'{where}' has type {type(value).__name__}, expected {names}")
+
+
+def spec_from_record(rec: Any, where: str = "device") -> DeviceSpec:
+    """A ``DeviceSpec`` from its JSON record (see ``spec_to_record``), checked field by field.
+
+    A field with a default may be absent (records written before it existed); any other
+    missing field raises a ValueError naming ``where`` and the field; a wrong type a TypeError;
+    a peak that is not a positive number or null, a non-positive DRAM bandwidth, SM count or
+    board power a ValueError.
+    """
+    if not isinstance(rec, Mapping):
+        raise TypeError(f"'{where}' must be an object")
+    hints = typing.get_type_hints(DeviceSpec)
+    values: dict[str, Any] = {}
+    for f in fields(DeviceSpec):
+        key = _PEAKS_KEY if f.name == "peak_flops" else f.name
+        if key not in rec:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"'{where}' lacks {key!r}")
+            continue
+        if f.name == "peak_flops":
+            values[f.name] = _peaks(rec[key], f"{where}.{key}")
+        else:
+            values[f.name] = _check_type(f"{where}.{key}", rec[key], hints[f.name])
+    if not values["dram_bw_bytes_per_s"] > 0 or values["sm_count"] < 1:
+        raise ValueError(f"'{where}.dram_bw_bytes_per_s' and '{where}.sm_count' must be positive")
+    tdp_w = values.get("tdp_w")
+    if tdp_w is not None and not tdp_w > 0:
+        raise ValueError(f"'{where}.tdp_w' must be a positive number or null, got {tdp_w!r}")
+    return DeviceSpec(**values)
+
+
+def _peaks(raw: Any, where: str) -> tuple[tuple[str, float | None], ...]:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"'{where}' has type {type(raw).__name__}, expected dict")
+    peaks: dict[str, float | None] = {}
+    for key, value in raw.items():
+        if value is not None and not (isinstance(value, (int, float))
+                                      and not isinstance(value, bool) and value > 0):
+            raise ValueError(f"'{where}.{key}' must be a positive number or null, got {value!r}")
+        peaks[str(key)] = None if value is None else float(value)
+    return tuple(sorted(peaks.items()))
 
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, DeviceSpec]:
     text = resources.files("torch_gemm_cost").joinpath("data/devices.json").read_text()
-    return {rec["id"]: _spec_from_json(rec) for rec in json.loads(text)["devices"]}
+    return {rec["id"]: spec_from_record(rec, f"devices.json {rec.get('id')}")
+            for rec in json.loads(text)["devices"]}
 
 
 def _norm(name: str) -> str:
@@ -210,6 +270,75 @@ def get_device(device: str | DeviceSpec) -> DeviceSpec:
         f"unknown device {device!r}.{hint} See torch_gemm_cost.list_devices() for all "
         f"{len(_catalog())} devices."
     )
+
+
+def device_or_profile(device: DeviceLike) -> DeviceSpec | Path:
+    """The spec ``device`` names, or the path of the calibration profile it names.
+
+    ``device`` is a ``DeviceSpec``, a catalog id, a driver name, ``"cuda"``, or the path of a
+    profile (``*.json``) written by ``torch-gemm-cost calibrate``. An unknown name that is no
+    file either raises the catalog's error, with its close matches.
+    """
+    if isinstance(device, DeviceSpec):
+        return device
+    if not isinstance(device, (str, os.PathLike)):
+        raise TypeError(
+            f"device must be a catalog id, a driver name or a profile path, got {device!r}"
+        )
+    if isinstance(device, str) and not device.endswith(".json"):
+        try:
+            return get_device(device)
+        except ValueError:
+            if not Path(device).is_file():  # not a profile either: the catalog's error
+                raise
+    path = Path(device)
+    if not path.is_file():
+        raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
+    return path
+
+
+# what a dtype falls back to, in order, when a device lacks it (the nearest good one)
+_FALLBACKS: tuple[str, ...] = ("bfloat16", "float16", "tf32", "float32")
+
+
+def check_dtype_on_device(spec: DeviceSpec, cd: ComputeDtype) -> None:
+    """Raise if ``spec`` cannot run ``cd`` at all; warn if it runs it on a slower path.
+
+    bf16 on V100/T4 has no tensor cores: it warns, and the prediction uses the path that would
+    run (the fp32 rate, see ``DeviceSpec.peak_flops_per_s``). fp8 without fp8 units raises.
+    """
+    if spec.supports(cd):
+        return
+    nearest = next(
+        (d for d in _FALLBACKS if spec.supports(d) and DTYPES[d].tensor_core), None
+    ) or next((d for d in _FALLBACKS if spec.supports(d)), None)
+    try:
+        spec.peak_flops_per_s(cd)
+    except ValueError:
+        able = [d.id for d in list_devices() if d.supports(cd)]
+        raise ValueError(
+            f"device {spec.id!r} ({spec.name}) cannot run {cd.name} GEMMs; nearest supported "
+            f"dtype: {nearest!r}. Devices with {cd.name}: {', '.join(able) or 'none'}"
+        ) from None
+    warnings.warn(
+        f"device {spec.id!r} ({spec.name}) has no {cd.peak_key} "
+        f"{'tensor cores' if cd.tensor_core else 'units'}; predicting the path that runs "
+        f"instead ({spec.peak_flops_per_s(cd) / 1e12:.4g} TFLOP/s). Nearest native dtype: "
+        f"{nearest!r}",
+        stacklevel=_stacklevel_of_caller(),
+    )
+
+
+def _stacklevel_of_caller() -> int:
+    """The ``stacklevel`` at which a warning raised by this function's caller names the first
+    frame outside the package: the user's call, however deep the package's own calls run."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def local_device(index: int = 0) -> DeviceSpec:
@@ -291,7 +420,7 @@ def _cache_bytes(cpus: Sequence[int]) -> dict[int, float]:
     return total
 
 
-def _stream_bw_bytes_per_s(device: str = "cpu", nbytes: int = 1 << 27, runs: int = 5) -> float:
+def copy_bw_bytes_per_s(device: str = "cpu", nbytes: int = 1 << 27, runs: int = 5) -> float:
     """Copy bandwidth (bytes read + written per second) of a buffer well past the last-level
     cache; the best of ``runs`` copies. NB: counts no write-allocate traffic."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
@@ -307,6 +436,46 @@ def _stream_bw_bytes_per_s(device: str = "cpu", nbytes: int = 1 << 27, runs: int
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t0)
     return 2.0 * nbytes / best
+
+
+def is_cpu(spec: DeviceSpec) -> bool:
+    """Whether ``spec`` describes a CPU (``host_cpu``: cores in place of SMs) or a GPU."""
+    return spec.architecture == "cpu"
+
+
+def _cpu_mhz(info: Mapping[str, str]) -> float | None:
+    """The CPU's maximum clock from cpufreq, else the one /proc/cpuinfo reports, else None."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e3
+    except (OSError, ValueError):
+        try:
+            return float(info.get("cpu MHz", "")) or None
+        except ValueError:
+            return None
+
+
+def _cpu_peaks(fp32: float, flags: set[str]) -> dict[str, float | None]:
+    """Peaks per key from the fp32 vector rate: bf16/fp16/int8 only where the ISA has
+    dot-product instructions for them."""
+    amx = "amx_tile" in flags
+    return {
+        "fp64": fp32 / 2, "fp32": fp32, "fp32_matrix": None, "tf32": None, "fp8": None,
+        # AMX: 16x the fp32 vector rate for bf16/fp16 (1024 FLOPs/clk/core on Sapphire Rapids)
+        "bf16": fp32 * 16 if amx and "amx_bf16" in flags
+        else fp32 * 2 if "avx512_bf16" in flags else None,
+        "fp16": fp32 * 16 if amx and "amx_fp16" in flags
+        else fp32 * 2 if "avx512_fp16" in flags else None,
+        "int8": fp32 * 32 if amx and "amx_int8" in flags
+        else fp32 * 4 if flags & {"avx512_vnni", "avx_vnni"} else None,
+    }
+
+
+def _mem_total_bytes() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            return float(fh.readline().split()[1]) * 1024  # MemTotal: N kB
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @lru_cache(maxsize=1)
@@ -327,33 +496,11 @@ def host_cpu() -> DeviceSpec:
     except (AttributeError, OSError):
         allowed = list(range(cores))
     caches = _cache_bytes(allowed)
-    mhz: float | None = None
-    try:
-        mhz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e3
-    except (OSError, ValueError):
-        try:
-            mhz = float(info.get("cpu MHz", "")) or None
-        except ValueError:
-            mhz = None
+    mhz = _cpu_mhz(info)
     simd = next((b for f, b in _SIMD_BYTES if f in flags), 16)
-    fp32 = cores * (mhz or 2000.0) * 1e6 * 2 * 2 * (simd // 4)
     amx = "amx_tile" in flags
-    peaks: dict[str, float | None] = {
-        "fp64": fp32 / 2, "fp32": fp32, "fp32_matrix": None, "tf32": None, "fp8": None,
-        # AMX: 16x the fp32 vector rate for bf16/fp16 (1024 FLOPs/clk/core on Sapphire Rapids)
-        "bf16": fp32 * 16 if amx and "amx_bf16" in flags
-        else fp32 * 2 if "avx512_bf16" in flags else None,
-        "fp16": fp32 * 16 if amx and "amx_fp16" in flags
-        else fp32 * 2 if "avx512_fp16" in flags else None,
-        "int8": fp32 * 32 if amx and "amx_int8" in flags
-        else fp32 * 4 if flags & {"avx512_vnni", "avx_vnni"} else None,
-    }
-    mem = None
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            mem = float(fh.readline().split()[1]) * 1024  # MemTotal: N kB
-    except (OSError, ValueError, IndexError):
-        pass
+    peaks = _cpu_peaks(cores * (mhz or 2000.0) * 1e6 * 2 * 2 * (simd // 4), flags)
+    mem = _mem_total_bytes()
     name = info.get("model name") or platform.processor() or platform.machine() or "CPU"
     return DeviceSpec(
         id="cpu",
@@ -367,7 +514,7 @@ def host_cpu() -> DeviceSpec:
         boost_clock_mhz=mhz,
         tensor_cores_per_sm=1 if amx else 0,
         mem_bytes=mem,
-        dram_bw_bytes_per_s=_stream_bw_bytes_per_s(
+        dram_bw_bytes_per_s=copy_bw_bytes_per_s(
             "cpu", nbytes=int(max(1 << 27, 4 * caches.get(3, caches.get(2, 0.0))))
         ),
         l2_bytes=caches.get(2, 0.0),

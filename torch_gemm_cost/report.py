@@ -1,59 +1,38 @@
 """CostReport: per-layer cost tables, module-tree aggregation, totals, exports and plots.
 
-This is the only module that formats text. Every table's rows sum to the report's totals: repeated
+This is the only module that formats text, and it renders what it is handed: the estimates,
+the model's module types and config dims, and the padding advice, all computed before (see
+``api.estimate``). It predicts nothing. Every table's rows sum to the report's totals: repeated
 blocks are collapsed into one row carrying the summed time of all repeats.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .advise import PaddingAdvice
+from .capture import module_template
 from .devices import DeviceSpec
-from .gemms import GemmSite, OtherOp
-
-if TYPE_CHECKING:
-
-    from .advise import PaddingAdvice
-    from .predict.base import Predictor
+from .dtypes import resolve_dtype
+from .gemms.records import GemmSite
+from .predict.estimates import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
 
 __all__ = [
     "Comparison",
     "CostReport",
-    "GemmEstimate",
     "GemmExplanation",
-    "OpEstimate",
     "format_advice",
     "format_comparison",
     "format_device_table",
-    "module_types_of",
 ]
-
-
-@dataclass(frozen=True)
-class GemmEstimate:
-    """One GEMM and its predicted time."""
-
-    site: GemmSite
-    time_ms: float
-    bound: str  # "compute" or "memory"
-    # the predictor's intermediates for this GEMM (waves, hit rates, ...), when it gives them
-    details: Mapping[str, float] = field(default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True)
-class OpEstimate:
-    """One non-GEMM op and its predicted time (None while it is unmodelled)."""
-
-    op: OtherOp
-    time_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -96,13 +75,6 @@ def _levels(module: str) -> list[str]:
     return levels
 
 
-def _template(path: str) -> tuple[str, tuple[int, ...]]:
-    """``"a.h.3.mlp"`` -> ``("a.h.*.mlp", (3,))``: the path with its container indices pulled out."""
-    parts = path.split(".") if path else []
-    idx = tuple(int(p) for p in parts if _INDEX.match(p))
-    return ".".join("*" if _INDEX.match(p) else p for p in parts), idx
-
-
 def _collapsed_name(template: str, indices: Sequence[tuple[int, ...]]) -> str:
     """Name a group of repeated paths: ``h.{0-11}`` for one contiguous index, else ``h.*``."""
     if len(indices) == 1:
@@ -113,11 +85,6 @@ def _collapsed_name(template: str, indices: Sequence[tuple[int, ...]]) -> str:
         if vals == list(range(vals[0], vals[0] + len(vals))):
             return template.replace("*", f"{{{vals[0]}-{vals[-1]}}}", 1)
     return template
-
-
-def module_types_of(model: Any) -> dict[str, str]:
-    """Dotted module path -> class name, for every submodule of an ``nn.Module``."""
-    return {name: type(mod).__name__ for name, mod in model.named_modules()}
 
 
 @dataclass
@@ -144,10 +111,10 @@ class _Row:
 class CostReport:
     """Every GEMM (and non-GEMM op) of one model run on one device, with predicted times.
 
-    ``predictor_impl``, ``config`` and ``module_types`` are optional context: the predictor object
-    (needed to re-predict for padding advice and explanations), the model's recognizable config
-    dims (see ``advise.config_dims``) and the class name of every module path (names blocks in
-    ``table(depth=N)``).
+    ``predictor`` and ``predictor_version`` name the predictor that priced the GEMMs.
+    ``config`` holds the model's recognizable config dims and ``module_types`` the class name
+    of every module path (names blocks in ``table(depth=N)``), both from the capture.
+    ``advice`` is the padding advice (``advise.padding_advice``); None where none was made.
     """
 
     model: str  # class name of the estimated model
@@ -158,40 +125,23 @@ class CostReport:
     predictor_version: str
     gemms: tuple[GemmEstimate, ...]
     others: tuple[OpEstimate, ...] = ()
-    predictor_impl: Predictor | None = field(default=None, compare=False, repr=False)
     config: Mapping[str, int] = field(default_factory=dict, compare=False)
     module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    def with_model(self, model: Any, predictor: Predictor | None = None) -> CostReport:
-        """A copy with what only the model knows filled in where missing: each module's class
-        name (names blocks in ``table(depth=N)``), its config dims (maps padding advice to config
-        fields) and, when given, the predictor object."""
-        from dataclasses import replace
-
-        from .advise import config_dims
-
-        extra: dict[str, Any] = {}
-        if not self.module_types:
-            extra["module_types"] = module_types_of(model)
-        if not self.config:
-            extra["config"] = config_dims(getattr(model, "config", None))
-        if self.predictor_impl is None and predictor is not None:
-            extra["predictor_impl"] = predictor
-        return replace(self, **extra) if extra else self
+    advice: tuple[PaddingAdvice, ...] | None = field(default=None, compare=False, repr=False)
 
     # ------------------------------------------------------------------ totals
 
     @property
     def gemm_ms(self) -> float:
-        return sum(g.time_ms for g in self.gemms)
+        return gemm_ms(self.gemms)
 
     @property
     def other_ms(self) -> float:
-        return sum(o.time_ms for o in self.others if o.time_ms is not None)
+        return other_ms(self.others)
 
     @property
     def total_ms(self) -> float:
-        return self.gemm_ms + self.other_ms
+        return total_ms(self.gemms, self.others)
 
     @property
     def total_flops(self) -> int:
@@ -251,10 +201,10 @@ class CostReport:
             "config": dict(self.config),
             "rows": self.rows(),
         }
-        if advice and self.predictor_object() is not None:
+        if advice and self.advice is not None:
             out["padding_advice"] = [
                 {**asdict(a), "saving_ms": a.saving_ms, "saving_pct": a.saving_pct}
-                for a in self.padding_advice()
+                for a in self.advice
             ]
         return out
 
@@ -305,8 +255,35 @@ class CostReport:
         """
         if depth is not None and depth < 1:
             raise ValueError(f"depth must be a positive number of module levels, got {depth}; try 1")
+        # collapse rows whose paths differ only in container indices and whose contents match
+        merged: dict[Any, list[_Row]] = {}
+        for row in self._group(depth).values():
+            path, extra = row.key
+            tmpl, _ = module_template(path)
+            merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
+        # at a finite depth, rows follow module definition order (close to execution order), so
+        # rows of non-GEMM ops fall in place; ops of the top-level module come last
+        rank = {p: i for i, p in enumerate(self.module_types) if p} if depth is not None else {}
+        total = self.total_ms or 1.0
+        out = []
+        for (tmpl, extra, _), rows in merged.items():
+            if not any(r.gemms or r.unmodelled or r.time_ms for r in rows):
+                continue  # only free ops (views, metadata): nothing to show
+            rec = self._record(tmpl, rows, total)
+            rec["first"] = (rank.get(rows[0].paths[0], len(rank)), min(r.first for r in rows))
+            if depth is None and extra != "other":
+                op, phase, shape, dtype, _ = extra
+                rec.update(op=op, phase=phase, shape=shape, dtype=dtype)
+            out.append(rec)
+        out.sort(key=lambda r: r["first"])
+        for r in out:
+            del r["first"]
+        return out
+
+    def _group(self, depth: int | None) -> dict[Any, _Row]:
+        """Every GEMM and op added to its row: its module cut at ``depth`` levels, or with
+        ``depth=None`` one row per GEMM and one for all other ops. Rows keep first-seen order."""
         groups: dict[Any, _Row] = {}
-        order = 0
 
         def add(path: str, key_extra: Any, i: int) -> _Row:
             row = groups.get((path, key_extra))
@@ -321,72 +298,46 @@ class CostReport:
             if depth is None:
                 okey = (s.module, s.op, s.phase)
                 nth = ordinal[okey] = ordinal.get(okey, -1) + 1
-                extra: Any = (s.op, s.phase, s.shape, s.dtype, nth)
-                path = s.module
+                row = add(s.module, (s.op, s.phase, s.shape, s.dtype, nth), i)
             else:
-                path = ".".join(_levels(s.module)[:depth])
-                extra = None
-            row = add(path, extra, order)
-            order += 1
+                row = add(".".join(_levels(s.module)[:depth]), None, i)
             row.gemms += 1
             row.flops += s.flops
             row.gemm_ms += g.time_ms
             row.compute_ms += g.time_ms if g.bound == "compute" else 0.0
-            rel = s.module[len(path):]
-            row.sig.append((rel, s.op, s.phase, s.shape, s.dtype))
-        for o in self.others:
+            row.sig.append((s.module[len(row.paths[0]):], s.op, s.phase, s.shape, s.dtype))
+        for i, o in enumerate(self.others, start=len(self.gemms)):
             if depth is None:
-                row = add("(non-GEMM ops)", "other", order)
+                row = add("(non-GEMM ops)", "other", i)
             else:
-                row = add(".".join(_levels(o.op.module)[:depth]), None, order)
+                row = add(".".join(_levels(o.op.module)[:depth]), None, i)
                 row.sig.append((o.op.module[len(row.paths[0]):], o.op.op, o.op.numel))
-            order += 1
             row.other_ms += o.time_ms or 0.0
             row.unmodelled += o.time_ms is None
+        return groups
 
-        # collapse rows whose paths differ only in container indices and whose contents match
-        merged: dict[Any, list[_Row]] = {}
-        for row in groups.values():
-            path, extra = row.key
-            tmpl, _ = _template(path)
-            merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
-        total = self.total_ms or 1.0
-        # at a finite depth, rows follow module definition order (close to execution order), so
-        # rows of non-GEMM ops fall in place; ops of the top-level module come last
-        rank = {p: i for i, p in enumerate(self.module_types) if p} if depth is not None else {}
-        out = []
-        for (tmpl, extra, _), rows in merged.items():
-            if not any(r.gemms or r.unmodelled or r.time_ms for r in rows):
-                continue  # only free ops (views, metadata): nothing to show
-            paths = [r.paths[0] for r in rows]
-            name = _collapsed_name(tmpl, [_template(p)[1] for p in paths]) if len(rows) > 1 else paths[0]
-            gemm_ms = sum(r.gemm_ms for r in rows)
-            other_ms = sum(r.other_ms for r in rows)
-            compute_ms = sum(r.compute_ms for r in rows)
-            first = rows[0]
-            rec: dict[str, Any] = {
-                "module": name or "(top)",
-                "module_type": self._type_of(paths[0]) if paths[0] != "(non-GEMM ops)" else "",
-                "count": len(rows),
-                "gemms": sum(r.gemms for r in rows),
-                "flops": sum(r.flops for r in rows),
-                "gemm_ms": gemm_ms,
-                "other_ms": other_ms,
-                "time_ms": gemm_ms + other_ms,
-                "pct_of_total": 100.0 * (gemm_ms + other_ms) / total,
-                "bound": "-" if not first.gemms else (
-                    "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
-                ),
-                "first": (rank.get(paths[0], len(rank)), min(r.first for r in rows)),
-            }
-            if depth is None and extra != "other":
-                op, phase, shape, dtype, _ = extra
-                rec.update(op=op, phase=phase, shape=shape, dtype=dtype)
-            out.append(rec)
-        out.sort(key=lambda r: r["first"])
-        for r in out:
-            del r["first"]
-        return out
+    def _record(self, template: str, rows: Sequence[_Row], total_ms: float) -> dict[str, Any]:
+        """The table row of one module (or GEMM) and its repeats, of a run of ``total_ms``."""
+        paths = [r.paths[0] for r in rows]
+        name = (_collapsed_name(template, [module_template(p)[1] for p in paths])
+                if len(rows) > 1 else paths[0])
+        gemm_ms = sum(r.gemm_ms for r in rows)
+        other_ms = sum(r.other_ms for r in rows)
+        compute_ms = sum(r.compute_ms for r in rows)
+        return {
+            "module": name or "(top)",
+            "module_type": self._type_of(paths[0]) if paths[0] != "(non-GEMM ops)" else "",
+            "count": len(rows),
+            "gemms": sum(r.gemms for r in rows),
+            "flops": sum(r.flops for r in rows),
+            "gemm_ms": gemm_ms,
+            "other_ms": other_ms,
+            "time_ms": gemm_ms + other_ms,
+            "pct_of_total": 100.0 * (gemm_ms + other_ms) / total_ms,
+            "bound": "-" if not rows[0].gemms else (
+                "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
+            ),
+        }
 
     def top(self, k: int = 10, depth: int | None = None) -> list[dict[str, Any]]:
         """The ``k`` costliest rows of ``module_rows(depth)``."""
@@ -445,65 +396,35 @@ class CostReport:
 
     def __str__(self) -> str:
         text = f"{self.table()}\n{self.footer()}"
-        if self.gemms and self.predictor_object() is not None:
-            text += "\n" + format_advice(self.padding_advice()[:3])
+        if self.gemms and self.advice is not None:
+            text += "\n" + format_advice(self.advice[:3])
         return text
 
     # ------------------------------------------------------------------ advice and explanation
 
-    @cached_property
-    def _advice(self) -> tuple[PaddingAdvice, ...]:
-        from .advise import padding_advice
-
-        return tuple(padding_advice(self))
-
     def padding_advice(self) -> list[PaddingAdvice]:
         """Padding suggestions ranked by predicted whole-model saving (see ``advise``)."""
-        return list(self._advice)
-
-    def predictor_object(self) -> Predictor | None:
-        """The predictor that made this report: ``predictor_impl``, or else the default or roofline
-        predictor when its name and version match the report's; None when neither does."""
-        if self.predictor_impl is not None:
-            return self.predictor_impl
-        from .predict import RooflinePredictor, default_predictor
-
-        for make in (default_predictor, RooflinePredictor):
-            p = make()
-            if (p.name, str(p.version)) == (self.predictor, str(self.predictor_version)):
-                return p
-        return None
-
-    def _predict(self, sites: Sequence[GemmSite]) -> Any:
-        from .predict.base import GemmBatch
-
-        predictor = self.predictor_object()
-        if predictor is None:
+        if self.advice is None:
             raise ValueError(
-                f"this report holds no predictor object (predictor={self.predictor!r}); build it "
-                "with estimate() or pass predictor_impl= to CostReport"
-            )
-        return predictor.predict(GemmBatch.from_sites(sites), self.device)
+                f"this report of {self.model} holds no padding advice: it is made by estimate() "
+                "and compare(), or by advise.padding_advice(report.gemms, predictor, ...)")
+        return list(self.advice)
 
     def explain(self, row: int | str) -> GemmExplanation:
-        """Explain one GEMM: ``row`` is its index in ``rows()`` or its module path (first match)."""
+        """Explain one GEMM: ``row`` is its index in ``rows()`` or its module path (first match).
+        The predictor's intermediates are those it gave when it priced the run."""
         if isinstance(row, str):
             hits = [i for i, g in enumerate(self.gemms) if g.site.module == row]
             if not hits:
                 mods = list(dict.fromkeys(g.site.module for g in self.gemms))
-                import difflib
-
                 close = difflib.get_close_matches(row, mods, n=3)
                 raise ValueError(f"no GEMM in module {row!r}; close matches: {close or mods[:3]}")
             row = hits[0]
         if not 0 <= row < len(self.gemms):
             raise ValueError(f"row {row} out of range; the report has rows 0..{len(self.gemms) - 1}")
         g = self.gemms[row]
-        details = dict(g.details)
-        if not details and self.predictor_object() is not None:
-            pred = self._predict([g.site])
-            details = {k: float(v[0]) for k, v in pred.details.items()}
-        return GemmExplanation(g.site, g.time_ms, g.bound, self.device.id, self.predictor, details)
+        return GemmExplanation(g.site, g.time_ms, g.bound, self.device.id, self.predictor,
+                               dict(g.details))
 
     # ------------------------------------------------------------------ plot
 
@@ -521,8 +442,6 @@ class CostReport:
             raise ImportError(
                 "plot_roofline needs matplotlib: pip install 'torch-gemm-cost[plot]'"
             ) from e
-        from .dtypes import resolve_dtype
-
         peak = self.device.peak_flops_per_s(resolve_dtype(self.dtype))
         bw = self.device.dram_bw_bytes_per_s
         ridge = peak / bw

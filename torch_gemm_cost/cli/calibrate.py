@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from typing import TextIO
 
 from . import UsageError
 
@@ -33,28 +31,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-class _Bar:
-    """Elapsed share of the budget as a bar on stderr, redrawn at most 10 times a second."""
+class _Progress:
+    """The elapsed share of the budget as a tqdm bar on stderr, with the GEMMs timed so far."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
-        # sys.stderr looked up now, not at import: it may be redirected after the import
-        self.stream = stream if stream is not None else sys.stderr
-        self.last = 0.0
+    def __init__(self, budget_s: float) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=budget_s, desc="calibrate", unit="s", file=sys.stderr,
+                        bar_format="{desc} [{bar:30}] {n:5.1f}/{total:.0f} s{postfix}")
 
     def __call__(self, done: int, total: int, elapsed_s: float, budget_s: float) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.1 and done < total:
-            return
-        self.last = now
-        share = min(1.0, elapsed_s / budget_s) if budget_s > 0 else 1.0
-        bar = "#" * int(30 * share)
-        self.stream.write(f"\rcalibrate [{bar:<30}] {elapsed_s:5.1f}/{budget_s:.0f} s, "
-                          f"{done}/{total} GEMMs")
-        self.stream.flush()
+        self.bar.set_postfix_str(f"{done}/{total} GEMMs", refresh=False)
+        self.bar.update(min(elapsed_s, budget_s) - self.bar.n)  # redraws at most 10 times a second
 
     def close(self) -> None:
-        self.stream.write("\n")
-        self.stream.flush()
+        self.bar.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise UsageError(f"--reps must be at least 1, got {args.reps}")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else None
-    bar = None if args.no_progress else _Bar()
+    bar = None if args.no_progress else _Progress(args.budget_s)
     try:
         result = calibrate(args.device, args.budget_s, args.out, dtypes=dtypes, reps=args.reps,
                            seed=args.seed, progress=bar)

@@ -16,9 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from ..devices import list_devices
+    from ..devices import list_devices, spec_to_record
     from ..report import format_device_table
 
     devices = list_devices()
@@ -29,8 +27,7 @@ def run(args: argparse.Namespace) -> int:
         if not devices:
             raise UsageError(f"no catalog device matches {args.match!r}; run `devices` for all")
     if args.json:
-        print(json.dumps([{**asdict(d), "peak_flops": dict(d.peak_flops)} for d in devices],
-                         indent=2))
+        print(json.dumps([spec_to_record(d) for d in devices], indent=2))
     else:
         print(format_device_table(devices))
     return 0

@@ -9,7 +9,6 @@ The model is built on the meta device: no weights are allocated and nothing is d
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import inspect
 import json
@@ -232,7 +231,6 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
     """One report per --device, built as the command line says."""
     import torch_gemm_cost as tgc
 
-    from ..advise import config_dims
     from ..capture import CaptureError
     from ..dtypes import resolve_dtype
     from ..predict.query import resolve_target
@@ -247,15 +245,13 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             have = [k for k, v in dev.peak_flops if v is not None]
             raise UsageError(f"--dtype {args.dtype}: {dev.id} has no {dtype.name} support; it has "
                              f"{', '.join(have)}")
-    config = None
     with _stage("building the model on meta"):
         if args.hf_config:
-            model, margs, kwargs, config = build_hf_model(
+            model, margs, kwargs, _ = build_hf_model(
                 args.hf_config, args.task, args.batch, args.seq, args.attn
             )
         else:
             model, margs, kwargs = load_callable(args.callable, args.batch, args.seq)
-            config = getattr(model, "config", None)
     # one capture for every device, so each warning (e.g. the unmodelled ops) is said once; a
     # calibration profile brings its own predictor unless --predictor says otherwise
     chosen = None if args.predictor == "default" else _predictor(args.predictor)
@@ -271,9 +267,6 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             raise UsageError(str(e)) from e
         for message in dict.fromkeys(str(w.message) for w in caught):
             logger.warning("%s", message)  # one line each, not a source excerpt
-    if config is not None:
-        reports = [r if r.config else dataclasses.replace(r, config=config_dims(config))
-                   for r in reports]
     return reports
 
 
@@ -302,12 +295,10 @@ def run(args: argparse.Namespace) -> int:
         print(format_comparison(reports, top=args.top or 5, depth=args.depth))
         return 0
     r = reports[0]
-    with _stage("padding advice"):
-        advice = format_advice(r.padding_advice()[:5]) if r.predictor_object() is not None else ""
     print(r.table(depth=args.depth, top=args.top))
     print(r.footer())
-    if advice:
-        print(advice)
+    if r.advice is not None:
+        print(format_advice(r.advice[:5]))
     return 0
 
 

@@ -28,7 +28,8 @@ from . import UsageError
 
 if TYPE_CHECKING:
     from ..devices import DeviceSpec
-    from ..predict.base import GemmBatch, Predictor
+    from ..gemms.records import GemmBatch
+    from ..predict.base import Predictor
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,6 @@ _NAMES = ", ".join(REQUIRED)
 # DATA.md's methods, plus calibrate's "wall" (perf_counter around the call: host dispatch
 # included, as with "event"); "" = the predictor's default
 TIMINGS: tuple[str, ...] = ("", "event", "kernel", "table", "wall")
-_AS_TIMING = {"wall": "event"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -163,8 +163,10 @@ def _group_rows(
 
 def _context(predictor: Predictor, timing: str, source: str) -> dict[str, str]:
     """The ``timing``/``source`` keywords the predictor's ``predict`` takes, where given."""
+    from ..calibrate.timing import PREDICTOR_TIMING
+
     params = inspect.signature(predictor.predict).parameters
-    given = {"timing": _AS_TIMING.get(timing, timing), "source": source}
+    given = {"timing": PREDICTOR_TIMING.get(timing, timing), "source": source}
     return {k: v for k, v in given.items() if v and k in params}
 
 
@@ -181,7 +183,7 @@ def _columns(table: _Table, idx: list[int]) -> dict[str, list[str]]:
 def _check_group(table: _Table, idx: list[int], spec: DeviceSpec) -> GemmBatch:
     """A GemmBatch of rows ``idx`` on ``spec``, or a ValueError for the first bad row."""
     from ..dtypes import resolve_dtype
-    from ..measurements import gemm_batch_from_columns
+    from ..gemms.measured import gemm_batch_from_columns
     from ..predict.query import check_dtype_on_device
 
     cols = _columns(table, idx)
@@ -228,7 +230,6 @@ def _predict_groups(
     path: Path,
 ) -> tuple[list[float | None], dict[int, str]]:
     from ..predict import default_predictor
-    from ..predict.base import GemmBatch
 
     errors: dict[int, str] = {}
     times: list[float | None] = [None] * len(table.rows)
@@ -252,7 +253,7 @@ def _predict_groups(
         if bool(live.all()):
             time_ms = predictor.predict(gemms, spec, **context).time_ms.to(torch.float64)
         elif bool(live.any()):
-            sub = GemmBatch(**{f: getattr(gemms, f)[live] for f in gemms.__dataclass_fields__})
+            sub = gemms.select(live)
             time_ms[live] = predictor.predict(sub, spec, **context).time_ms.to(torch.float64)
         if not bool(torch.isfinite(time_ms).all()):
             bad = idx[int(torch.nonzero(~torch.isfinite(time_ms))[0])]

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measurements import load_gemms
+    from ..gemms.measured import load_gemms
     from ..predict.hybrid import HybridPredictor
     from ..train.gemm import train_gemm_predictor
     from . import UsageError
@@ -56,12 +56,10 @@ def run(args: argparse.Namespace) -> int:
     command = "torch-gemm-cost " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     hyper = {} if args.steps is None else {"steps": args.steps}
     if args.warm_start:
-        base = HybridPredictor.load(args.warm_start)
-        for name, value in hyper.items():
-            setattr(base, name, value)
-        model = base.fit(load_gemms(data), warm_start=True)
-        model.metadata_ = {**base.metadata_, "training_command": command,
-                           "warm_start_from": str(args.warm_start)}
+        model = HybridPredictor.load(args.warm_start).set_params(**hyper)
+        model.fit(load_gemms(data), warm_start=True).set_metadata(
+            {**model.metadata_, "training_command": command,
+             "warm_start_from": str(args.warm_start)})
     else:
         model = train_gemm_predictor(data, seed=args.seed, command=command, **hyper)
     if align is not None:
@@ -69,16 +67,18 @@ def run(args: argparse.Namespace) -> int:
             rows = load_gemms(align, sources=["tgc-align"])
         except FileNotFoundError as e:
             raise UsageError(f"--alignment-data {align}: {e}") from None
-        fitted = model.fit_alignment(rows)
-        model.metadata_["alignment_fit"] = {"data": str(align), "source": "tgc-align", **fitted}
-        model.metadata_["physical_constants"] = model.physical_constants()
+        fitted = model.fit_alignment(rows).alignment_fit_
+        model.set_metadata({**model.metadata_, "physical_constants": model.physical_constants(),
+                            "alignment_fit": {"data": str(align), "source": "tgc-align",
+                                              **fitted}})
         log.info("misaligned loads: %s", fitted)
     if args.held_out_metrics:
         try:
             held = json.loads(Path(args.held_out_metrics).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise UsageError(f"--held-out-metrics {args.held_out_metrics}: {e}") from None
-        model.metadata_.setdefault("metrics", {})["held_out"] = held
+        metrics = {**model.metadata_.get("metrics", {}), "held_out": held}
+        model.set_metadata({**model.metadata_, "metrics": metrics})
     model.save(out)
     log.info("wrote %s", out)
     if not args.skip_ops:

@@ -6,7 +6,8 @@ import logging
 from functools import lru_cache
 from importlib import resources
 
-from .base import GemmBatch, GemmPrediction, Predictor
+from ..gemms.records import GemmBatch
+from .base import GemmPrediction, Predictor
 from .hybrid import HybridPredictor
 from .roofline import RooflinePredictor
 

@@ -773,7 +773,7 @@ class AttentionPredictor:
 
     # ------------------------------------------------------------ fitting
     def fit(self, measured: Any) -> AttentionPredictor:
-        """Fit every constant on measured calls (``attention_measurements.MeasuredAttention``);
+        """Fit every constant on measured calls (``attention_measured.MeasuredAttention``);
         returns self.
 
         Each (gpu, phase, KV dtype) group gives at most ``rows_per_group`` seeded-random rows

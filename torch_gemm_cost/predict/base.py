@@ -1,144 +1,39 @@
 """The predictor contract: a batch of GEMMs and a device in, a time per GEMM out.
 
-Every predictor (roofline, hybrid, each ablation) implements ``Predictor.predict`` with the same
-signature, so callers and benchmarks swap them in one line.
+Every predictor (roofline, hybrid, each ablation, a calibrated device's own) implements
+``Predictor.predict`` with the same signature, so callers and benchmarks swap them in one line.
+
+A predictor fitted to measurements is also an ``Estimator``, scikit-learn's contract:
+``__init__`` stores hyperparameters, ``get_params`` returns them and ``set_params`` changes
+them (both checked by the constructor), ``fit(measured, warm_start=False)`` fits to a
+``MeasuredGemms`` and returns self, and fitted state has a trailing ``_``. Randomness comes from
+a ``seed`` hyperparameter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from ..devices import DeviceSpec
-from ..dtypes import DTYPES, resolve_dtype
-from ..gemms import GemmSite
+from ..gemms.records import DTYPE_NAMES, GemmBatch
 
-__all__ = ["GemmBatch", "GemmPrediction", "Predictor"]
+__all__ = [
+    "DTYPE_NAMES",
+    "Estimator",
+    "GemmBatch",
+    "GemmPrediction",
+    "Predictor",
+    "inv_softplus",
+]
 
-DTYPE_NAMES: tuple[str, ...] = tuple(DTYPES)
-
-
-@dataclass(frozen=True)
-class GemmBatch:
-    """N GEMMs as float64 tensors of shape (N,), ready for batched physics.
-
-    ``dtype_index`` indexes ``DTYPE_NAMES``. Alignments are in bytes. ``b_transposed`` is 1
-    where B is stored (n, k), k contiguous, as a Linear weight is (``GemmSite.b_transposed``),
-    and 0 for a row-major (k, n) B, the default.
-    """
-
-    batch: torch.Tensor
-    m: torch.Tensor
-    n: torch.Tensor
-    k: torch.Tensor
-    dtype_index: torch.Tensor  # (N,) long
-    in_bytes: torch.Tensor  # bytes per element of A and B
-    out_bytes: torch.Tensor  # bytes per element of C
-    a_align_bytes: torch.Tensor
-    b_align_bytes: torch.Tensor
-    c_align_bytes: torch.Tensor
-    bias: torch.Tensor  # 0 or 1
-    # share of the dense work a kernel runs: < 1 for causal attention scores, whose masked tiles
-    # flash kernels skip; ones when omitted
-    kept_fraction: torch.Tensor = None  # type: ignore[assignment]
-    # compulsory DRAM bytes; A, B and C each moved once when omitted. A fused attention kernel
-    # keeps the score matrix on chip, so its records bring their own, smaller count.
-    dram_bytes: torch.Tensor = None  # type: ignore[assignment]
-    b_transposed: torch.Tensor = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        if self.b_transposed is None:
-            object.__setattr__(self, "b_transposed", torch.zeros_like(self.m))
-        if self.kept_fraction is None:
-            object.__setattr__(self, "kept_fraction", torch.ones_like(self.m))
-        if self.dram_bytes is None:
-            ab = self.batch * (self.m * self.k + self.k * self.n) * self.in_bytes
-            object.__setattr__(
-                self, "dram_bytes", ab + self.batch * self.m * self.n * self.out_bytes
-            )
-
-    def __len__(self) -> int:
-        return int(self.m.shape[0])
-
-    @property
-    def flops(self) -> torch.Tensor:
-        return 2.0 * self.batch * self.m * self.n * self.k * self.kept_fraction
-
-    @property
-    def compulsory_bytes(self) -> torch.Tensor:
-        """Bytes that must cross DRAM at least once (``dram_bytes``)."""
-        return self.dram_bytes
-
-    def dtype_names(self) -> list[str]:
-        return [DTYPE_NAMES[i] for i in self.dtype_index.tolist()]
-
-    @classmethod
-    def from_sites(cls, sites: Sequence[GemmSite]) -> GemmBatch:
-        def col(values: Sequence[float]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.float64)
-
-        return cls(
-            batch=col([s.batch for s in sites]),
-            m=col([s.m for s in sites]),
-            n=col([s.n for s in sites]),
-            k=col([s.k for s in sites]),
-            dtype_index=torch.tensor([DTYPE_NAMES.index(s.dtype) for s in sites], dtype=torch.long),
-            in_bytes=col([DTYPES[s.dtype].in_bytes for s in sites]),
-            out_bytes=col([DTYPES[s.out_dtype].in_bytes for s in sites]),
-            a_align_bytes=col([s.a_align_bytes for s in sites]),
-            b_align_bytes=col([s.b_align_bytes for s in sites]),
-            c_align_bytes=col([s.c_align_bytes for s in sites]),
-            bias=col([float(s.bias) for s in sites]),
-            kept_fraction=col([s.flops / s.dense_flops if s.causal and s.dense_flops else 1.0
-                                for s in sites]),
-            dram_bytes=col([s.dram_bytes for s in sites]),
-            b_transposed=col([float(s.b_transposed) for s in sites]),
-        )
-
-    @classmethod
-    def from_dims(
-        cls,
-        *,
-        m: torch.Tensor,
-        n: torch.Tensor,
-        k: torch.Tensor,
-        batch: torch.Tensor | None = None,
-        dtype: str | torch.dtype = "float32",
-        bias: torch.Tensor | None = None,
-    ) -> GemmBatch:
-        """A batch of row-major GEMMs of one dtype; alignment follows from the dims."""
-        from ..gemms import alignment_bytes
-
-        cd = resolve_dtype(dtype)
-        m, n, k = (torch.as_tensor(x, dtype=torch.float64).reshape(-1) for x in (m, n, k))
-        m, n, k = torch.broadcast_tensors(m, n, k)
-        b = torch.ones_like(m) if batch is None else torch.as_tensor(batch, dtype=torch.float64)
-        b = b.reshape(-1).expand_as(m)
-        size = m.shape[0]
-
-        def align(dim: torch.Tensor, elem: int) -> torch.Tensor:
-            return torch.tensor(
-                [alignment_bytes(int(d), elem) for d in dim.tolist()], dtype=torch.float64
-            )
-
-        return cls(
-            batch=b.clone(),
-            m=m.clone(),
-            n=n.clone(),
-            k=k.clone(),
-            dtype_index=torch.full((size,), DTYPE_NAMES.index(cd.name), dtype=torch.long),
-            in_bytes=torch.full((size,), float(cd.in_bytes), dtype=torch.float64),
-            out_bytes=torch.full((size,), float(cd.out_bytes), dtype=torch.float64),
-            a_align_bytes=align(k, cd.in_bytes),  # A is (m, k), row stride k
-            b_align_bytes=align(n, cd.in_bytes),  # B is (k, n), row stride n
-            c_align_bytes=align(n, cd.out_bytes),
-            bias=torch.zeros(size, dtype=torch.float64)
-            if bias is None
-            else torch.as_tensor(bias, dtype=torch.float64).reshape(-1).expand_as(m).clone(),
-        )
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11; only type checkers read it
 
 
 @dataclass(frozen=True)
@@ -158,3 +53,35 @@ class Predictor(Protocol):
     version: str
 
     def predict(self, gemms: GemmBatch, device: DeviceSpec) -> GemmPrediction: ...
+
+
+class Estimator:
+    """The fitting half of the contract (see the module docstring); subclasses implement
+    ``fit(measured, *, warm_start=False) -> self``."""
+
+    def get_params(self) -> dict[str, Any]:
+        """The hyperparameters: every keyword of ``__init__``, as stored."""
+        return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
+
+    def set_params(self, **params: Any) -> Self:
+        """Change hyperparameters; fitted state stays. The constructor checks the new set, and
+        what it derives from them is derived again. Returns self."""
+        current = self.get_params()
+        unknown = sorted(set(params) - set(current))
+        if unknown:
+            raise ValueError(f"unknown hyperparameter(s) {', '.join(map(repr, unknown))} of "
+                             f"{type(self).__name__}; known: {', '.join(current)}")
+        fresh = type(self)(**{**current, **params})
+        for name, value in vars(fresh).items():
+            if not name.endswith("_"):
+                setattr(self, name, value)
+        return self
+
+
+def inv_softplus(x: float) -> float:
+    """The raw parameter whose softplus is ``x`` (> 0): log(eˣ − 1).
+
+    >>> round(float(torch.nn.functional.softplus(torch.tensor(inv_softplus(2.0)))), 6)
+    2.0
+    """
+    return math.log(math.expm1(x))

@@ -38,7 +38,9 @@ from typing import Any
 import torch
 
 from ..devices import DeviceSpec, get_device
-from .base import GemmBatch, GemmPrediction
+from ..gemms.measured import impossible_rows
+from .base import Estimator, GemmBatch, GemmPrediction
+from .base import inv_softplus as _inv_softplus
 from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
@@ -59,10 +61,6 @@ _HYPER = ("use_cache", "use_instr", "use_mlp", "loss", "hidden", "steps", "lr", 
           "refresh_every", "name")
 
 
-def _inv_softplus(x: float) -> float:
-    return math.log(math.expm1(x))
-
-
 def _pnorm(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """(aᵖ + bᵖ)^(1/p), written relative to ``a`` so float32 never overflows: between a + b
     (p = 1) and max(a, b) (large p)."""
@@ -73,7 +71,7 @@ def _logit(x: float) -> float:
     return math.log(x / (1.0 - x))
 
 
-class HybridPredictor:
+class HybridPredictor(Estimator):
     """Physics + utilization MLP; implements ``Predictor``.
 
     Hyperparameters (stored as given, scikit-learn style):
@@ -90,11 +88,12 @@ class HybridPredictor:
 
     version = "8"
 
-    # fitted state (set by fit or load)
+    # fitted state (set by fit, fit_alignment, set_metadata or load)
     params_: dict[str, torch.Tensor]
     metadata_: dict[str, Any]
     loss_history_: list[tuple[int, float]]
     n_train_rows_: int
+    alignment_fit_: dict[str, Any]
 
     def __init__(
         self,
@@ -139,9 +138,6 @@ class HybridPredictor:
         self._devices: dict[DeviceSpec, DeviceTable] = {}
 
     # ---------------------------------------------------------------- parameters
-    def get_params(self) -> dict[str, Any]:
-        return {h: getattr(self, h) for h in _HYPER}
-
     def _init_params(self) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed)
         f64 = torch.float64
@@ -467,7 +463,7 @@ class HybridPredictor:
         return GemmPrediction(time_ms=time_ms, compute_bound=out["compute_bound"],
                               details=details)
 
-    def fit_alignment(self, measured: Any, *, grid_points: int = 57) -> dict[str, Any]:
+    def fit_alignment(self, measured: Any, *, grid_points: int = 57) -> HybridPredictor:
         """Fit ``misaligned_load_cycles`` to measured alignment ratios; every other weight stays.
 
         Pairs each row of ``measured`` whose narrowest operand is under 16 bytes with the row of
@@ -475,8 +471,8 @@ class HybridPredictor:
         64 (``benchmarks/data/h200``'s alignment sweep holds both). Only ratios are fitted, so a
         GPU's overall level, which the main fit sets, stays out of it. A 1-D search over log
         cycles minimises the squared error of log(t_misaligned / t_aligned), then refines around
-        the best point. Returns the pair count, the cycles,
-        and the ratios' MAPE with the fitted roof and without it.
+        the best point. Stores the pair count, the cycles and the ratios' MAPE with the fitted
+        roof and without it in ``alignment_fit_``; returns self.
         """
         g = measured.gemms
         names = g.dtype_names()
@@ -523,9 +519,11 @@ class HybridPredictor:
             fine = torch.linspace(best - step, best + step, 21).tolist()
             best = min(fine, key=lambda c: loss_at(c)[0])
             _, ratio = loss_at(best)
-        return {"pairs": len(pairs), "cycles_per_warp_load": round(math.exp(best), 4),
-                "ratio_mape_without_roof": round(without, 4),
-                "ratio_mape": round(ratio_mape(ratio), 4)}
+        self.alignment_fit_ = {"pairs": len(pairs),
+                               "cycles_per_warp_load": round(math.exp(best), 4),
+                               "ratio_mape_without_roof": round(without, 4),
+                               "ratio_mape": round(ratio_mape(ratio), 4)}
+        return self
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Predicted ms for every row of a ``MeasuredGemms``, using each row's gpu, timing and
@@ -536,7 +534,7 @@ class HybridPredictor:
 
     def _rows_of(self, measured: Any) -> tuple[RowInputs, torch.Tensor]:
         gpus = sorted(set(measured.gpu))
-        table = DeviceTable.build([get_device(g) for g in gpus])
+        table = DeviceTable.build([measured.device(g) for g in gpus])
         index = {g: i for i, g in enumerate(gpus)}
         dev = torch.tensor([index[g] for g in measured.gpu], dtype=torch.long)
         for t in set(measured.timing):
@@ -548,15 +546,10 @@ class HybridPredictor:
         return RowInputs.gather(measured.gemms, table, dev, launch), source
 
     # ---------------------------------------------------------------- training
-    def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
-        """Fit every trainable parameter jointly with full-batch Adam; returns self.
-
-        Rows the data cannot physically contain (``measurements.impossible_rows``) are left out.
-        Each (gpu, source, dtype) group contributes at most ``rows_per_group`` seeded-random rows
-        and equal total weight. ``warm_start`` fine-tunes the current weights.
-        """
-        from ..measurements import impossible_rows
-
+    def _training_rows(self, measured: Any) -> tuple[Any, torch.Tensor]:
+        """The rows a fit uses and their weights (N,), summing to 1: at most ``rows_per_group``
+        seeded-random rows of each (gpu, source, dtype) group, each group the same weight,
+        rows the data cannot physically contain (``impossible_rows``) left out."""
         gen = torch.Generator().manual_seed(self.seed)
         keep = ~impossible_rows(measured)
         if int(keep.sum()) == 0:
@@ -572,9 +565,18 @@ class HybridPredictor:
             idx = idx[torch.randperm(len(idx), generator=gen)[: self.rows_per_group]]
             chosen += idx.tolist()
             weights += [1.0 / len(idx)] * len(idx)
-        sub = measured.select(torch.tensor(chosen))
         w = torch.tensor(weights, dtype=torch.float64)
-        w = w / w.sum()
+        return measured.select(torch.tensor(chosen)), w / w.sum()
+
+    # ---------------------------------------------------------------- training
+    def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
+        """Fit every trainable parameter jointly with full-batch Adam; returns self.
+
+        Rows the data cannot physically contain (``impossible_rows``) are left out.
+        Each (gpu, source, dtype) group contributes at most ``rows_per_group`` seeded-random rows
+        and equal total weight. ``warm_start`` fine-tunes the current weights.
+        """
+        sub, w = self._training_rows(measured)
         rows, source = self._rows_of(sub)
         y = sub.latency_ms
 
@@ -620,11 +622,16 @@ class HybridPredictor:
         for t in self.params_.values():
             t.requires_grad_(False)
         self.loss_history_ = history
-        self.n_train_rows_ = len(chosen)
+        self.n_train_rows_ = len(sub)
         self._devices.clear()
         return self
 
     # ---------------------------------------------------------------- persistence
+    def set_metadata(self, metadata: Mapping[str, Any]) -> HybridPredictor:
+        """Replace the provenance that ``save`` writes beside the weights; returns self."""
+        self.metadata_ = dict(metadata)
+        return self
+
     def to_dict(self, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
         params = self._params()
         return {

@@ -10,22 +10,22 @@ value and the nearest good one.
 
 from __future__ import annotations
 
-import difflib
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device, list_devices
-from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
-from .base import DTYPE_NAMES, GemmBatch, GemmPrediction, Predictor
+from ..devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_profile
+from ..dtypes import resolve_dtype
+from ..gemms.records import GemmBatch
+from .base import GemmPrediction, Predictor
+from .hybrid import HybridPredictor
+from .profile import load_profile
 
 __all__ = ["check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms", "resolve_target"]
 
 DimLike = int | float | torch.Tensor | Any  # also lists and NumPy arrays
-DeviceLike = str | DeviceSpec | os.PathLike[str]
 
 # details keys of GemmPrediction, in the order explain() lists them
 _EXPLAIN_KEYS: tuple[str, ...] = (
@@ -33,8 +33,6 @@ _EXPLAIN_KEYS: tuple[str, ...] = (
     "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms", "memory_ms",
 )
 _INT_KEYS = frozenset({"tile_m", "tile_n", "split_k", "waves"})
-# what a dtype falls back to, in order, when a device lacks it (the nearest good one)
-_FALLBACKS: tuple[str, ...] = ("bfloat16", "float16", "tf32", "float32")
 _MAX_DIM = 2**53  # float64 holds every integer up to here exactly
 
 
@@ -44,74 +42,13 @@ def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
     ``device`` is a catalog id, a driver name, ``"cuda"``, a ``DeviceSpec``, or the path of a
     calibration profile (``*.json``) written by ``torch-gemm-cost calibrate``.
     """
-    if isinstance(device, DeviceSpec):
-        return device, None
-    if not isinstance(device, (str, os.PathLike)):
-        raise TypeError(
-            f"device must be a catalog id, a driver name or a profile path, got {device!r}"
-        )
-    if isinstance(device, str) and not device.endswith(".json"):
-        try:
-            return get_device(device), None
-        except ValueError:
-            if not Path(device).is_file():  # not a profile either: the catalog's error
-                raise
-    path = Path(device)
-    if not path.is_file():
-        raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
-    try:
-        from ..calibrate import load_profile
-    except ModuleNotFoundError as e:
-        if e.name != "torch_gemm_cost.calibrate":
-            raise
-        raise ValueError(
-            f"cannot read calibration profile {str(path)!r}: this installation has no "
-            "torch_gemm_cost.calibrate; pass a catalog device id instead"
-        ) from None
-    spec, predictor = load_profile(path)
-    return spec, predictor
+    found = device_or_profile(device)
+    return (found, None) if isinstance(found, DeviceSpec) else load_profile(found)
 
 
 def load_weights(path: str | os.PathLike[str]) -> Predictor:
     """The hybrid predictor with the weights stored at ``path`` (JSON, never unpickled)."""
-    try:
-        from .hybrid import HybridPredictor
-    except ImportError as e:
-        if e.name not in (None, "torch_gemm_cost.predict.hybrid"):
-            raise
-        raise ValueError(
-            f"cannot load weights {str(path)!r}: this installation has no hybrid predictor; "
-            "omit the weights to use the default predictor"
-        ) from None
     return HybridPredictor.load(Path(path))
-
-
-def check_dtype_on_device(spec: DeviceSpec, cd: ComputeDtype) -> None:
-    """Raise if ``spec`` cannot run ``cd`` at all; warn if it runs it on a slower path.
-
-    bf16 on V100/T4 has no tensor cores: it warns, and the prediction uses the path that would
-    run (the fp32 rate, see ``DeviceSpec.peak_flops_per_s``). fp8 without fp8 units raises.
-    """
-    if spec.supports(cd):
-        return
-    nearest = next(
-        (d for d in _FALLBACKS if spec.supports(d) and DTYPES[d].tensor_core), None
-    ) or next((d for d in _FALLBACKS if spec.supports(d)), None)
-    try:
-        spec.peak_flops_per_s(cd)
-    except ValueError:
-        able = [d.id for d in list_devices() if d.supports(cd)]
-        raise ValueError(
-            f"device {spec.id!r} ({spec.name}) cannot run {cd.name} GEMMs; nearest supported "
-            f"dtype: {nearest!r}. Devices with {cd.name}: {', '.join(able) or 'none'}"
-        ) from None
-    warnings.warn(
-        f"device {spec.id!r} ({spec.name}) has no {cd.peak_key} "
-        f"{'tensor cores' if cd.tensor_core else 'units'}; predicting the path that runs "
-        f"instead ({spec.peak_flops_per_s(cd) / 1e12:.4g} TFLOP/s). Nearest native dtype: "
-        f"{nearest!r}",
-        stacklevel=4,
-    )
 
 
 def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
@@ -141,48 +78,6 @@ def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
     return t64
 
 
-def _op_leads(op: str) -> tuple[int, int, int]:
-    """Which dim (0 = m, 1 = n, 2 = k) is the leading dim of A, B and C for ``op``."""
-    from ..measurements import _OP_LAYOUT, LAYOUTS
-
-    layout = _OP_LAYOUT.get(op, op if op in LAYOUTS else None)
-    if layout is None:
-        known = sorted(set(_OP_LAYOUT) | set(LAYOUTS))
-        close = difflib.get_close_matches(str(op), known, n=2, cutoff=0.5)
-        hint = f". Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"unknown op {op!r}; known: {', '.join(known)}{hint}")
-    pos = {"m": 0, "n": 1, "k": 2}
-    a, b, c = (pos[d] for d in LAYOUTS[layout])
-    return a, b, c
-
-
-def _align_bytes(lead: torch.Tensor, elem_bytes: int) -> torch.Tensor:
-    """Widest vector load (power of two ≤ 16 bytes) that a row of ``lead`` elements allows."""
-    row = lead.long() * elem_bytes  # (N,)
-    return torch.gcd(row, torch.full_like(row, 16)).double()
-
-
-def _batch_of(
-    batch: torch.Tensor, m: torch.Tensor, n: torch.Tensor, k: torch.Tensor,
-    cd: ComputeDtype, op: str, bias: bool,
-) -> GemmBatch:
-    """A GemmBatch of one dtype and op from 1-D float64 dims, built without Python loops."""
-    a, b, c = _op_leads(op)
-    dims = (m, n, k)
-    size = m.shape[0]
-    return GemmBatch(
-        batch=batch, m=m, n=n, k=k,
-        dtype_index=torch.full((size,), DTYPE_NAMES.index(cd.name), dtype=torch.long),
-        in_bytes=torch.full((size,), float(cd.in_bytes), dtype=torch.float64),
-        out_bytes=torch.full((size,), float(cd.out_bytes), dtype=torch.float64),
-        a_align_bytes=_align_bytes(dims[a], cd.in_bytes),
-        b_align_bytes=_align_bytes(dims[b], cd.in_bytes),
-        c_align_bytes=_align_bytes(dims[c], cd.out_bytes),
-        bias=torch.full((size,), float(bool(bias)), dtype=torch.float64),
-        b_transposed=torch.full((size,), float(b == 2), dtype=torch.float64),  # B is (n, k)
-    )
-
-
 def _run(
     device: DeviceLike, m: DimLike, n: DimLike, k: DimLike, batch: DimLike,
     dtype: str | torch.dtype, op: str, bias: bool, predictor: Predictor | None,
@@ -198,7 +93,7 @@ def _run(
     except RuntimeError:
         shapes = ", ".join(f"{x}{tuple(d.shape)}" for x, d in zip(("batch", "m", "n", "k"), dims))
         raise ValueError(f"dims do not broadcast together: {shapes}") from None
-    gemms = _batch_of(b_, m_, n_, k_, cd, op, bias)
+    gemms = GemmBatch.from_dims(m=m_, n=n_, k=k_, batch=b_, dtype=cd, op=op, bias=bool(bias))
     live = b_ > 0  # (N,) zero-size batches cost nothing and are not predicted
     chosen = predictor or profile_predictor
     if chosen is None:
@@ -207,9 +102,7 @@ def _run(
         chosen = default_predictor()
     if not bool(live.any()):
         return gemms, None, live, scalar
-    sub = gemms if bool(live.all()) else GemmBatch(
-        **{f: getattr(gemms, f)[live] for f in gemms.__dataclass_fields__}
-    )
+    sub = gemms if bool(live.all()) else gemms.select(live)
     return gemms, chosen.predict(sub, spec), live, scalar
 
 

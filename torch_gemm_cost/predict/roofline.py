@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from ..devices import DeviceSpec
-from .base import DTYPE_NAMES, GemmBatch, GemmPrediction
+from ..gemms.records import DTYPE_NAMES, GemmBatch
+from .base import GemmPrediction
 
 __all__ = ["RooflinePredictor", "peak_flops_per_s"]
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from ..attention_measurements import MeasuredAttention, load_attention
 from ..predict.attention import AttentionPredictor
+from ..predict.attention_measured import MeasuredAttention, load_attention
 
 __all__ = [
     "CREDITS",

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from ..devices import get_device
-from ..measurements import MeasuredGemms, impossible_rows, load_gemms
+from ..gemms.measured import MeasuredGemms, impossible_rows, load_gemms
 from ..predict.hybrid import HybridPredictor
+from ..predict.score import summarize_errors
 
 __all__ = [
     "CREDITS",
@@ -68,10 +69,6 @@ class GroupScore:
                 for k, v in self.__dict__.items()}
 
 
-def _ape(pred_ms: torch.Tensor, meas_ms: torch.Tensor) -> torch.Tensor:
-    return (pred_ms - meas_ms).abs() / meas_ms
-
-
 def score_groups(measured: MeasuredGemms, pred_ms: torch.Tensor) -> list[GroupScore]:
     """Scores per (gpu, source, dtype), sorted by key. Rows with NaN predictions are skipped."""
     names = measured.gemms.dtype_names()
@@ -81,14 +78,10 @@ def score_groups(measured: MeasuredGemms, pred_ms: torch.Tensor) -> list[GroupSc
     out = []
     for key in sorted(groups):
         idx = torch.tensor(groups[key])
-        ape = _ape(pred_ms[idx], measured.latency_ms[idx])
-        ape = ape[torch.isfinite(ape)]
-        if len(ape) == 0:
-            continue
-        out.append(GroupScore(*key, rows=len(ape), mape=float(ape.mean()),
-                              median_ape=float(ape.median()),
-                              within_10=float((ape <= 0.10).double().mean()),
-                              within_25=float((ape <= 0.25).double().mean())))
+        s = summarize_errors(pred_ms[idx], measured.latency_ms[idx])
+        if s.rows:
+            out.append(GroupScore(*key, rows=s.rows, mape=s.mape, median_ape=s.median_ape,
+                                  within_10=s.within_10, within_25=s.within_25))
     return out
 
 
@@ -149,7 +142,7 @@ def train_gemm_predictor(
     model = HybridPredictor(seed=seed, **hyper).fit(measured)
     seconds = time.perf_counter() - t0
     scores = score_groups(measured, model.predict_measured(measured))
-    model.metadata_ = {
+    return model.set_metadata({
         "description": "torch_gemm_cost hybrid GEMM predictor weights",
         "data_sources": list(CREDITS),
         "training_command": command,
@@ -167,5 +160,4 @@ def train_gemm_predictor(
             "overall_group_mape": round(overall(scores), 4),
             "groups": [s.as_dict() for s in scores],
         },
-    }
-    return model
+    })

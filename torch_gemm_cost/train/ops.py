@@ -20,7 +20,6 @@ import gzip
 import json
 import logging
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,8 @@ from typing import Any
 import torch
 
 from ..devices import get_device
-from ..predict.memory import memory_time_ms
+from ..predict.ops import memory_time_ms
+from ..predict.score import summarize_errors
 
 __all__ = ["LAUNCH_MS", "VecRow", "fit_class", "fit_op_costs", "load_vec", "main"]
 
@@ -134,17 +134,16 @@ def fit_class(rows: Sequence[VecRow], steps: int = 400, lr: float = 0.05) -> tup
     return float(torch.sigmoid(raw[0].detach())), float(raw[1].detach().exp())
 
 
-def _score(rows: Sequence[VecRow], eta: float, floor_ms: float) -> dict[str, float]:
+def _score(rows: Sequence[VecRow], eta: float, floor_ms: float) -> dict[str, float | None]:
     dram, bw, y = _tensors(rows)
     pred = memory_time_ms(dram, torch.ones_like(dram), torch.tensor(eta), floor_ms, bw)
-    ape = ((pred - y).abs() / y * 100).tolist()
-    big = [a for a, t in zip(ape, y.tolist()) if t >= 0.1]
+    s, big = summarize_errors(pred, y), summarize_errors(pred[y >= 0.1], y[y >= 0.1])
     return {
-        "n": len(ape),
-        "mape_pct": round(statistics.fmean(ape), 2),
-        "median_ape_pct": round(statistics.median(ape), 2),
-        "within_10_pct": round(100 * sum(a <= 10 for a in ape) / len(ape), 1),
-        "mape_ge_0.1ms_pct": round(statistics.fmean(big), 2) if big else None,
+        "n": s.rows,
+        "mape_pct": round(100 * s.mape, 2),
+        "median_ape_pct": round(100 * s.median_ape, 2),
+        "within_10_pct": round(100 * s.within_10, 1),
+        "mape_ge_0.1ms_pct": round(100 * big.mape, 2) if big.rows else None,
     }
 
 

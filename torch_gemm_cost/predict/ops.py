@@ -1,4 +1,4 @@
-"""Memory-bound ops: a time for every non-GEMM op, as bytes / (η·DRAM bandwidth) + launches.
+"""The non-GEMM op cost model: a time for every other op, as bytes / (η·DRAM bandwidth) + launches.
 
 Per op class (elementwise, norm, softmax, ...) two constants are fitted on measured ops
 (``train/ops.py``, shipped in ``data/op_costs.json``): η, the fraction of the datasheet DRAM
@@ -12,7 +12,7 @@ consecutive kernels, instead of that floor.
   say) is one kernel moving its own ``dram_bytes``.
 - The softmax inside a fused SDPA kernel never touches DRAM for its scores: it costs its FLOPs
   at the device's vector fp32 rate, plus any explicit mask it reads, and launches nothing.
-- ``adamw_ops`` lists the optimizer update over the parameters as ops of its own.
+- The optimizer's update (``gemms.extract.optimizer_ops``) is ops of phase ``optimizer``.
 
 NB: every tensor is assumed to come from DRAM; on large-L2 GPUs (A100: 40 MB) small
 activations partly hit L2, so such ops run faster than predicted.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -37,14 +37,11 @@ from ..gemms import OtherOp
 
 __all__ = [
     "BACKWARD",
-    "OPTIMIZERS",
     "OP_CLASSES",
     "OpCostModel",
-    "adamw_ops",
     "load_op_costs",
     "memory_time_ms",
     "op_times_ms",
-    "optimizer_ops",
 ]
 
 OP_CLASSES: tuple[str, ...] = (
@@ -100,21 +97,6 @@ BACKWARD: dict[str, tuple[float, int]] = {
 _BACKWARD_DEFAULT: tuple[float, int] = (1.0, 1)
 # backward is a view of the gradient (or nothing): no kernel
 _NO_BACKWARD_KERNEL = frozenset({"bernoulli"})
-
-# the optimizer's update: torch.optim.AdamW's default foreach path, per parameter element
-# (reads + writes of param, grad, exp_avg, exp_avg_sq and the sqrt temporary, in 8 kernels)
-_ADAMW_PASSES: tuple[tuple[str, int], ...] = (
-    ("aten._foreach_mul_", 2),  # p *= 1 - lr·wd
-    ("aten._foreach_lerp_", 3),  # m = lerp(m, g, 1 - β1)
-    ("aten._foreach_mul_", 2),  # v *= β2
-    ("aten._foreach_addcmul_", 3),  # v += (1 - β2)·g·g
-    ("aten._foreach_sqrt", 2),  # s = sqrt(v)
-    ("aten._foreach_div_", 2),  # s /= sqrt(bias correction)
-    ("aten._foreach_add_", 2),  # s += eps
-    ("aten._foreach_addcdiv_", 4),  # p -= step·m / s
-)
-_FOREACH_TENSORS_PER_LAUNCH = 110  # NB: multi_tensor_apply's depth-4 chunking, roughly
-
 
 @dataclass(frozen=True)
 class OpCostModel:
@@ -289,59 +271,3 @@ def _dropout_fusion(others: Sequence[OtherOp]) -> dict[int, tuple[float, float]]
         elif op.phase == "backward" and base == "mul" and op.node in dropout_nodes:
             out[i] = (float(op.numel * (2 * _elem_bytes(op) + 1)), 1.0)
     return out
-
-
-def adamw_ops(n_params: int, n_tensors: int, dtype: str = "float32") -> tuple[OtherOp, ...]:
-    """The update of ``torch.optim.AdamW`` (foreach path) over ``n_params`` elements held in
-    ``n_tensors`` tensors, as ops of phase ``optimizer``; one record per kernel group."""
-    if n_params < 0 or n_tensors < 0:
-        raise ValueError(f"n_params and n_tensors must be >= 0, got {n_params}, {n_tensors}")
-    elem = DTYPES[dtype].in_bytes if dtype in DTYPES else 4
-    launches = max(1, -(-n_tensors // _FOREACH_TENSORS_PER_LAUNCH))
-    out = []
-    for name, passes in _ADAMW_PASSES:
-        for i in range(launches):
-            share = n_params // launches + (1 if i < n_params % launches else 0)
-            out.append(
-                OtherOp(
-                    module="",
-                    module_type="AdamW",
-                    op=name,
-                    node="optimizer.step",
-                    phase="optimizer",
-                    op_class="elementwise",
-                    dtype=dtype,
-                    numel=share,
-                    dram_bytes=passes * share * elem,
-                )
-            )
-    return tuple(out)
-
-
-OPTIMIZERS: tuple[str, ...] = ("adamw", "adam")
-
-
-def optimizer_ops(
-    optimizer: Any, params: Iterable[torch.Tensor] | None = None
-) -> tuple[OtherOp, ...]:
-    """The update step of ``optimizer`` over ``params`` (those with ``requires_grad``).
-
-    ``optimizer`` is a name in ``OPTIMIZERS`` (then ``params`` is required) or a
-    ``torch.optim.AdamW`` / ``Adam`` instance (its own parameters). NB: Adam without weight
-    decay skips the first kernel; it is priced as AdamW.
-    """
-    if isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-    elif isinstance(optimizer, str) and optimizer.lower() in OPTIMIZERS:
-        if params is None:
-            raise ValueError(
-                f"optimizer={optimizer!r} needs the model's parameters to size its update"
-            )
-    else:
-        raise ValueError(
-            f"unsupported optimizer {optimizer!r}; use one of {', '.join(map(repr, OPTIMIZERS))} "
-            "or a torch.optim.AdamW / Adam instance"
-        )
-    trained = [p for p in params if p.requires_grad]
-    dtype = str(trained[0].dtype).removeprefix("torch.") if trained else "float32"
-    return adamw_ops(sum(p.numel() for p in trained), len(trained), dtype)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from .devices import get_device
-from .dtypes import resolve_dtype
-from .predict.attention import PHASES, AttentionBatch, _closest
+from ..devices import get_device
+from ..dtypes import resolve_dtype
+from .attention import PHASES, AttentionBatch, _closest
 
 __all__ = [
     "ATTENTION_COLUMNS",

@@ -14,15 +14,13 @@ from torch import nn
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.api import estimate
-from torch_gemm_cost.gemms import OtherOp
-from torch_gemm_cost.predict.memory import (
+from torch_gemm_cost.gemms import OtherOp, adamw_ops, optimizer_ops
+from torch_gemm_cost.predict.ops import (
     OP_CLASSES,
     OpCostModel,
-    adamw_ops,
     load_op_costs,
     memory_time_ms,
     op_times_ms,
-    optimizer_ops,
 )
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec
 

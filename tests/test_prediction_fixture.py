@@ -1,0 +1,181 @@
+"""Golden predictions: the shipped predictor's times, to the last bit.
+
+Every catalog device × every dtype it supports × a fixed set of GEMM shapes (aligned, misaligned,
+tiny, huge, batched; matmul and Linear layouts, with and without a bias), through
+``predict_gemm_ms``; and the whole-model totals of end-to-end label models (NeuSight's configs,
+built as ``benchmarks/e2e.py`` builds them, at a small batch), inference and training, through
+``compare``. Times are stored as ``float.hex``, so a change of one bit anywhere fails.
+
+The fixture moves whenever the predictor's weights or physics move on purpose; then regenerate it:
+
+    python tests/test_prediction_fixture.py --overwrite
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+GOLDEN = FIXTURES / "predictions.json"
+ROOT = Path(__file__).resolve().parents[1]
+REGENERATE = "python tests/test_prediction_fixture.py --overwrite"
+
+# (op, bias) variants every shape is predicted under: B read (k, n) or as a (n, k) weight
+VARIANTS: tuple[tuple[str, bool], ...] = (("matmul", False), ("linear", False), ("linear", True))
+# the end-to-end models: one config of each model type in NeuSight's labels
+E2E_MODELS: tuple[str, ...] = ("bert", "gpt2_med", "gpt3_xl", "opt")
+E2E_BATCH, E2E_SEQ = 2, 128
+
+
+def gemm_shapes() -> list[tuple[int, int, int, int]]:
+    """(batch, m, n, k): hand-picked regimes, then seeded log-uniform shapes."""
+    shapes = []
+    for d in (64, 256, 1024, 4096, 8192):  # aligned squares
+        shapes.append((1, d, d, d))
+    for d in (63, 65, 127, 1023, 1025, 4095, 4097):  # one off alignment
+        shapes.append((1, d, d, d))
+    for m in (1, 2, 3, 7, 8, 16, 33, 64):  # decode-size (tiny m) against real weights
+        shapes += [(1, m, 4096, 4096), (1, m, 50257, 768), (1, m, 11008, 4095)]
+    for n, k in ((50257, 768), (50304, 768), (32000, 4096), (14336, 4096), (4096, 14336),
+                 (3072, 768), (768, 3072), (2304, 768)):  # LLM layers at 2048 tokens
+        shapes.append((1, 2048, n, k))
+    shapes += [(1, 65536, 8192, 8192), (1, 32768, 50257, 4096), (1, 16384, 16384, 16384),
+               (1, 1, 1, 1), (1, 1, 8, 8), (1, 3, 5, 7), (1, 16, 16, 16)]  # huge and tiny
+    for b in (2, 12, 96, 512):  # batched: attention scores and values, small bmm
+        shapes += [(b, 1024, 1024, 64), (b, 1024, 64, 1024), (b, 33, 65, 17), (b, 128, 128, 128)]
+    rng = random.Random(0)
+
+    def log_uniform(lo: int, hi: int) -> int:
+        return round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+    for _ in range(40):
+        batch = 1 if rng.random() < 0.7 else log_uniform(2, 64)
+        shapes.append((batch, log_uniform(1, 8192), log_uniform(1, 16384), log_uniform(1, 16384)))
+    return shapes
+
+
+def _hex(values: list[float]) -> str:
+    return " ".join(float(v).hex() for v in values)
+
+
+def gemm_predictions() -> Iterator[tuple[str, str]]:
+    """(key, float.hex of every time) per device, dtype and variant."""
+    import torch_gemm_cost as tgc
+    from torch_gemm_cost.dtypes import DTYPES
+
+    batch, m, n, k = (list(col) for col in zip(*gemm_shapes()))
+    for spec in tgc.list_devices():
+        for dtype in (d for d in DTYPES if spec.supports(d)):
+            for op, bias in VARIANTS:
+                times = tgc.predict_gemm_ms(spec.id, m=m, n=n, k=k, batch=batch, dtype=dtype,
+                                            op=op, bias=bias)
+                yield f"{spec.id} {dtype} {op}{' bias' if bias else ''}", _hex(times.tolist())
+
+
+def _e2e_bench() -> Any:
+    spec = importlib.util.spec_from_file_location("e2e_bench", ROOT / "benchmarks" / "e2e.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def e2e_totals() -> Iterator[tuple[str, str]]:
+    """(key, float.hex of GEMM ms and other ms) per model, mode and device; GEMM and op
+    counts after them."""
+    import torch_gemm_cost as tgc
+
+    e2e = _e2e_bench()
+    devices = [d.id for d in tgc.list_devices()]
+    for model in E2E_MODELS:
+        for mode in ("inference", "train"):
+            net, args, kwargs = e2e.build(FIXTURES, model, E2E_BATCH, E2E_SEQ, mode)
+            for r in tgc.compare(net, args, kwargs, devices=devices, mode=mode):
+                yield (f"{model} {mode} {r.device.id}",
+                       f"{_hex([r.gemm_ms, r.other_ms])} {len(r.gemms)} {len(r.others)}")
+
+
+def compute() -> dict[str, dict[str, str]]:
+    torch.set_num_threads(1)
+    return {
+        "shapes": {"batch m n k": " ".join(",".join(map(str, s)) for s in gemm_shapes())},
+        "gemms": dict(gemm_predictions()),
+        "e2e": dict(e2e_totals()),
+    }
+
+
+def _differences(golden: dict[str, str], now: dict[str, str], limit: int = 5) -> list[str]:
+    keys = sorted(set(golden) | set(now))
+    out = [f"{key}: {'missing now' if key not in now else 'new'}"
+           for key in keys if (key in golden) != (key in now)]
+    for key in keys:
+        if key in golden and key in now and golden[key] != now[key]:
+            was, got = golden[key].split(), now[key].split()
+            first = next((i for i, (a, b) in enumerate(zip(was, got)) if a != b), min(len(was), len(got)))
+            pair = (f"{float.fromhex(was[first])!r} -> {float.fromhex(got[first])!r}"
+                    if first < min(len(was), len(got)) and "." in was[first] else
+                    f"{len(was)} -> {len(got)} fields")
+            out.append(f"{key}: field {first} {pair}")
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+@pytest.fixture(scope="module")
+def now() -> dict[str, dict[str, str]]:
+    pytest.importorskip("transformers")
+    return compute()
+
+
+@pytest.mark.parametrize("section", ["shapes", "gemms", "e2e"])
+def test_predictions_equal_the_golden_ones_to_the_bit(now: dict[str, dict[str, str]],
+                                                      section: str) -> None:
+    golden = json.loads(GOLDEN.read_text())[section]
+    diffs = _differences(golden, now[section])
+    assert not diffs, (
+        f"{section}: predictions differ from {GOLDEN.name}:\n  "
+        + "\n  ".join(diffs)
+        + f"\nIf the predictor changed on purpose, regenerate the fixture: {REGENERATE}"
+    )
+
+
+def test_fixture_spans_every_device_dtype_and_variant() -> None:
+    from torch_gemm_cost import list_devices
+    from torch_gemm_cost.dtypes import DTYPES
+
+    golden = json.loads(GOLDEN.read_text())
+    expected = sum(sum(spec.supports(d) for d in DTYPES) for spec in list_devices()) * len(VARIANTS)
+    assert len(golden["gemms"]) == expected
+    assert len(gemm_shapes()) >= 100
+    assert all(len(v.split()) == len(gemm_shapes()) for v in golden["gemms"].values())
+    assert len(golden["e2e"]) == len(E2E_MODELS) * 2 * len(list_devices())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"write {GOLDEN.relative_to(ROOT)} from the current predictor")
+    args = parser.parse_args(argv)
+    data = compute()
+    if args.overwrite:
+        GOLDEN.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n")
+        print(f"wrote {GOLDEN.relative_to(ROOT)}: {len(data['gemms'])} GEMM rows of "
+              f"{len(gemm_shapes())} shapes, {len(data['e2e'])} model totals")
+        return 0
+    golden = json.loads(GOLDEN.read_text())
+    diffs = [d for section in data for d in _differences(golden[section], data[section])]
+    print("\n".join(diffs) if diffs else "bit-identical")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())

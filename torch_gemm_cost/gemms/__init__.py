@@ -1,0 +1,39 @@
+"""GEMM records, the handlers that read them off ATen ops (one per op, in a registry that takes
+custom ops too), the walk of a captured graph, and measured GEMMs from the data's schema."""
+
+from .extract import META_KEY, OPTIMIZERS, PHASES, adamw_ops, extract, optimizer_ops
+from .handlers import (
+    ForwardGemm,
+    GemmHandler,
+    HandlerContext,
+    active_groups,
+    causal_kept_entries,
+    einsum_gemms,
+    gemm_handler,
+    matrix_layout,
+    register_gemm_handler,
+)
+from .records import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
+
+__all__ = [
+    "DTYPE_NAMES",
+    "META_KEY",
+    "OPTIMIZERS",
+    "PHASES",
+    "ForwardGemm",
+    "GemmBatch",
+    "GemmHandler",
+    "GemmSite",
+    "HandlerContext",
+    "OtherOp",
+    "active_groups",
+    "adamw_ops",
+    "alignment_bytes",
+    "causal_kept_entries",
+    "einsum_gemms",
+    "extract",
+    "gemm_handler",
+    "matrix_layout",
+    "optimizer_ops",
+    "register_gemm_handler",
+]

@@ -1,0 +1,82 @@
+"""The predict stage of ``estimate()``: each record with its predicted time.
+
+Every GEMM of a run is predicted in one batched call, and each ``GemmEstimate`` keeps the
+predictor's intermediates for its GEMM (``details``), so advice and explanations read them
+instead of predicting again. Non-GEMM ops get their times from the op cost model (``ops``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..devices import DeviceSpec
+from ..gemms.records import GemmBatch, GemmSite, OtherOp
+from .base import Predictor
+from .ops import OpCostModel, op_times_ms
+
+__all__ = [
+    "GemmEstimate",
+    "OpEstimate",
+    "estimate_gemms",
+    "estimate_ops",
+    "gemm_ms",
+    "other_ms",
+    "total_ms",
+]
+
+
+@dataclass(frozen=True)
+class GemmEstimate:
+    """One GEMM and its predicted time."""
+
+    site: GemmSite
+    time_ms: float
+    bound: str  # "compute" or "memory"
+    # the predictor's intermediates for this GEMM (waves, hit rates, ...), when it gives them
+    details: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class OpEstimate:
+    """One non-GEMM op and its predicted time (None while it is unmodelled)."""
+
+    op: OtherOp
+    time_ms: float | None
+
+
+def estimate_gemms(sites: Sequence[GemmSite], device: DeviceSpec,
+                   predictor: Predictor) -> tuple[GemmEstimate, ...]:
+    """Every GEMM's time on ``device`` from one batched call of ``predictor``, with its
+    details."""
+    if not sites:
+        return ()
+    pred = predictor.predict(GemmBatch.from_sites(sites), device)
+    details = {name: values.tolist() for name, values in pred.details.items()}  # name -> (N,)
+    return tuple(
+        GemmEstimate(site, float(t), "compute" if bound else "memory",
+                     {name: float(values[i]) for name, values in details.items()})
+        for i, (site, t, bound) in enumerate(zip(sites, pred.time_ms.tolist(),
+                                                 pred.compute_bound.tolist()))
+    )
+
+
+def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
+                 model: OpCostModel | None = None) -> tuple[OpEstimate, ...]:
+    """Every non-GEMM op's time on ``device``; ops of class ``other`` keep None."""
+    return tuple(OpEstimate(op, t) for op, t in zip(others, op_times_ms(others, device, model)))
+
+
+def gemm_ms(gemms: Sequence[GemmEstimate]) -> float:
+    """The GEMMs' time."""
+    return sum(g.time_ms for g in gemms)
+
+
+def other_ms(others: Sequence[OpEstimate]) -> float:
+    """The modelled non-GEMM ops' time (unmodelled ones are left out)."""
+    return sum(o.time_ms for o in others if o.time_ms is not None)
+
+
+def total_ms(gemms: Sequence[GemmEstimate], others: Sequence[OpEstimate]) -> float:
+    """The run's time: its GEMMs' and its modelled ops'."""
+    return gemm_ms(gemms) + other_ms(others)

@@ -1,0 +1,92 @@
+"""Calibration profiles: a device's spec and the predictor fitted to it, in one JSON file.
+
+``torch-gemm-cost calibrate`` writes them; ``estimate``, ``predict_gemm_ms`` and ``predict-csv``
+read them through ``load_profile``. JSON only (never pickle), checked entry by entry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..devices import DeviceSpec, spec_from_record, spec_to_record
+from .base import Predictor
+from .calibrated import CalibratedPredictor
+from .hybrid import HybridPredictor
+
+__all__ = ["FORMAT", "PREDICTOR_KINDS", "VERSION", "load_profile", "make_profile",
+           "save_profile"]
+
+FORMAT = "torch_gemm_cost.profile"
+VERSION = 1
+PREDICTOR_KINDS: tuple[str, ...] = ("calibrated", "hybrid")
+
+
+def _predictor_record(predictor: Predictor) -> dict[str, Any]:
+    if isinstance(predictor, CalibratedPredictor):
+        return predictor.to_dict()  # {"kind": "calibrated", ...}
+    if isinstance(predictor, HybridPredictor):
+        return {"kind": "hybrid", "weights": predictor.to_dict()}
+    raise TypeError(f"a profile stores a calibrated or a hybrid predictor, got {predictor!r}")
+
+
+def _predictor_from_record(doc: Any) -> Predictor:
+    kind = doc.get("kind") if isinstance(doc, Mapping) else None
+    if kind == "calibrated":
+        return CalibratedPredictor.from_dict(doc)
+    if kind == "hybrid":
+        weights = doc["weights"]
+        got = weights.get("version") if isinstance(weights, Mapping) else None
+        if str(got) != HybridPredictor.version:
+            # the profile's device still stands, but its weights are another model's
+            raise ValueError(
+                f"its hybrid weights are version {got}, this predictor reads version "
+                f"{HybridPredictor.version}: run `torch-gemm-cost calibrate` again")
+        return HybridPredictor.from_dict(weights)
+    raise ValueError(f"predictor kind is {kind!r}; known: {', '.join(PREDICTOR_KINDS)}")
+
+
+def make_profile(spec: DeviceSpec, predictor: Predictor, **sections: Any) -> dict[str, Any]:
+    """The profile document of ``spec`` and its fitted ``predictor``; ``sections`` (the fit's
+    scores, the calibration run) are stored beside them as they are."""
+    return {"format": FORMAT, "version": VERSION, "device": spec_to_record(spec),
+            "predictor": _predictor_record(predictor), **sections}
+
+
+def save_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
+    """Write a profile document as JSON."""
+    path = Path(path)
+    path.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_profile(path: str | Path) -> tuple[DeviceSpec, Predictor]:
+    """The device spec and fitted predictor of a calibration profile written by
+    ``torch-gemm-cost calibrate``. A missing file raises FileNotFoundError, anything malformed
+    a ValueError that names the file and the bad entry."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"calibration profile {str(path)!r} cannot be read: {e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"calibration profile {str(path)!r} is not valid JSON: {e}") from None
+    try:
+        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+            got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
+            raise ValueError(f"format is {got!r}, expected {FORMAT!r}")
+        if doc.get("version") != VERSION:
+            raise ValueError(f"version is {doc.get('version')!r}, this reader knows {VERSION}")
+        for key in ("device", "predictor"):
+            if key not in doc:
+                raise ValueError(f"missing {key!r}")
+        return spec_from_record(doc["device"]), _predictor_from_record(doc["predictor"])
+    except (KeyError, TypeError, ValueError) as e:
+        detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(f"calibration profile {str(path)!r} is invalid: {detail}") from None
