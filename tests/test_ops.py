@@ -316,8 +316,9 @@ def test_fitter_script_writes_a_loadable_table(data_dir, tmp_path, capsys):
     table = OpCostModel.load(out)
     assert len(table.eta) == len(OP_CLASSES)
     doc = json.loads(out.read_text())
-    # every measured GPU is held out once per fitted class, A100-80GB included (never trained on)
-    assert set(doc["leave_gpu_out"]["norm"]) >= {"a100_pcie_80gb", "tesla_t4"}
+    # every measured GPU is scored with its chip held out, the H200 included
+    assert set(doc["leave_chip_out"]["norm"]) >= {"a100_pcie_80gb", "tesla_t4", "h200_sxm_141gb"}
+    assert "h200_sxm_141gb" in doc["provenance"]["train_gpus"]
     assert "tesla_t4" in capsys.readouterr().out
 
 

@@ -1,13 +1,14 @@
 """Fit the memory-bound op costs (η and floor per op class) on measured non-GEMM ops.
 
 The data is NeuSight's (MIT): elementwise ops, layer norm and softmax on float32 (rows, cols)
-tensors, timed with CUDA events on P4, P100, V100, T4 and A100-40GB (``neusight-train``), plus
-transformer-shaped rows on those and A100-80GB (``neusight-test``). Each class gets
+tensors, timed with CUDA events on P4, P100, V100, T4, A100-40GB and A100-80GB, plus this
+project's own H200 rows of the same ops (``benchmarks/data/h200/vec``). Each class gets
 
     time = floor + bytes / (η · datasheet DRAM bandwidth)
 
-fitted by Adam on the squared log error (relative error: times span four orders of magnitude).
-The evaluation leaves each GPU out in turn: fit on the others, score on it.
+fitted by Adam on the squared log error (relative error: times span four orders of magnitude),
+on every measured GPU. The evaluation leaves each chip out in turn (the two A100 boards leave
+together): fit on the others, score on it.
 
     python -m torch_gemm_cost.train.ops [--data ../shared/data] [--out torch_gemm_cost/data/op_costs.json]
 """
@@ -28,8 +29,10 @@ from typing import Any
 import torch
 
 from ..devices import get_device
+from ..gemms.measured import DEFAULT_OWN_DIRS
 from ..predict.ops import memory_time_ms
 from ..predict.score import summarize_errors
+from .gemm import chip_of
 
 __all__ = ["LAUNCH_MS", "VecRow", "fit_class", "fit_op_costs", "load_vec", "main"]
 
@@ -53,15 +56,6 @@ BORROWED = {
 # NB: not fitted. Measured floors include CUDA-event overhead (~25 µs); back to back on one
 # stream a kernel costs a few µs of launch gap and ramp.
 LAUNCH_MS = 0.005
-TRAIN_GPUS = (
-    "tesla_p4",
-    "tesla_p100_pcie_16gb",
-    "tesla_v100_pcie_32gb",
-    "tesla_t4",
-    "a100_pcie_40gb",
-)
-
-
 @dataclass(frozen=True)
 class VecRow:
     gpu: str
@@ -75,11 +69,23 @@ class VecRow:
     latency_ms: float
 
 
-def load_vec(data_dir: str | Path) -> list[VecRow]:
-    """Rows of ``vec/neusight.csv.gz`` with their bytes and their GPU's DRAM bandwidth."""
+def load_vec(data_dir: str | Path, own_dirs: Sequence[str | Path] = ()) -> list[VecRow]:
+    """Rows of ``vec/neusight.csv.gz``, and of ``vec/tgc-vec.csv.gz`` in each of ``own_dirs``
+    (the same ops, measured by ``benchmarks/measure_gpu.py``), with their bytes and their GPU's
+    DRAM bandwidth."""
     path = Path(data_dir) / "vec" / "neusight.csv.gz"
     if not path.is_file():
         raise FileNotFoundError(f"measured ops not found at {path} (expected ../shared/data)")
+    out = _read_vec(path)
+    for own in own_dirs:
+        extra = Path(own) / "vec" / "tgc-vec.csv.gz"
+        if not extra.is_file():
+            raise FileNotFoundError(f"measured ops not found at {extra}")
+        out += _read_vec(extra)
+    return out
+
+
+def _read_vec(path: Path) -> list[VecRow]:
     out: list[VecRow] = []
     bw: dict[str, float] = {}
     with gzip.open(path, "rt", newline="") as f:
@@ -147,31 +153,36 @@ def _score(rows: Sequence[VecRow], eta: float, floor_ms: float) -> dict[str, flo
     }
 
 
-def fit_op_costs(data_dir: str | Path, steps: int = 400) -> dict[str, Any]:
-    """Fitted table (the content of ``data/op_costs.json``) with leave-GPU-out metrics.
+def fit_op_costs(data_dir: str | Path, steps: int = 400, *,
+                 own_dirs: Sequence[str | Path] = DEFAULT_OWN_DIRS,
+                 exclude_chips: Sequence[str] = (), metrics: bool = True) -> dict[str, Any]:
+    """Fitted table (the content of ``data/op_costs.json``), with leave-one-chip-out metrics
+    unless ``metrics`` is False.
 
-    The shipped constants are fitted on the ``TRAIN_GPUS``; A100-80GB stays unseen.
+    The constants are fitted on every measured GPU but those of ``exclude_chips`` (the held-out
+    evaluation of a whole model leaves its chip out of this fit too).
     """
-    rows = load_vec(data_dir)
+    rows = [r for r in load_vec(data_dir, own_dirs) if chip_of(r.gpu) not in exclude_chips]
     by_class = {c: [r for r in rows if r.op_class == c] for c in FITTED}
-    gpus = sorted({r.gpu for r in rows})
-    metrics: dict[str, dict[str, Any]] = {}
+    chips = sorted({chip_of(r.gpu) for r in rows}) if metrics else []
+    scores: dict[str, dict[str, Any]] = {}
     for c, items in by_class.items():
-        metrics[c] = {}
-        for gpu in gpus:
-            train = [r for r in items if r.gpu != gpu and r.gpu in TRAIN_GPUS]
-            test = [r for r in items if r.gpu == gpu]
-            if not test:
+        scores[c] = {}
+        for chip in chips:
+            train = [r for r in items if chip_of(r.gpu) != chip]
+            test = [r for r in items if chip_of(r.gpu) == chip]
+            if not test or not train:
                 continue
             eta, floor = fit_class(train, steps)
-            metrics[c][gpu] = {
-                "eta": round(eta, 4),
-                "floor_ms": round(floor, 5),
-                **_score(test, eta, floor),
-            }
+            for gpu in sorted({r.gpu for r in test}):
+                scores[c][gpu] = {
+                    "eta": round(eta, 4),
+                    "floor_ms": round(floor, 5),
+                    **_score([r for r in test if r.gpu == gpu], eta, floor),
+                }
     classes: dict[str, dict[str, Any]] = {}
     for c, items in by_class.items():
-        eta, floor = fit_class([r for r in items if r.gpu in TRAIN_GPUS], steps)
+        eta, floor = fit_class(items, steps)
         classes[c] = {
             "eta": round(eta, 4),
             "floor_ms": round(floor, 5),
@@ -185,14 +196,16 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400) -> dict[str, Any]:
         "classes": classes,
         "launch_ms": LAUNCH_MS,
         "provenance": {
-            "data": "NeuSight vec/neusight.csv.gz (MIT License, Copyright (c) 2025 Georgia Institute of Technology and Microsoft Corporation): "
-            "float32 elementwise, layer norm and softmax latencies timed with CUDA events",
-            "train_gpus": list(TRAIN_GPUS),
+            "data": "NeuSight vec/neusight.csv.gz (MIT License, Copyright (c) 2025 Georgia "
+            "Institute of Technology and Microsoft Corporation): float32 elementwise, layer norm "
+            "and softmax latencies timed with CUDA events; the same ops measured by this "
+            "project on an H200 (benchmarks/data/h200/vec, MIT License)",
+            "train_gpus": sorted({r.gpu for r in rows}),
             "fit": f"Adam on squared log error, {steps} steps, per op class",
             "launch_ms": "not fitted: a kernel's cost back to back on one stream (the measured "
             "floor_ms includes CUDA-event overhead)",
         },
-        "leave_gpu_out": metrics,
+        "leave_chip_out": scores,
     }
 
 
@@ -208,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         "class        gpu                   eta   floor_ms  MAPE%  medAPE%  <=10%  MAPE%(>=0.1ms)"
     ]
-    for c, per_gpu in table["leave_gpu_out"].items():
+    for c, per_gpu in table["leave_chip_out"].items():
         for gpu, m in per_gpu.items():
             lines.append(
                 f"{c:12s} {gpu:21s} {m['eta']:.3f} {m['floor_ms']:.4f} {m['mape_pct']:6.1f}"
