@@ -21,18 +21,23 @@ _spec.loader.exec_module(e2e)
 
 def test_rows_leave_out_options_and_switch(data_dir):
     rows = e2e.load_rows(data_dir)
-    assert len(rows) == 58  # 73 labels - 7 with an option - 8 more switch-transformer rows
+    # 73 NeuSight labels - 7 with an option - 8 more switch-transformer rows, then the 18 H200
+    # rows this project measured (benchmarks/data/h200/e2e), which carry no NeuSight prediction
+    assert len(rows) == 58 + 18
     assert not any(r["option"] for r in rows)
     assert "switchxl4" not in {r["model"] for r in rows}
     assert {r["gpu"] for r in rows} == {
         "a100_pcie_40gb",
         "a100_pcie_80gb",
+        "h200_sxm_141gb",
         "mi210",
         "tesla_p100_pcie_16gb",
         "tesla_p4",
         "tesla_t4",
         "tesla_v100_pcie_32gb",
     }
+    assert {r["neusight_pred_ms"] for r in rows if r["gpu"] == "h200_sxm_141gb"} == {""}
+    assert len(e2e.load_rows(data_dir, own_dirs=())) == 58
 
 
 def test_build_follows_data_md(data_dir):
@@ -112,6 +117,7 @@ def test_render_mape_hand_worked():
         _result("tesla_t4", "inf", 100.0, 90.0, 105.0),  # ours 10% low, NeuSight 5% high
         _result("tesla_t4", "inf", 200.0, 230.0, 190.0),  # ours 15% high, NeuSight 5% low
         _result("a100_pcie_40gb", "inf", 100.0, 50.0, 100.0),
+        _result("h200_sxm_141gb", "inf", 100.0, 80.0, float("nan")),  # no NeuSight prediction
     ]
     text = e2e.render(results, RooflinePredictor(), 1.0, "cmd")
     # t4: MAPE (10 + 15) / 2 = 12.5, bias (-10 + 15) / 2 = 2.5, NeuSight (5 + 5) / 2 = 5.0
@@ -120,11 +126,16 @@ def test_render_mape_hand_worked():
         r"\| tesla_t4 +\| +inf +\| +2 \| +12\.5 \| +2\.5 \| +5\.0 \| +25\.0 \| +1\.07 \| +0\.0 \|",
         text,
     )
-    # A100-40GB is kept out of the pooled line and reported on its own
-    assert re.search(r"\| all but A100-40GB +\| +inf +\| +2 \| +12\.5 \|", text)
-    apart = text.split("## A100-40GB")[1].split("## Rows")[0]
-    assert re.search(r"a100_pcie_40gb \| +inf \| +1 \| +50\.0 \|", apart)
-
+    # A100-40GB counts in the pooled line: (10 + 15 + 50) / 3 = 25.0, bias (-10 + 15 - 50) / 3
+    # = -15.0; NeuSight (5 + 5 + 0) / 3 = 3.3. The H200 rows pool apart (no NeuSight figure).
+    assert re.search(r"\| all NeuSight labels +\| +inf +\| +3 \| +25\.0 \| +-15\.0 \| +3\.3 \|",
+                     text)
+    assert re.search(r"\| this project's H200 +\| +inf +\| +1 \| +20\.0 \| +-20\.0 \| +nan +\|",
+                     text)
+    missed = text.split("target is")[1].split("##")[0]
+    assert "a100_pcie_40gb inf: 50.0% (NeuSight 0.0%), mean signed error -50.0%" in missed
+    assert "tesla_t4 inf: 12.5% (NeuSight 5.0%), mean signed error +2.5%" in missed
+    assert "this project's H200 inf: 20.0%, mean signed error -20.0%" in missed
 
 def test_training_miss_reports_the_rows_whose_forward_label_is_consistent():
     results = [
@@ -133,9 +144,11 @@ def test_training_miss_reports_the_rows_whose_forward_label_is_consistent():
         _result("a100_pcie_80gb", "train", 200.0, 140.0, 190.0, fwd_share=0.45),
     ]
     text = e2e.render(results, RooflinePredictor(), 1.0, "cmd")
-    missed = text.split("target is missed")[1].split("##")[0]
-    # all rows: (5 + 30) / 2 = 17.5%, NeuSight (0 + 5) / 2 = 2.5%; the consistent row alone:
-    # ours |95 - 100| / 100 = 5.0%, NeuSight 0.0%
-    assert "a100_pcie_80gb train: 17.5% (NeuSight 2.5%)" in missed
+    missed = text.split("target is")[1].split("##")[0]
+    # all rows: (5 + 30) / 2 = 17.5%, bias (-5 - 30) / 2 = -17.5%, NeuSight (0 + 5) / 2 = 2.5%;
+    # the consistent row alone: ours |95 - 100| / 100 = 5.0%, NeuSight 0.0%
+    assert "a100_pcie_80gb train: 17.5% (NeuSight 2.5%), mean signed error -17.5%" in missed
     assert "on its 1 of 2 rows whose measured forward is at most 0.7 of the backward: " \
         "5.0% (NeuSight 0.0%)" in missed
+    # the summary carries the same filter beside the headline
+    assert re.search(r"\| a100_pcie_80gb +\| +train +\| +2 \| +17\.5 \|.*\| 1: 5\.0 +\|", text)

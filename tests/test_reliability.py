@@ -125,9 +125,10 @@ def test_bf16_without_bf16_tensor_cores_warns_and_predicts_the_fp32_path(device:
         warnings.simplefilter("error")  # fp32 and fp16 run natively: no warning
         fp32 = tgc.predict_gemm_ms(device, m=s, n=s, k=s, dtype="float32")
         fp16 = tgc.predict_gemm_ms(device, m=s, n=s, k=s, dtype="float16")
-    # the fp32 CUDA-core rate, not fp16 tensor cores (8x faster on both parts); bf16 moves
-    # half of fp32's bytes, so it may come out a little faster than fp32
-    assert 0.85 * fp32 <= bf16 <= 1.01 * fp32, (bf16, fp32)
+    # the fp32 CUDA-core rate, not fp16 tensor cores (8x faster on both parts). bf16 moves
+    # half of fp32's bytes, but 16-bit storage with fp32 math is the path the P100's measured
+    # pseudo-fp16 kernels took, and those ran slower than its fp32 ones: within 10% either way
+    assert 0.85 * fp32 <= bf16 <= 1.10 * fp32, (bf16, fp32)
     assert bf16 > 5 * fp16, (bf16, fp16)
     # estimate() warns the same way and prices the same path
     with torch.device("meta"):

@@ -20,9 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default="../shared/data",
                    help="measured data directory holding gemm/*.csv.gz (default: ../shared/data)")
     p.add_argument("--out", required=True, help="weights file to write (JSON)")
-    p.add_argument("--alignment-data", metavar="DIR", default=None,
-                   help="then fit the misaligned-load cost to the alignment ratios measured in "
-                        "DIR/gemm/tgc-align.csv.gz (the shipped weights: benchmarks/data/h200)")
+    p.add_argument("--own-data", metavar="DIR", action="append", default=None,
+                   help="also train on the GEMMs measured into DIR/gemm (repeatable; default: "
+                        "this checkout's benchmarks/data/h200; 'none' for none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=None, help="Adam steps (default: the model's)")
     p.add_argument("--warm-start", metavar="W", default=None,
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..gemms.measured import load_gemms
+    from ..gemms.measured import DEFAULT_OWN_DIRS, load_all_gemms
     from ..predict.hybrid import HybridPredictor
     from ..train.gemm import train_gemm_predictor
     from . import UsageError
@@ -46,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
     data = Path(args.data)
     if not (data / "gemm").is_dir():
         raise UsageError(f"--data {data}: no gemm/ directory with measured GEMMs there")
-    align = Path(args.alignment_data) if args.alignment_data else None
-    if align is not None and not (align / "gemm").is_dir():
-        raise UsageError(f"--alignment-data {align}: no gemm/ directory with measured GEMMs "
-                         "there")
+    own = DEFAULT_OWN_DIRS if args.own_data is None else tuple(
+        Path(d) for d in args.own_data if d != "none")
+    for d in own:
+        if not (Path(d) / "gemm").is_dir():
+            raise UsageError(f"--own-data {d}: no gemm/ directory with measured GEMMs there")
     out = Path(args.out)
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: directory {out.parent} does not exist")
@@ -57,21 +58,12 @@ def run(args: argparse.Namespace) -> int:
     hyper = {} if args.steps is None else {"steps": args.steps}
     if args.warm_start:
         model = HybridPredictor.load(args.warm_start).set_params(**hyper)
-        model.fit(load_gemms(data), warm_start=True).set_metadata(
+        model.fit(load_all_gemms(data, own), warm_start=True).set_metadata(
             {**model.metadata_, "training_command": command,
              "warm_start_from": str(args.warm_start)})
     else:
-        model = train_gemm_predictor(data, seed=args.seed, command=command, **hyper)
-    if align is not None:
-        try:
-            rows = load_gemms(align, sources=["tgc-align"])
-        except FileNotFoundError as e:
-            raise UsageError(f"--alignment-data {align}: {e}") from None
-        fitted = model.fit_alignment(rows).alignment_fit_
-        model.set_metadata({**model.metadata_, "physical_constants": model.physical_constants(),
-                            "alignment_fit": {"data": str(align), "source": "tgc-align",
-                                              **fitted}})
-        log.info("misaligned loads: %s", fitted)
+        model = train_gemm_predictor(data, own_dirs=own, seed=args.seed, command=command,
+                                     **hyper)
     if args.held_out_metrics:
         try:
             held = json.loads(Path(args.held_out_metrics).read_text())
@@ -87,6 +79,6 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             return 0
         ops_out = Path(args.op_costs_out) if args.op_costs_out else out.with_name("op_costs.json")
-        ops_out.write_text(json.dumps(fit_op_costs(data), indent=1) + "\n")
+        ops_out.write_text(json.dumps(fit_op_costs(data, own_dirs=own), indent=1) + "\n")
         log.info("wrote %s", ops_out)
     return 0

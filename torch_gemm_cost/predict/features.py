@@ -24,9 +24,10 @@ __all__ = [
     "PEAK_KEYS",
     "DeviceTable",
     "RowInputs",
-    "board_power_w",
+    "base_clock_share",
     "library_family",
     "mlp_features",
+    "simt_issue_per_lane",
 ]
 
 # Which sustained-efficiency parameter (the share of its datasheet peak) a (device, dtype) pair
@@ -71,9 +72,20 @@ def library_family(device: DeviceSpec) -> str:
 PASCAL_L1_BYTES = 24 * 1024
 
 
-def board_power_w(device: DeviceSpec) -> float:
-    """TDP in watts from the catalog, NaN when unknown (then no power cap applies)."""
-    return math.nan if device.tdp_w is None else float(device.tdp_w)
+def base_clock_share(device: DeviceSpec) -> float:
+    """Base over boost clock, NaN where either is unknown (then no clock drop applies)."""
+    if not device.base_clock_mhz or not device.boost_clock_mhz:
+        return math.nan
+    return float(device.base_clock_mhz) / float(device.boost_clock_mhz)
+
+
+def simt_issue_per_lane(device: DeviceSpec) -> float:
+    """Instruction lanes the SM issues a clock per FP32 lane: 2 on Pascal, Volta, Turing and
+    GA100, 1 on GA102, Ada, Hopper and Blackwell. Where unknown (AMD, CPUs), 2: issue never
+    binds."""
+    if not device.issue_lanes_per_sm or not device.fp32_lanes_per_sm:
+        return 2.0
+    return float(device.issue_lanes_per_sm) / float(device.fp32_lanes_per_sm)
 
 
 def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
@@ -114,7 +126,8 @@ class DeviceTable:
     l2_bytes: torch.Tensor
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
-    power_w: torch.Tensor  # NaN where unknown
+    base_clock_share: torch.Tensor  # base / boost clock, NaN where unknown
+    issue_per_lane: torch.Tensor  # SIMT instruction lanes issued a clock per FP32 lane
     family: torch.Tensor  # long, indexes FAMILIES
     peak_flops_per_s: torch.Tensor  # (D, n_dtypes), NaN where unsupported
     engine: torch.Tensor  # (D, n_dtypes) long, indexes ENGINES
@@ -133,7 +146,8 @@ class DeviceTable:
             dram_bw_bytes_per_s=col([d.dram_bw_bytes_per_s for d in devices]),
             l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
             regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
-            power_w=col([board_power_w(d) for d in devices]),
+            base_clock_share=col([base_clock_share(d) for d in devices]),
+            issue_per_lane=col([simt_issue_per_lane(d) for d in devices]),
             family=torch.tensor([FAMILIES.index(library_family(d)) for d in devices]),
             # the L1 that serves global loads: unified with shared memory since Volta (96-256
             # KB); Pascal's separate L1 is not in the catalog, so its 24 KB is assumed
@@ -156,7 +170,8 @@ class RowInputs:
     l2_bytes: torch.Tensor
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
-    power_w: torch.Tensor
+    base_clock_share: torch.Tensor
+    issue_per_lane: torch.Tensor
     family: torch.Tensor  # long
     peak_flops_per_s: torch.Tensor
     engine: torch.Tensor  # long
@@ -185,7 +200,8 @@ class RowInputs:
             dram_bw_bytes_per_s=table.dram_bw_bytes_per_s[d],
             l2_bytes=table.l2_bytes[d],
             regfile_bytes=table.regfile_bytes[d],
-            power_w=table.power_w[d],
+            base_clock_share=table.base_clock_share[d],
+            issue_per_lane=table.issue_per_lane[d],
             family=table.family[d],
             l1_bytes=table.l1_bytes[d],
             peak_flops_per_s=table.peak_flops_per_s[d, t],

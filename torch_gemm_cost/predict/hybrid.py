@@ -5,9 +5,9 @@ two-sided roofline and a small utilization MLP, trained jointly on measured GEMM
          / util  ⊕  launch
 
 Peak_tile is the dtype's datasheet peak times a fitted efficiency (one per precision class,
-features.PEAK_KEYS: one for all of NVIDIA's tensor-core floats), a power cap (power.py: the
-board's watts against what this GEMM's activity needs at full clock) and a load-issue limit for
-small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
+features.PEAK_KEYS: one for all of NVIDIA's tensor-core floats), the SIMT issue share and the
+share of boost clock the board holds at this GEMM's activity (power.py: both from catalog facts,
+the SM's issue width and the board's base clock), and a load-issue limit for small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
 p-norm soft-min, ⊕ is a fitted p-norm (between a sum and a max), and max_p is a p-norm with
 a fitted p of its own: the DRAM roof, where Bytes is what A, B and C hold (each crosses DRAM at
 least once, whatever the caches serve) and η·BW the sustained DRAM bandwidth. The candidate (tile,
@@ -45,7 +45,7 @@ from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
-from .power import power_cap
+from .power import simt_issue_share, sustained_clock_share
 from .tiles import ENGINES, candidate_table, tile_grid
 
 __all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]
@@ -55,10 +55,15 @@ log = logging.getLogger(__name__)
 FORMAT = "torch_gemm_cost.hybrid"
 TIMINGS: tuple[str, ...] = ("kernel", "event", "table")
 SOURCES: tuple[str, ...] = ("neusight", "neusight-test", "vidur", "deepbench", "xla-ptable",
-                            "llmcompass")
-_HYPER = ("use_cache", "use_instr", "use_mlp", "loss", "hidden", "steps", "lr", "softmin_tau",
+                            "llmcompass", "aiconfigurator", "tgc-align", "calibrate")
+_HYPER = ("use_cache", "use_instr", "use_mlp", "per_family", "loss", "hidden", "steps", "lr", "softmin_tau",
           "rows_per_group", "weight_decay", "seed", "default_timing", "candidates_kept",
-          "refresh_every", "name")
+          "refresh_every", "balance", "name")
+
+
+# without per-family terms, AMD's matrix-core precisions take NVIDIA's shared efficiencies
+_SHARED_KEY = torch.tensor([PEAK_KEYS.index("tensor_float" if k.startswith("amd_") else k)
+                            for k in PEAK_KEYS])
 
 
 def _pnorm(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -76,24 +81,27 @@ class HybridPredictor(Estimator):
 
     Hyperparameters (stored as given, scikit-learn style):
       use_cache / use_instr / use_mlp: ablation switches (cache model, λ term, MLP).
+      per_family: keep the terms that specialise by kernel-library family, the batched-GEMM
+      tile preference per family and AMD's own efficiency per precision; False shares NVIDIA's.
       loss: "log" (MSE on log time, i.e. relative error) or "mse" (plain MSE on time).
       hidden: MLP width. steps, lr: full-batch Adam. softmin_tau: final temperature of the
       soft-min over candidates (in log time) during training, annealed from 10x.
-      rows_per_group: rows sampled per (gpu, source, dtype) group per fit. weight_decay: on MLP
+      rows_per_group: rows sampled per (gpu, source, dtype) group per fit. balance: "chip" gives
+      every chip equal weight, shared equally by its groups (boards of one chip pool); "group"
+      gives every group equal weight. weight_decay: on MLP
       weights. seed: all randomness.
       default_timing: launch overhead ``predict`` adds: "kernel" (GPU time), "event" or "table".
       candidates_kept, refresh_every: training soft-mins over the K fastest candidates, re-picked
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "8"
+    version = "9"
 
-    # fitted state (set by fit, fit_alignment, set_metadata or load)
+    # fitted state (set by fit, set_metadata or load)
     params_: dict[str, torch.Tensor]
     metadata_: dict[str, Any]
     loss_history_: list[tuple[int, float]]
     n_train_rows_: int
-    alignment_fit_: dict[str, Any]
 
     def __init__(
         self,
@@ -101,6 +109,7 @@ class HybridPredictor(Estimator):
         use_cache: bool = True,
         use_instr: bool = True,
         use_mlp: bool = True,
+        per_family: bool = True,
         loss: str = "log",
         hidden: int = 16,
         steps: int = 1000,
@@ -112,15 +121,19 @@ class HybridPredictor(Estimator):
         default_timing: str = "kernel",
         candidates_kept: int = 6,
         refresh_every: int = 25,
+        balance: str = "chip",
         name: str | None = None,
     ) -> None:
         if loss not in ("log", "mse"):
             raise ValueError(f"loss must be 'log' or 'mse', got {loss!r}")
+        if balance not in ("chip", "group"):
+            raise ValueError(f"balance must be 'chip' or 'group', got {balance!r}")
         if default_timing not in TIMINGS:
             raise ValueError(f"default_timing must be one of {TIMINGS}, got {default_timing!r}")
         self.use_cache = use_cache
         self.use_instr = use_instr
         self.use_mlp = use_mlp
+        self.per_family = per_family
         self.loss = loss
         self.hidden = hidden
         self.steps = steps
@@ -132,6 +145,7 @@ class HybridPredictor(Estimator):
         self.default_timing = default_timing
         self.candidates_kept = candidates_kept
         self.refresh_every = refresh_every
+        self.balance = balance
         self.name = name or "hybrid"
         self._table = candidate_table()
         self._tau = softmin_tau
@@ -153,11 +167,15 @@ class HybridPredictor(Estimator):
             "h1": torch.tensor([0.0, 0.0, -2.0], dtype=f64),  # weights on (tile reuse, H2), bias
             "lambda": torch.tensor([_inv_softplus(2.0), _inv_softplus(2.0)], dtype=f64),
             "peak_eff": full(len(PEAK_KEYS), _logit(0.8)),  # sigmoid, per PEAK_KEYS
-            # (simt, matrix): static W per SM-GHz; dynamic energy per FLOP, in units of 10 pJ
-            "power_static": full(2, _inv_softplus(0.3)),
-            "power_dynamic": torch.tensor([_inv_softplus(1.6), _inv_softplus(0.12)], dtype=f64),
+            # (simt, matrix): log of the activity at which a board holds its base clock at its
+            # power limit, relative to a GEMM running its engine flat out (power.py)
+            "clock_base_activity": torch.tensor([math.log(3.4), math.log(6.9)], dtype=f64),
+            "clock_gamma": torch.tensor([_inv_softplus(2.0)], dtype=f64),  # +1: P ∝ f^γ
             "power_q": torch.tensor([_inv_softplus(8.0)], dtype=f64),
-            "power_alpha": torch.tensor([_logit((1.0 / 3.0 - 0.2) / 0.9)], dtype=f64),
+            # SIMT SGEMM: instructions other than FMAs (shared-memory loads, address and loop
+            # arithmetic) per FMA; a CUTLASS SIMT mainloop with an 8x8 thread tile issues 64 FFMA
+            # with 4 LDS.128 per k step and about 2 more amortized, so 6/64 to start
+            "simt_overhead_per_fma": torch.tensor([_inv_softplus(6.0 / 64.0)], dtype=f64),
             "roof_p": torch.tensor([_inv_softplus(3.0)], dtype=f64),
             "dram_p": torch.tensor([_inv_softplus(7.0)], dtype=f64),  # +1
             # SIMT: fixed cycles per wave (prologue, pipeline fill, epilogue), in thousands
@@ -165,6 +183,9 @@ class HybridPredictor(Estimator):
             "issue_fma_per_load": full(len(ENGINES), _inv_softplus(0.5)),  # per ENGINES
             # SM cycles per warp-wide load in NVIDIA's misaligned matrix kernels (intensity.py)
             "misaligned_load_cycles": torch.tensor([_inv_softplus(4.0)], dtype=f64),
+            # elements a standalone fp8 cast kernel converts per SM-clock (fitted on the rows
+            # whose time includes one)
+            "cast_elements_per_sm_clk": torch.tensor([_inv_softplus(2.0)], dtype=f64),
             "launch_log_ms": torch.tensor([math.log(0.004), math.log(0.02), math.log(0.003)],
                                           dtype=f64),  # per TIMINGS
             "launch_source": full(len(SOURCES), 0.0),  # log offset per SOURCES
@@ -181,10 +202,11 @@ class HybridPredictor(Estimator):
 
     def trainable_names(self) -> tuple[str, ...]:
         """Parameters that affect predictions under the current switches."""
-        names = ["eta_dram", "peak_eff", "power_static", "power_dynamic", "power_q",
-                 "power_alpha", "roof_p", "dram_p", "simt_wave_kcycles", "tile_pref",
-                 "tile_pref_family",
-                 "issue_fma_per_load", "launch_log_ms", "launch_source", "launch_p"]
+        names = ["eta_dram", "peak_eff", "clock_base_activity", "clock_gamma", "power_q",
+                 "simt_overhead_per_fma", "roof_p", "dram_p", "simt_wave_kcycles", "tile_pref",
+                 *(["tile_pref_family"] if self.per_family else []),
+                 "issue_fma_per_load", "launch_log_ms", "launch_source", "launch_p",
+                 "misaligned_load_cycles", "cast_elements_per_sm_clk"]
         if self.use_cache:
             names += ["l2_share", "l1_bytes_per_clk", "l2_bytes_per_clk", "h1"]
         if self.use_instr:
@@ -242,30 +264,32 @@ class HybridPredictor(Estimator):
                 for name, t in geo.items()}
 
     def _forward(self, x: RowInputs, source: torch.Tensor, soft: bool,
-                 geo: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+                 geo: dict[str, torch.Tensor] | None = None,
+                 quantized: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Per-row predictions and intermediates. ``source`` indexes SOURCES (-1: none).
+        ``quantized`` (N,): elements of A cast to fp8 by a kernel of its own before the GEMM
+        (the time includes it): 3 bytes an element at the sustained DRAM bandwidth, or a
+        fitted number of elements per SM-clock, whichever is slower, plus one launch.
         Computes in the rows' float dtype (float32 at inference, float64 in training)."""
         p = {k: v.to(x.sm_count.dtype) for k, v in self._params().items()}
         g = x.gemms
         geo = self._geometry(x) if geo is None else geo
         sp = torch.nn.functional.softplus
 
-        # sustained compute peak: datasheet × dtype-path efficiency × power cap (power.py).
-        # The board needs static power per SM-GHz plus an energy per FLOP for the FLOPs the
-        # GEMM really runs; α is fitted in [0.2, 1.1]. The A100-PCIe pair is the check: one
-        # chip at 250 W and 300 W sustains 0.79 and 0.92 of its fp32 peak, a ratio of 0.86 for
-        # 0.83 of the power, so α is near 1 on large GEMMs. Activity is why a power-capped T4
-        # keeps more of its peak on small GEMMs than on large ones.
-        eff = torch.sigmoid(p["peak_eff"])[x.peak_key]
+        # sustained compute peak: datasheet × dtype-path efficiency × SIMT issue share ×
+        # the share of boost clock the board holds at this GEMM's activity (power.py)
+        peak_key = x.peak_key if self.per_family else _SHARED_KEY[x.peak_key]
+        eff = torch.sigmoid(p["peak_eff"])[peak_key]
         per_sm_ghz = x.sm_count * x.clock_hz * 1e-9
-        matrix = (x.engine != ENGINES.index("simt")).long()
-        static_w = (per_sm_ghz * sp(p["power_static"])[matrix]).unsqueeze(1)
-        joules_per_flop = sp(p["power_dynamic"])[matrix] * 1e-11
-        dynamic_w = (x.peak_flops_per_s * joules_per_flop).unsqueeze(1)
+        simt_row = x.engine == ENGINES.index("simt")
+        issue_share = torch.where(simt_row, simt_issue_share(x.issue_per_lane,
+                                                             sp(p["simt_overhead_per_fma"])),
+                                  torch.ones_like(eff))
+        matrix = (~simt_row).long()
         q = sp(p["power_q"]) + 0.5
-        alpha = 0.2 + 0.9 * torch.sigmoid(p["power_alpha"])
-        peak_full = x.peak_flops_per_s * eff  # (N,) before the power cap
-        board_w = x.power_w.unsqueeze(1)
+        gamma = sp(p["clock_gamma"]) + 1.0
+        base_activity = torch.exp(p["clock_base_activity"])[matrix].unsqueeze(1)  # (N, 1)
+        peak_full = x.peak_flops_per_s * eff * issue_share  # (N,) at full clock
 
         eta = torch.sigmoid(p["eta_dram"])
         dram_eff = (eta * x.dram_bw_bytes_per_s).unsqueeze(1)  # (N, 1)
@@ -307,7 +331,8 @@ class HybridPredictor(Estimator):
         dense_flops = 2.0 * geo["b"] * geo["m"] * geo["n"] * geo["k"]
         useful = (dense_flops.unsqueeze(1) / geo["work"]).clamp(max=1.0)
         activity = (soft_roof(tile_full) / peak_full.unsqueeze(1) * useful).clamp(max=1.0)
-        cap = power_cap(static_w + dynamic_w * activity, board_w, q=q, alpha=alpha)  # (N, C)
+        cap = sustained_clock_share(activity, x.base_clock_share.unsqueeze(1), base_activity,
+                                    gamma=gamma, q=q)  # (N, C) share of boost clock held
         tile_peak = tile_full * cap
         roof = soft_roof(tile_peak)
         # each SIMT wave also pays a fixed prologue and epilogue: on NeuSight's fp32 bmm rows,
@@ -343,8 +368,9 @@ class HybridPredictor(Estimator):
         # decode GEMMs (m < 64) as 256-row tiles, 1.45x too slow; there the fastest tile stands.
         batched = (geo["b"] > 1.0).long()
         learned = (x.engine != ENGINES.index("mma_large")).to(log_td.dtype).unsqueeze(1)
+        family_pref = p["tile_pref_family"][x.family, x.engine] * float(self.per_family)
         pref = learned * (p["tile_pref"][x.engine, batched]
-                          + batched.unsqueeze(1) * p["tile_pref_family"][x.family, x.engine])
+                          + batched.unsqueeze(1) * family_pref)
         score = log_td - pref.gather(1, geo["cand"])
         score = torch.where(geo["valid"], score, torch.full_like(score, 1e3))
         best = torch.argmin(score, dim=1, keepdim=True)  # (N, 1)
@@ -390,6 +416,15 @@ class HybridPredictor(Estimator):
         gemm_ms, launch_ms = gemm_s * 1e3, torch.exp(launch_log)
         hi, lo = torch.maximum(gemm_ms, launch_ms), torch.minimum(gemm_ms, launch_ms)
         with_launch = _pnorm(hi, lo, lp)
+        if quantized is not None:
+            # a cast kernel: memory-bound, unless each SM converts fewer elements a clock than
+            # DRAM delivers (H200 and B200: about 1.8 a clock per SM, a third of DRAM's pace)
+            # NB: a stand-in of one element where none is cast, so no 0/0 reaches a gradient
+            elems = torch.where(quantized > 0, quantized, torch.ones_like(quantized))
+            cast_s = torch.maximum(3.0 * elems / dram_eff.squeeze(1),
+                                   elems / (sp(p["cast_elements_per_sm_clk"]) * per_sm_ghz * 1e9))
+            cast_ms = cast_s * 1e3 + torch.exp(launch_log)
+            with_launch = with_launch + torch.where(quantized > 0, cast_ms, zero)
         time_ms = torch.where(nonempty, with_launch, zero)
         compute_ms = (work_c / pick(tile_peak) + waves * wave_s.squeeze(1)) / util * 1e3
         memory_ms = work_c / (inten_c * bw_c * util) * 1e3
@@ -463,74 +498,13 @@ class HybridPredictor(Estimator):
         return GemmPrediction(time_ms=time_ms, compute_bound=out["compute_bound"],
                               details=details)
 
-    def fit_alignment(self, measured: Any, *, grid_points: int = 57) -> HybridPredictor:
-        """Fit ``misaligned_load_cycles`` to measured alignment ratios; every other weight stays.
-
-        Pairs each row of ``measured`` whose narrowest operand is under 16 bytes with the row of
-        the same gpu, source, dtype, layout, bias and m whose n and k are the next multiples of
-        64 (``benchmarks/data/h200``'s alignment sweep holds both). Only ratios are fitted, so a
-        GPU's overall level, which the main fit sets, stays out of it. A 1-D search over log
-        cycles minimises the squared error of log(t_misaligned / t_aligned), then refines around
-        the best point. Stores the pair count, the cycles and the ratios' MAPE with the fitted
-        roof and without it in ``alignment_fit_``; returns self.
-        """
-        g = measured.gemms
-        names = g.dtype_names()
-
-        def key(i: int, n: int, k: int) -> tuple[Any, ...]:
-            return (measured.gpu[i], measured.source[i], names[i], int(g.b_transposed[i]),
-                    int(g.bias[i]), int(g.batch[i]), int(g.m[i]), n, k)
-
-        rows = {key(i, int(g.n[i]), int(g.k[i])): i for i in range(len(measured))}
-        narrow = torch.minimum(torch.minimum(g.a_align_bytes, g.b_align_bytes), g.c_align_bytes)
-        pairs = []
-
-        def up(d: int) -> int:  # the next multiple of 64
-            return -(-d // 64) * 64
-
-        for i in torch.nonzero(narrow < 16.0).flatten().tolist():
-            j = rows.get(key(i, up(int(g.n[i])), up(int(g.k[i]))))
-            if j is not None and j != i:
-                pairs.append((i, j))
-        if not pairs:
-            raise ValueError("no misaligned row has an aligned partner (same gpu, source, dtype, "
-                             "layout, bias and m; n and k rounded up to multiples of 64)")
-        mis = torch.tensor([i for i, _ in pairs])
-        ali = torch.tensor([j for _, j in pairs])
-        sub = measured.select(torch.cat([mis, ali]))
-        target = torch.log(measured.latency_ms[mis] / measured.latency_ms[ali])
-        params = self._params()
-
-        def loss_at(log_c: float) -> tuple[float, torch.Tensor]:
-            params["misaligned_load_cycles"] = torch.tensor(
-                [_inv_softplus(math.exp(log_c))], dtype=torch.float64)
-            pred = torch.log(self.predict_measured(sub))
-            ratio = pred[: len(pairs)] - pred[len(pairs):]
-            return float(((ratio - target) ** 2).mean()), ratio
-
-        def ratio_mape(ratio: torch.Tensor) -> float:
-            return float((torch.exp(ratio - target) - 1.0).abs().mean())
-
-        with torch.no_grad():
-            without = ratio_mape(loss_at(math.log(1e-9))[1])
-            grid = torch.linspace(math.log(0.25), math.log(128.0), grid_points).tolist()
-            best = min(grid, key=lambda c: loss_at(c)[0])
-            step = grid[1] - grid[0]
-            fine = torch.linspace(best - step, best + step, 21).tolist()
-            best = min(fine, key=lambda c: loss_at(c)[0])
-            _, ratio = loss_at(best)
-        self.alignment_fit_ = {"pairs": len(pairs),
-                               "cycles_per_warp_load": round(math.exp(best), 4),
-                               "ratio_mape_without_roof": round(without, 4),
-                               "ratio_mape": round(ratio_mape(ratio), 4)}
-        return self
-
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Predicted ms for every row of a ``MeasuredGemms``, using each row's gpu, timing and
         source (many devices in one batched call)."""
         rows, source = self._rows_of(measured)
         with torch.no_grad():
-            return self._forward(rows, source, soft=False)["time_ms"]
+            return self._forward(rows, source, soft=False,
+                                 quantized=measured.quantized_elements)["time_ms"]
 
     def _rows_of(self, measured: Any) -> tuple[RowInputs, torch.Tensor]:
         gpus = sorted(set(measured.gpu))
@@ -548,8 +522,10 @@ class HybridPredictor(Estimator):
     # ---------------------------------------------------------------- training
     def _training_rows(self, measured: Any) -> tuple[Any, torch.Tensor]:
         """The rows a fit uses and their weights (N,), summing to 1: at most ``rows_per_group``
-        seeded-random rows of each (gpu, source, dtype) group, each group the same weight,
-        rows the data cannot physically contain (``impossible_rows``) left out."""
+        seeded-random rows of each (gpu, source, dtype) group, rows the data cannot physically
+        contain (``impossible_rows``) left out. With ``balance="chip"`` every chip weighs the
+        same, shared equally by its groups, so a GPU measured by many sources (an H200 with five
+        precisions in two sweeps) does not outweigh one measured by a single source."""
         gen = torch.Generator().manual_seed(self.seed)
         keep = ~impossible_rows(measured)
         if int(keep.sum()) == 0:
@@ -558,13 +534,16 @@ class HybridPredictor(Estimator):
         names = measured.gemms.dtype_names()
         for i in torch.nonzero(keep).flatten().tolist():
             groups.setdefault((measured.gpu[i], measured.source[i], names[i]), []).append(i)
+        chip = {g: measured.device(g).chip or g for g in set(measured.gpu)}
+        per_chip = {c: sum(1 for key in groups if chip[key[0]] == c) for c in chip.values()}
         chosen: list[int] = []
         weights: list[float] = []
         for key in sorted(groups):
             idx = torch.tensor(groups[key])
             idx = idx[torch.randperm(len(idx), generator=gen)[: self.rows_per_group]]
             chosen += idx.tolist()
-            weights += [1.0 / len(idx)] * len(idx)
+            share = 1.0 / per_chip[chip[key[0]]] if self.balance == "chip" else 1.0
+            weights += [share / len(idx)] * len(idx)
         w = torch.tensor(weights, dtype=torch.float64)
         return measured.select(torch.tensor(chosen)), w / w.sum()
 
@@ -572,9 +551,8 @@ class HybridPredictor(Estimator):
     def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
         """Fit every trainable parameter jointly with full-batch Adam; returns self.
 
-        Rows the data cannot physically contain (``impossible_rows``) are left out.
-        Each (gpu, source, dtype) group contributes at most ``rows_per_group`` seeded-random rows
-        and equal total weight. ``warm_start`` fine-tunes the current weights.
+        The rows and their weights are ``_training_rows``'. ``warm_start`` fine-tunes the
+        current weights.
         """
         sub, w = self._training_rows(measured)
         rows, source = self._rows_of(sub)
@@ -604,7 +582,8 @@ class HybridPredictor(Estimator):
                     top = torch.topk(-score, keep_k, dim=1).indices
                 geo = self._select(geo_all, top)
             opt.zero_grad()
-            pred = self._forward(rows, source, soft=True, geo=geo)["time_ms"]
+            pred = self._forward(rows, source, soft=True, geo=geo,
+                                 quantized=sub.quantized_elements)["time_ms"]
             if self.loss == "log":
                 loss = (w * (torch.log(pred) - log_y) ** 2).sum()
             else:
@@ -710,15 +689,15 @@ class HybridPredictor(Estimator):
             "lambda_write_bytes_per_inst": float(sp(p["lambda"][1])),
             "peak_efficiency": {k: float(v) for k, v in zip(PEAK_KEYS,
                                                             torch.sigmoid(p["peak_eff"]))},
-            "power_static_w_per_sm_ghz": {
-                eng: float(sp(p["power_static"][i])) for i, eng in enumerate(("simt", "matrix"))
+            "clock_base_activity": {
+                eng: float(torch.exp(p["clock_base_activity"][i]))
+                for i, eng in enumerate(("simt", "matrix"))
             },
-            "power_dynamic_pj_per_flop": {
-                eng: float(sp(p["power_dynamic"][i]) * 10) for i, eng in enumerate(("simt", "matrix"))
-            },
-            "power_clock_exponent": float(0.2 + 0.9 * torch.sigmoid(p["power_alpha"])),
+            "power_clock_exponent": float(sp(p["clock_gamma"]) + 1.0),
+            "simt_overhead_per_fma": float(sp(p["simt_overhead_per_fma"])),
             "simt_wave_cycles": float(sp(p["simt_wave_kcycles"]) * 1e3),
             "misaligned_load_cycles_per_warp_load": float(sp(p["misaligned_load_cycles"])),
+            "cast_elements_per_sm_clk": float(sp(p["cast_elements_per_sm_clk"])),
             "dram_roof_p": float(sp(p["dram_p"]) + 1.0),
             "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
         }
@@ -731,6 +710,7 @@ def variants(seed: int = 0, **common: Any) -> dict[str, HybridPredictor]:
         "no_cache": {"use_cache": False},
         "no_instr": {"use_instr": False},
         "no_mlp": {"use_mlp": False},
+        "no_family": {"per_family": False},
         "neusight_style": {"use_cache": False, "use_instr": False},
         "plain_mse": {"loss": "mse"},
     }

@@ -1,29 +1,63 @@
-"""Sustained compute under a board power limit: the clock share a GEMM keeps.
+"""Sustained compute: the share of its datasheet rate an engine keeps under load.
 
-    need_W = static_W + dynamic_W · activity
-    cap    = (1 + (need_W / board_W)^(q·α))^(−1/q)   →   min(1, (board_W / need_W)^α)
+Two limits that no GPU's data can teach another, so both come from the catalog:
 
-static_W is the board's static power at full clock (per SM-GHz in the hybrid), dynamic_W the
-power of running every FLOP of its peak, and activity the share of that peak this GEMM keeps
-busy. When the need exceeds the board's power the clock drops until it fits: power^α, with α
-near 1/3 while voltage still scales with clock (P ∝ f·V², V ∝ f) and near 1 once voltage
-sits at its floor (P ∝ f). q sets how sharp the knee is.
+Issue. An SM issues schedulers × dispatch units × 32 instruction lanes a clock. On Pascal (two
+dispatch units) and on Volta, Turing and GA100 (16-lane FP32 pipes) that is twice the FP32
+lanes; on GA102, Ada, Hopper and Blackwell it equals them, so each load, address or loop
+instruction an SGEMM issues takes a slot from an FMA:
+
+    issue share = min(1, issue lanes per FP32 lane / (1 + r))
+
+with r the non-FMA instructions per FMA of the SGEMM main loop (a CUTLASS SIMT loop with an
+8x8 thread tile: 64 FFMA, 4 LDS.128 and about 2 more per k step, r ≈ 6/64).
+
+Power. NVIDIA's base clock is the clock a board guarantees at its power limit on a heavy load.
+Power grows as activity × clock^γ (P ∝ f·V², V rising with f), so a GEMM that keeps a share
+``activity`` of its engine busy holds
+
+    clock / boost = min(1, (base / boost) · (base_activity / activity)^(1/γ))
+
+where base_activity (one per engine: SIMT, matrix) is the activity the base clock is specified
+for, relative to a GEMM running flat out. The min is the soft knee of ``power_cap``.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["power_cap"]
+__all__ = ["power_cap", "simt_issue_share", "sustained_clock_share"]
 
 
 def power_cap(need_w: torch.Tensor, board_w: torch.Tensor, *, q: torch.Tensor | float,
               alpha: torch.Tensor | float) -> torch.Tensor:
     """Share of full clock (0, 1] a board of ``board_w`` watts sustains when running at full
-    clock would draw ``need_w``. Broadcasts; NaN ``board_w`` (power unknown) means no cap."""
+    clock would draw ``need_w``: (1 + (need/board)^(q·α))^(−1/q) → min(1, (board/need)^α).
+    Broadcasts; NaN ``board_w`` (power unknown) means no cap."""
     unknown = torch.isnan(board_w)
     # NB: a NaN in the branch torch.where drops still poisons the gradient, so unknown boards
     # get a finite stand-in before the division
     safe_w = torch.where(unknown, need_w, board_w)
     cap = (1.0 + (need_w / safe_w) ** (q * alpha)) ** (-1.0 / q)
     return torch.where(unknown, torch.ones_like(cap), cap)
+
+
+def sustained_clock_share(activity: torch.Tensor, base_share: torch.Tensor,
+                          base_activity: torch.Tensor, *, gamma: torch.Tensor | float,
+                          q: torch.Tensor | float) -> torch.Tensor:
+    """Share of boost clock held at ``activity`` by a board whose base clock is ``base_share``
+    of its boost (NaN: unpublished, no drop). Broadcasts."""
+    unknown = torch.isnan(base_share)
+    # NB: NaN must not reach the power law even where torch.where drops it (gradients)
+    boost_over_base = torch.where(unknown, torch.ones_like(base_share), 1.0 / base_share)
+    need = activity / base_activity * boost_over_base ** gamma  # power at boost / the limit
+    board = torch.where(unknown, torch.full_like(base_share, float("nan")),
+                        torch.ones_like(base_share))
+    return power_cap(need, board, q=q, alpha=1.0 / gamma)
+
+
+def simt_issue_share(issue_per_lane: torch.Tensor, overhead_per_fma: torch.Tensor | float
+                     ) -> torch.Tensor:
+    """Share of the FP32 lanes an SGEMM keeps busy when every non-FMA instruction takes an
+    issue slot: min(1, issue lanes per FP32 lane / (1 + overhead))."""
+    return torch.clamp(issue_per_lane / (1.0 + overhead_per_fma), max=1.0)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..devices import get_device
-from ..gemms.measured import MeasuredGemms, impossible_rows, load_gemms
+from ..gemms.measured import DEFAULT_OWN_DIRS, MeasuredGemms, impossible_rows, load_all_gemms
 from ..predict.hybrid import HybridPredictor
 from ..predict.score import summarize_errors
 
@@ -45,8 +45,10 @@ CREDITS: tuple[dict[str, str], ...] = (
      "license": "Apache-2.0"},
     {"source": "llmcompass", "project": "LLMCompass (PrincetonUniversity/LLMCompass)",
      "license": "BSD-3-Clause"},
-    {"source": "tgc-align", "project": "torch_gemm_cost's own H200 alignment sweep "
-     "(benchmarks/data/h200), for the misaligned-load cost (train --alignment-data)",
+    {"source": "aiconfigurator", "project": "aiconfigurator (ai-dynamo/aiconfigurator), "
+     "Copyright NVIDIA: LLM linear layers as vLLM runs them", "license": "Apache-2.0"},
+    {"source": "tgc-align, calibrate", "project": "torch_gemm_cost's own H200 measurements "
+     "(benchmarks/data/h200): the alignment sweep and the calibration sweep",
      "license": "MIT"},
 )
 
@@ -131,13 +133,14 @@ def leave_one_chip_out(
 def train_gemm_predictor(
     data_dir: str | Path,
     *,
+    own_dirs: Sequence[str | Path] = DEFAULT_OWN_DIRS,
     seed: int = 0,
     command: str = "",
     **hyper: Any,
 ) -> HybridPredictor:
-    """Fit the hybrid on every trainable measured row and attach its provenance and training
-    metrics as ``metadata_`` (saved by ``save``)."""
-    measured = load_gemms(data_dir)
+    """Fit the hybrid on every trainable measured row of ``data_dir`` and of ``own_dirs`` and
+    attach its provenance and training metrics as ``metadata_`` (saved by ``save``)."""
+    measured = load_all_gemms(data_dir, own_dirs)
     t0 = time.perf_counter()
     model = HybridPredictor(seed=seed, **hyper).fit(measured)
     seconds = time.perf_counter() - t0
@@ -155,8 +158,8 @@ def train_gemm_predictor(
         "python_version": platform.python_version(),
         "physical_constants": model.physical_constants(),
         "metrics": {
-            "note": "fit on every visible GPU (in-sample); held-out scores are in "
-                    "benchmarks/results/accuracy.md",
+            "note": "fit on every measured GPU (in-sample); scores with each chip held out "
+                    "are in benchmarks/results/accuracy.md",
             "overall_group_mape": round(overall(scores), 4),
             "groups": [s.as_dict() for s in scores],
         },

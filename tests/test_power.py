@@ -1,0 +1,69 @@
+"""Sustained compute: the issue share of SIMT SGEMMs and the clock a power-capped board holds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.predict.features import base_clock_share, simt_issue_per_lane
+from torch_gemm_cost.predict.power import simt_issue_share, sustained_clock_share
+
+
+def t(*v: float) -> torch.Tensor:
+    return torch.tensor(v, dtype=torch.float64)
+
+
+def test_issue_share_by_hand() -> None:
+    # H200 (GH100): 4 schedulers × 1 dispatch × 32 = 128 issue lanes for 128 FP32 lanes: 1.0.
+    # A CUTLASS SIMT main loop with an 8x8 thread tile issues 64 FFMA + 4 LDS.128 + ~2 more a
+    # k step: r = 6/64, so FMAs get 64 of every 70 slots = 0.914286.
+    # A100 (GA100): 128 issue lanes for 64 FP32 lanes: 2.0, and 2 / (70/64) > 1: no limit.
+    # P4 (GP104): 4 × 2 × 32 = 256 for 128: 2.0 as well.
+    per_lane = [simt_issue_per_lane(get_device(d))
+                for d in ("h200_sxm_141gb", "a100_sxm4_80gb", "tesla_p4", "mi210")]
+    assert per_lane == [1.0, 2.0, 2.0, 2.0]  # AMD: unknown, taken as never binding
+    share = simt_issue_share(t(*per_lane), 6.0 / 64.0)
+    assert share.tolist() == pytest.approx([64.0 / 70.0, 1.0, 1.0, 1.0], rel=1e-12)
+
+
+def test_base_clock_share_from_the_catalog() -> None:
+    # T4: 585 MHz base, 1590 boost; L4: 795 / 2040; MI300X publishes a peak clock only
+    assert base_clock_share(get_device("tesla_t4")) == pytest.approx(585 / 1590)
+    assert base_clock_share(get_device("l4")) == pytest.approx(795 / 2040)
+    assert math.isnan(base_clock_share(get_device("mi300x")))
+
+
+def test_sustained_clock_by_hand() -> None:
+    # base at half the boost clock, specified for an activity of 2, power ∝ clock^2:
+    # a flat-out GEMM (activity 1) needs 1/2 · 2^2 = 2x the power limit at boost, so the clock
+    # falls to 2^(-1/2) = 0.70711 of boost; with the soft knee q = 8, α = 1/γ = 1/2:
+    # (1 + 2^(8/2))^(-1/8) = 17^(-0.125) = 0.70215.
+    # At activity 0.25 it needs 0.5x: (1 + 0.5^4)^(-1/8) = 1.0625^(-0.125) = 0.99245.
+    # An unpublished base clock (NaN) keeps the boost clock whatever the activity.
+    share = sustained_clock_share(t(1.0, 0.25, 1.0), t(0.5, 0.5, float("nan")), t(2.0),
+                                  gamma=2.0, q=8.0)
+    assert share.tolist() == pytest.approx([17 ** -0.125, 1.0625 ** -0.125, 1.0], rel=1e-12)
+    # the hard limit, large q: base/boost · (base_activity / activity)^(1/γ) = 0.5 · 2^0.5
+    hard = sustained_clock_share(t(1.0), t(0.5), t(2.0), gamma=2.0, q=200.0)
+    assert float(hard) == pytest.approx(0.5 * 2 ** 0.5, rel=5e-3)
+
+
+def test_unpublished_base_clock_keeps_gradients_finite() -> None:
+    activity = t(1.0, 1.0).requires_grad_()
+    base_activity = t(3.0).requires_grad_()
+    sustained_clock_share(activity, t(float("nan"), 0.37), base_activity, gamma=3.0,
+                          q=8.0).sum().backward()
+    assert torch.isfinite(activity.grad).all() and torch.isfinite(base_activity.grad).all()
+
+
+def test_a_low_base_clock_costs_a_large_gemm_more_than_a_small_one() -> None:
+    # one activity law for every board: the T4 (base 0.37 of boost) loses more clock on a GEMM
+    # that keeps its SMs busy than on one that leaves them mostly idle; the A100 SXM (0.90)
+    # loses next to nothing (the soft knee) at the same activity
+    share = sustained_clock_share(t(1.0, 0.05, 1.0), t(585 / 1590, 585 / 1590, 1275 / 1410),
+                                  t(3.4), gamma=3.0, q=8.0)
+    big_t4, small_t4, a100 = share.tolist()
+    assert big_t4 < small_t4 and big_t4 < 0.6 and a100 > 0.98  # 0.5526, 0.9953, 0.9898
