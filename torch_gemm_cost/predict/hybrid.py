@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -266,31 +266,43 @@ class HybridPredictor(Estimator):
     def _forward(self, x: RowInputs, source: torch.Tensor, soft: bool,
                  geo: dict[str, torch.Tensor] | None = None,
                  quantized: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Per-row predictions and intermediates. ``source`` indexes SOURCES (-1: none).
-        ``quantized`` (N,): elements of A cast to fp8 by a kernel of its own before the GEMM
-        (the time includes it): 3 bytes an element at the sustained DRAM bandwidth, or a
-        fitted number of elements per SM-clock, whichever is slower, plus one launch.
-        Computes in the rows' float dtype (float32 at inference, float64 in training)."""
+        """Per-row predictions and intermediates, stage by stage. ``source`` indexes SOURCES
+        (-1: none). ``quantized`` (N,): elements of A cast to fp8 by a kernel of its own before
+        the GEMM (the time includes it). Computes in the rows' float dtype (float32 at inference,
+        float64 in training)."""
         p = {k: v.to(x.sm_count.dtype) for k, v in self._params().items()}
-        g = x.gemms
         geo = self._geometry(x) if geo is None else geo
-        sp = torch.nn.functional.softplus
+        peak = self._sustained_peak(p, x)  # stage 4's compute side: (N,) at full clock
+        mem = self._memory_side(p, x, geo)  # stages 2 and 3: hit rates, bandwidth, intensity
+        roof = self._tile_times(p, x, geo, peak, mem)  # stage 4: (N, C) time per candidate
+        pick = self._pick_tile(p, x, geo, roof["log_td"], soft)  # stage 1's choice
+        util = self._utilization(p, x, geo, mem, roof, pick)  # stage 5: (N,)
+        return self._outputs(p, x, source, geo, peak, mem, roof, pick, util, quantized)
 
-        # sustained compute peak: datasheet × dtype-path efficiency × SIMT issue share ×
-        # the share of boost clock the board holds at this GEMM's activity (power.py)
+    def _sustained_peak(self, p: dict[str, torch.Tensor], x: RowInputs) -> dict[str, torch.Tensor]:
+        """Datasheet peak × dtype-path efficiency × SIMT issue share (power.py), (N,), and what
+        the clock model needs: a board holds a share of its boost clock at a GEMM's activity."""
+        sp = torch.nn.functional.softplus
         peak_key = x.peak_key if self.per_family else _SHARED_KEY[x.peak_key]
         eff = torch.sigmoid(p["peak_eff"])[peak_key]
-        per_sm_ghz = x.sm_count * x.clock_hz * 1e-9
         simt_row = x.engine == ENGINES.index("simt")
         issue_share = torch.where(simt_row, simt_issue_share(x.issue_per_lane,
                                                              sp(p["simt_overhead_per_fma"])),
                                   torch.ones_like(eff))
         matrix = (~simt_row).long()
-        q = sp(p["power_q"]) + 0.5
-        gamma = sp(p["clock_gamma"]) + 1.0
-        base_activity = torch.exp(p["clock_base_activity"])[matrix].unsqueeze(1)  # (N, 1)
-        peak_full = x.peak_flops_per_s * eff * issue_share  # (N,) at full clock
+        return {
+            "q": sp(p["power_q"]) + 0.5,
+            "gamma": sp(p["clock_gamma"]) + 1.0,
+            "base_activity": torch.exp(p["clock_base_activity"])[matrix].unsqueeze(1),  # (N, 1)
+            "peak_full": x.peak_flops_per_s * eff * issue_share,  # (N,)
+            "per_sm_ghz": x.sm_count * x.clock_hz * 1e-9,  # (N,)
+        }
 
+    def _memory_side(self, p: dict[str, torch.Tensor], x: RowInputs,
+                     geo: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Stage 2, the cache model (H1, H2 and the effective bandwidth, (N, C)), and stage 3,
+        the instruction-aware intensity (N, C): the FLOP/s the memory side allows."""
+        sp = torch.nn.functional.softplus
         eta = torch.sigmoid(p["eta_dram"])
         dram_eff = (eta * x.dram_bw_bytes_per_s).unsqueeze(1)  # (N, 1)
         if self.use_cache:
@@ -298,14 +310,13 @@ class HybridPredictor(Estimator):
                             geo["l2_compulsory"], geo["l2_item"])
             h2 = l2_hit_rate(l2, x.l2_bytes, torch.sigmoid(p["l2_share"]))  # (N, C)
             h1 = 0.5 * torch.sigmoid(p["h1"][0] * geo["reuse"] + p["h1"][1] * h2 + p["h1"][2])
-            clk = per_sm_ghz.unsqueeze(1) * 1e9
+            clk = (x.sm_count * x.clock_hz * 1e-9).unsqueeze(1) * 1e9
             bw_l1 = sp(p["l1_bytes_per_clk"]) * 128.0 * clk
             bw_l2 = sp(p["l2_bytes_per_clk"]) * 64.0 * clk
             mem_bw = effective_bandwidth(h1, h2, bw_l1, bw_l2, dram_eff)
         else:
             h1 = h2 = torch.zeros_like(geo["tiles"])
             mem_bw = dram_eff.expand_as(geo["tiles"])
-
         traffic = TileTraffic(geo["tile_ops"], geo["tile_mem"], geo["read_inst"],
                               geo["write_inst"])
         if self.use_instr:
@@ -313,8 +324,20 @@ class HybridPredictor(Estimator):
             inten = intensity(traffic, lam[0], lam[1])
         else:
             inten = intensity(traffic, torch.zeros(()), torch.zeros(()))
-        mem_rate = inten * mem_bw  # (N, C) FLOP/s the memory side allows
+        return {"dram_eff": dram_eff, "h1": h1, "h2": h2, "mem_bw": mem_bw, "inten": inten,
+                "mem_rate": inten * mem_bw}  # (N, C) FLOP/s the memory side allows
+
+    def _tile_times(self, p: dict[str, torch.Tensor], x: RowInputs,
+                    geo: dict[str, torch.Tensor], peak: dict[str, torch.Tensor],
+                    mem: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Stage 4, the two-sided roofline per candidate (N, C): the tile's compute peak under
+        the clock the board holds, against the memory side; the SIMT per-wave cost, the roof of
+        misaligned loads and the DRAM roof on top."""
+        sp = torch.nn.functional.softplus
+        g = x.gemms
         rp = sp(p["roof_p"]) + 1.0
+        mem_rate = mem["mem_rate"]
+        peak_full = peak["peak_full"]
         # inside the SM: a thread computing o = Tm·Tn/256 outputs does o FMAs per √o·2 operand
         # loads, so small tiles are load-issue bound below the FMA peak
         per_thread = torch.sqrt(geo["tile_m"] * geo["tile_n"] / 256.0) / 2.0  # FMA per load
@@ -331,8 +354,9 @@ class HybridPredictor(Estimator):
         dense_flops = 2.0 * geo["b"] * geo["m"] * geo["n"] * geo["k"]
         useful = (dense_flops.unsqueeze(1) / geo["work"]).clamp(max=1.0)
         activity = (soft_roof(tile_full) / peak_full.unsqueeze(1) * useful).clamp(max=1.0)
-        cap = sustained_clock_share(activity, x.base_clock_share.unsqueeze(1), base_activity,
-                                    gamma=gamma, q=q)  # (N, C) share of boost clock held
+        cap = sustained_clock_share(activity, x.base_clock_share.unsqueeze(1),
+                                    peak["base_activity"], gamma=peak["gamma"],
+                                    q=peak["q"])  # (N, C) share of boost clock held
         tile_peak = tile_full * cap
         roof = soft_roof(tile_peak)
         # each SIMT wave also pays a fixed prologue and epilogue: on NeuSight's fp32 bmm rows,
@@ -350,7 +374,7 @@ class HybridPredictor(Estimator):
                 ).to(td.dtype).unsqueeze(1)
         busy = torch.minimum(geo["tiles"], x.sm_count.unsqueeze(1))
         narrow_s = (sp(p["misaligned_load_cycles"]) * geo["narrow_loads"] * slow
-                    / (busy * x.clock_hz.unsqueeze(1)))
+                    / (busy * x.clock_hz.unsqueeze(1)))  # (N, C)
         td = _pnorm(td, narrow_s, rp)
         # the DRAM roof: whatever the caches serve, every operand byte crosses DRAM at least
         # once at the sustained bandwidth. The tile traffic above is what the SMs request, and
@@ -358,9 +382,16 @@ class HybridPredictor(Estimator):
         # hold. Its p-norm has a p of its own (about 2 when fitted): DRAM streams while the SMs
         # work on what arrived, so the two overlap only in part.
         dp = sp(p["dram_p"]) + 1.0
-        dram_s = (g.compulsory_bytes / dram_eff.squeeze(1)).unsqueeze(1)  # (N, 1)
+        dram_s = (g.compulsory_bytes / mem["dram_eff"].squeeze(1)).unsqueeze(1)  # (N, 1)
         td = _pnorm(td, dram_s, dp)
-        log_td = torch.log(td)
+        return {"log_td": torch.log(td), "cap": cap, "tile_peak": tile_peak, "wave_s": wave_s,
+                "narrow_s": narrow_s, "dram_s": dram_s, "rp": rp, "dp": dp}
+
+    def _pick_tile(self, p: dict[str, torch.Tensor], x: RowInputs, geo: dict[str, torch.Tensor],
+                   log_td: torch.Tensor, soft: bool) -> dict[str, torch.Tensor]:
+        """Stage 1's choice: the candidate with the lowest log time after the learned
+        preference (N, 1), and the row's log time: that candidate's at inference, a soft-min
+        over the candidates in training (N,)."""
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
         # Except on the large-tile engine (Hopper on): its only rows are the B200's tables,
@@ -379,33 +410,55 @@ class HybridPredictor(Estimator):
             log_t = (weight * log_td).sum(dim=1)
         else:
             log_t = log_td.gather(1, best).squeeze(1)
+        return {"score": score, "best": best, "log_t": log_t}
 
-        def pick(t: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _chooser(pick: dict[str, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A function taking an (N, C) tensor to the chosen candidate's column, (N,)."""
+        best = pick["best"]  # (N, 1)
+
+        def chosen(t: torch.Tensor) -> torch.Tensor:
             return t.gather(1, best).squeeze(1)
 
-        m, n, k, b = geo["m"], geo["n"], geo["k"], geo["b"]
-        waves, fill = pick(geo["waves"]), pick(geo["last_wave_fill"])
-        h1c, h2c, bw_c, inten_c = pick(h1), pick(h2), pick(mem_bw), pick(inten)
-        work_c = pick(geo["work"])
-        if self.use_mlp:
-            feats = mlp_features({
-                "m": m, "n": n, "k": k, "batch": b, "tiles": pick(geo["tiles"]),
-                "waves": waves, "last_wave_fill": fill, "split_k": pick(geo["split_k"]),
-                "a_align": g.a_align_bytes, "b_align": g.b_align_bytes,
-                "c_align": g.c_align_bytes, "in_bytes": g.in_bytes, "h1": h1c, "h2": h2c,
-                "inst_per_tile": pick(geo["read_inst"] + geo["write_inst"]),
-                "intensity_over_ridge": inten_c * bw_c / pick(tile_peak),
-                "sm_count": x.sm_count,
-                "l2_over_working_set": x.l2_bytes / ((m * k + k * n + m * n) * g.in_bytes),
-                "engine": x.engine, "l1_per_sm": x.l1_bytes,
-                "b_transposed": g.b_transposed,
-            })
-            util = mlp_utilization(feats, p)
-        else:
-            util = torch.ones_like(log_t)
+        return chosen
 
+    def _utilization(self, p: dict[str, torch.Tensor], x: RowInputs,
+                     geo: dict[str, torch.Tensor], mem: dict[str, torch.Tensor],
+                     roof: dict[str, torch.Tensor], pick: dict[str, torch.Tensor]
+                     ) -> torch.Tensor:
+        """Stage 5, the utilization MLP on the chosen tile's device-relative features, (N,);
+        1 without the MLP."""
+        if not self.use_mlp:
+            return torch.ones_like(pick["log_t"])
+        g = x.gemms
+        c = self._chooser(pick)
+        m, n, k, b = geo["m"], geo["n"], geo["k"], geo["b"]
+        feats = mlp_features({
+            "m": m, "n": n, "k": k, "batch": b, "tiles": c(geo["tiles"]),
+            "waves": c(geo["waves"]), "last_wave_fill": c(geo["last_wave_fill"]),
+            "split_k": c(geo["split_k"]),
+            "a_align": g.a_align_bytes, "b_align": g.b_align_bytes,
+            "c_align": g.c_align_bytes, "in_bytes": g.in_bytes,
+            "h1": c(mem["h1"]), "h2": c(mem["h2"]),
+            "inst_per_tile": c(geo["read_inst"] + geo["write_inst"]),
+            "intensity_over_ridge": c(mem["inten"]) * c(mem["mem_bw"]) / c(roof["tile_peak"]),
+            "sm_count": x.sm_count,
+            "l2_over_working_set": x.l2_bytes / ((m * k + k * n + m * n) * g.in_bytes),
+            "engine": x.engine, "l1_per_sm": x.l1_bytes,
+            "b_transposed": g.b_transposed,
+        })
+        return mlp_utilization(feats, p)
+
+    def _outputs(self, p: dict[str, torch.Tensor], x: RowInputs, source: torch.Tensor,
+                 geo: dict[str, torch.Tensor], peak: dict[str, torch.Tensor],
+                 mem: dict[str, torch.Tensor], roof: dict[str, torch.Tensor],
+                 pick: dict[str, torch.Tensor], util: torch.Tensor,
+                 quantized: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The GEMM's time with its launch (and an input cast where one runs first), and every
+        intermediate ``explain`` shows, (N,) each."""
+        sp = torch.nn.functional.softplus
         nonempty = geo["nonempty"]
-        gemm_s = torch.maximum(torch.exp(log_t) / util, geo["floor_s"])
+        gemm_s = torch.maximum(torch.exp(pick["log_t"]) / util, geo["floor_s"])
         launch_log = p["launch_log_ms"][x.launch]
         launch_log = launch_log + torch.where(
             source >= 0, p["launch_source"][source.clamp(min=0)], torch.zeros_like(launch_log)
@@ -421,39 +474,56 @@ class HybridPredictor(Estimator):
             # DRAM delivers (H200 and B200: about 1.8 a clock per SM, a third of DRAM's pace)
             # NB: a stand-in of one element where none is cast, so no 0/0 reaches a gradient
             elems = torch.where(quantized > 0, quantized, torch.ones_like(quantized))
-            cast_s = torch.maximum(3.0 * elems / dram_eff.squeeze(1),
-                                   elems / (sp(p["cast_elements_per_sm_clk"]) * per_sm_ghz * 1e9))
+            cast_s = torch.maximum(3.0 * elems / mem["dram_eff"].squeeze(1),
+                                   elems / (sp(p["cast_elements_per_sm_clk"])
+                                            * peak["per_sm_ghz"] * 1e9))
             cast_ms = cast_s * 1e3 + torch.exp(launch_log)
             with_launch = with_launch + torch.where(quantized > 0, cast_ms, zero)
-        time_ms = torch.where(nonempty, with_launch, zero)
-        compute_ms = (work_c / pick(tile_peak) + waves * wave_s.squeeze(1)) / util * 1e3
-        memory_ms = work_c / (inten_c * bw_c * util) * 1e3
-        dram_ms = dram_s.squeeze(1) / util * 1e3
-        memory_ms = _pnorm(memory_ms, dram_ms, dp)
-        # misaligned loads are issued by the SMs: their roof counts on the compute side
-        load_issue_ms = pick(narrow_s) / util * 1e3
-        compute_ms = _pnorm(compute_ms, load_issue_ms, rp)
+        details = self._details(geo, peak, mem, roof, pick, util)
         return {
-            "time_ms": time_ms,
+            "time_ms": torch.where(nonempty, with_launch, zero),
+            **details,
+            "launch_ms": torch.where(nonempty, torch.exp(launch_log), zero),
+            "score": pick["score"],
+        }
+
+    def _details(self, geo: dict[str, torch.Tensor], peak: dict[str, torch.Tensor],
+                 mem: dict[str, torch.Tensor], roof: dict[str, torch.Tensor],
+                 pick: dict[str, torch.Tensor], util: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The chosen candidate's intermediates and its time split into the compute side and
+        the memory side (each with util applied), (N,) each; zero for empty GEMMs."""
+        c = self._chooser(pick)
+        nonempty = geo["nonempty"]
+        waves = c(geo["waves"])
+        zero = torch.zeros_like(waves)
+        work_c = c(geo["work"])
+        inten_c, bw_c = c(mem["inten"]), c(mem["mem_bw"])
+        compute_ms = (work_c / c(roof["tile_peak"]) + waves * roof["wave_s"].squeeze(1)) \
+            / util * 1e3
+        memory_ms = work_c / (inten_c * bw_c * util) * 1e3
+        dram_ms = roof["dram_s"].squeeze(1) / util * 1e3
+        memory_ms = _pnorm(memory_ms, dram_ms, roof["dp"])
+        # misaligned loads are issued by the SMs: their roof counts on the compute side
+        load_issue_ms = c(roof["narrow_s"]) / util * 1e3
+        compute_ms = _pnorm(compute_ms, load_issue_ms, roof["rp"])
+        return {
             "compute_bound": compute_ms >= memory_ms,
-            "tile_m": pick(geo["tile_m"]),
-            "tile_n": pick(geo["tile_n"]),
-            "split_k": pick(geo["split_k"]),
+            "tile_m": c(geo["tile_m"]),
+            "tile_n": c(geo["tile_n"]),
+            "split_k": c(geo["split_k"]),
             "waves": torch.where(nonempty, waves, zero),
-            "last_wave_fill": fill,
-            "h1": h1c,
-            "h2": h2c,
+            "last_wave_fill": c(geo["last_wave_fill"]),
+            "h1": c(mem["h1"]),
+            "h2": c(mem["h2"]),
             "mem_bw_bytes_per_s": bw_c,
             "intensity_flops_per_byte": inten_c,
             "util": util,
-            "peak_sustained_flops_per_s": peak_full * pick(cap),
-            "tile_peak_flops_per_s": pick(tile_peak),
+            "peak_sustained_flops_per_s": peak["peak_full"] * c(roof["cap"]),
+            "tile_peak_flops_per_s": c(roof["tile_peak"]),
             "compute_ms": torch.where(nonempty, compute_ms, zero),
             "memory_ms": torch.where(nonempty, memory_ms, zero),
-            "launch_ms": torch.where(nonempty, torch.exp(launch_log), zero),
             "load_issue_ms": torch.where(nonempty, load_issue_ms, zero),
             "dram_ms": torch.where(nonempty, dram_ms, zero),
-            "score": score,
         }
 
     # ---------------------------------------------------------------- inference
