@@ -240,8 +240,6 @@ class HybridPredictor(Estimator):
             # per row
             "nonempty": (g.batch > 0) & (g.m > 0) & (g.n > 0) & (g.k > 0),
             "b": b, "m": m, "n": n, "k": k,
-            "floor_s": torch.maximum(g.flops / x.peak_flops_per_s,
-                                     g.compulsory_bytes / x.dram_bw_bytes_per_s),
             "l2_compulsory": l2.compulsory, "l2_item": l2.item,
             # per candidate
             "tile_m": grid.tile_m, "tile_n": grid.tile_n, "split_k": grid.split_k,
@@ -458,7 +456,10 @@ class HybridPredictor(Estimator):
         intermediate ``explain`` shows, (N,) each."""
         sp = torch.nn.functional.softplus
         nonempty = geo["nonempty"]
-        gemm_s = torch.maximum(torch.exp(pick["log_t"]) / util, geo["floor_s"])
+        # never below FLOPs / peak nor compulsory bytes / bandwidth, by construction: every
+        # candidate's work covers the FLOPs at no more than the datasheet peak, the DRAM roof
+        # moves A, B and C at no more than the datasheet bandwidth, and util ≤ 1
+        gemm_s = torch.exp(pick["log_t"]) / util
         launch_log = p["launch_log_ms"][x.launch]
         launch_log = launch_log + torch.where(
             source >= 0, p["launch_source"][source.clamp(min=0)], torch.zeros_like(launch_log)
