@@ -162,6 +162,7 @@ _CLASSES: dict[str, tuple[str, ...]] = {
                     "rand_like", "randn_like", "randint_like", "__and__", "__or__", "__xor__",
                     # torch.where(mask) and nonzero: one pass over the mask, indices out
                     "where", "nonzero",
+                    "glu",  # one half of the input times the sigmoid of the other
                     # depthwise convolutions (the GEMM handler declines them): each output
                     # reads a few neighbours of one channel, a stencil at DRAM speed
                     "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
