@@ -242,3 +242,20 @@ def test_the_bundled_vit_example_is_vit_b16() -> None:
     model, args, _ = tasks.build(config, "image-cls", tasks.Sizes(64))
     assert sum(p.numel() for p in model.parameters()) == 86_567_656  # as VIT_B_16 above
     assert args[0].shape == (64, 3, 224, 224)
+
+
+def test_speech2text_takes_audio_s_of_frames() -> None:
+    config = transformers.Speech2TextConfig(
+        encoder_layers=1, decoder_layers=1, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        encoder_attention_heads=2, decoder_attention_heads=2, vocab_size=128,
+        input_feat_per_channel=16, conv_channels=32, max_source_positions=100,
+        max_target_positions=32)
+    # 2.5 s at 100 frames a second: 250 frames of 16 mel bins × 1 channel
+    model, args, kwargs = tasks.build(config, "speech-seq2seq", tasks.Sizes(2, audio_s=2.5))
+    assert kwargs["input_features"].shape == (2, 250, 16)
+    report = tgc.estimate(model, args, kwargs, device="a100_sxm4_80gb",
+                          predictor=tgc.predict.RooflinePredictor())
+    assert not report.unmodelled
+    # two stride-2 convolutions leave 4·100 frames for the 100 positions: 4 s at most
+    with pytest.raises(UsageError, match="takes 0.04 to 4 s of audio"):
+        tasks.build(config, "speech-seq2seq", tasks.Sizes(1, audio_s=5))

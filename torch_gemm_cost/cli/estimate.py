@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import UsageError
+from . import UsageError, tasks
 from .tasks import AUTO, DEFAULT_SEQ, TASKS, Sizes, check_task
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"default {DEFAULT_BATCH}")
     p.add_argument("--seq", type=int, default=None,
                    help=f"tokens per sequence (default: {DEFAULT_SEQ} or the model's maximum; "
-                   "text tokens for image-text, vision2seq and diffusion, 77 for diffusion)")
+                   "for --diffusers-config, 77 text tokens)")
     p.add_argument("--image-size", type=int, default=None, metavar="PIXELS",
                    help="image side for image tasks and diffusion (default: the config's)")
     p.add_argument("--audio-s", type=float, default=None, metavar="SECONDS",
@@ -143,6 +143,8 @@ def _check_args(args: argparse.Namespace) -> None:
                          "try --vae-factor 8")
     if args.audio_s is not None and not args.audio_s > 0:
         raise UsageError(f"--audio-s must be positive, got {args.audio_s:g}; try --audio-s 30")
+    if args.audio_s is not None and args.callable is not None:
+        raise UsageError("--audio-s applies to --hf-config with --task speech-seq2seq")
     if args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}; try --batch 1")
     if args.seq is not None and args.seq < 1:
@@ -194,8 +196,6 @@ def build_hf_model(
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
     """An HF model on the meta device and the inputs of its task (``tasks``): (model, args,
     kwargs, config). ``task`` None or ``auto`` picks the task from the config (``tasks.pick``)."""
-    from . import tasks
-
     config, _ = _load_hf_config(path)
     if task in (None, AUTO):
         task, _ = tasks.pick(config)
@@ -289,11 +289,7 @@ def _build_model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[s
         return diffusion.build(args.diffusers_config, sizes,
                                args.vae_factor or diffusion.VAE_FACTOR)
     if args.callable:
-        if args.audio_s is not None:
-            raise UsageError("--audio-s applies to --hf-config --task speech-seq2seq only")
         return load_callable(args.callable, args.batch, args.seq, args.image_size)
-    from . import tasks
-
     model, margs, kwargs, config = build_hf_model(args.hf_config, args.task, args.batch,
                                                   args.seq, args.attn, args.image_size,
                                                   args.audio_s)
