@@ -71,9 +71,12 @@ def report() -> CostReport:
 
 @pytest.mark.parametrize("depth", [None, 2, 3])
 def test_every_row_of_the_table_is_on_the_page(report, depth) -> None:
-    page = Page(report.to_html(depth=depth))
+    text = report.to_html(depth=depth)
+    page = Page(text)
     rows = report.module_rows(depth)
     assert len(page.rows) == len(rows) == len(page.bars)
+    # numbers right-aligned: GFLOP, time and % total, and the GEMM count at a depth
+    assert text.count('<td class="num">') == (3 if depth is None else 4) * len(rows)
     assert [r[0] for r in page.rows] == [r["module"] for r in rows]
     # the time column as the text table prints it, so the page and the table agree
     column = 5 if depth is None else 4

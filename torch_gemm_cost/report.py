@@ -516,8 +516,9 @@ class CostReport:
         text = render_html(
             title=f"{self.model} on {self.device.name} ({self.device.id})",
             subtitle=f"{self.dtype}, {self.mode}; predicted, not measured",
-            totals=totals, headers=headers, numeric=[bool(f) or c == "GEMMs" for c, f in
-                                                     zip(headers, fmt)],
+            totals=totals, headers=headers,
+            numeric=[any(isinstance(cells[i], (int, float)) for cells in body)
+                     for i in range(len(headers))],
             rows=table, svg=svg, no_plot=no_plot,
             advice=[_advice_line(a) for a in self.advice or ()],
         )
