@@ -84,7 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write the report as one self-contained HTML page: totals, roofline "
                    "plot, padding advice, the table with time bars")
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bars and no notes on stderr (warnings and errors remain)")
+                   help="no progress bar and no notes on the stages or the task picked (warnings, "
+                   "errors and the files written are still said)")
     p.set_defaults(run=run)
 
     def error(message: str) -> NoReturn:  # one line, exit code 2, no usage dump
