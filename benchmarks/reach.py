@@ -2,8 +2,7 @@
 models through ``torch-gemm-cost estimate``, each timed, checked for unmodelled ops, and its GEMM
 FLOPs checked against ``torch.utils.flop_counter.FlopCounterMode`` on the same inputs.
 
-    python benchmarks/reach.py                # writes benchmarks/results/reach.md
-    nice -n -10 python benchmarks/reach.py    # on a shared machine (as root): others yield
+    python benchmarks/reach.py        # writes benchmarks/results/reach.md
 
 Each config is built from its HF (or diffusers) config class with the published sizes written
 out below, saved as JSON, and handed to the command line in a fresh process (``python -m
