@@ -40,7 +40,21 @@ def tiny_gpt2(tmp_path) -> str:
     "argv, message",
     [
         (["--hf-config", GPT2, "--batch", "0"], "--batch must be at least 1, got 0"),
-        (["--hf-config", GPT2, "--task", "foo"], "invalid choice: 'foo'"),
+        (["--hf-config", GPT2, "--task", "foo"],
+         "argument --task: 'foo' is not a task; the tasks: auto, causal-lm,"),
+        (["--hf-config", GPT2, "--task", "image-clss"],
+         "'image-clss' is not a task; did you mean 'image-cls'"),
+        (["--hf-config", GPT2, "--task", "image-cls"],
+         ("--task image-cls does not fit GPT2Config; tasks that fit: causal-lm, seq-cls, "
+          "token-cls, pretraining")),
+        (["--hf-config", GPT2, "--image-size", "224"],
+         "--image-size does not apply to --task causal-lm; it takes --seq"),
+        (["--hf-config", GPT2, "--image-size", "0"], "--image-size must be at least 1, got 0"),
+        (["--hf-config", GPT2, "--audio-s", "-1"], "--audio-s must be positive, got -1"),
+        (["--hf-config", GPT2, "--vae-factor", "8"], "--vae-factor applies to --diffusers-config"),
+        (["--hf-config", GPT2, "--diffusers-config", GPT2], "give exactly one model source"),
+        (["--diffusers-config", "missing.json"], "--diffusers-config missing.json: no such file"),
+        (["--hf-config", GPT2, "--html", "no_dir/r.html"], "--html no_dir/r.html: directory"),
         (["--hf-config", GPT2, "--mode", "training"], "invalid choice: 'training'"),
         (["--hf-config", GPT2, "--batch", "eight"], "invalid int value: 'eight'"),
         ([], "give exactly one model source"),
@@ -95,6 +109,18 @@ def test_depth_json_csv_and_plot(capsys, tiny_gpt2, tmp_path):
     assert data["config"]["vocab_size"] == 50257
     assert len((tmp_path / "r.csv").read_text().splitlines()) == len(data["rows"]) + 1
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_html_page_holds_the_printed_table(capsys, tiny_gpt2, tmp_path):
+    from test_report_html import Page
+
+    base = ["--hf-config", tiny_gpt2, "--batch", "1", "--seq", "128", "--predictor", "roofline",
+            "--device", "l4", "--depth", "3"]
+    rc, out, err = run(capsys, "estimate", *base, "--html", str(tmp_path / "r.html"))
+    assert rc == 0 and f"HTML report written to {tmp_path / 'r.html'}" in err
+    page = Page((tmp_path / "r.html").read_text())
+    table = out.split("\nGPT2LMHeadModel on ")[0].splitlines()[2:]  # below the header rule
+    assert [r[0] for r in page.rows] == [line.split()[0] for line in table]
 
 
 def test_json_to_stdout(capsys, tiny_gpt2):

@@ -464,3 +464,19 @@ def test_vit_flops_equal_flop_counter() -> None:
     patch = next(s for s in sites if s.op == "convolution")
     assert patch.shape == (1, 32, 64, 192)
     assert sum(s.dense_flops for s in sites) == flop_counter_total(model, (x,), {})
+
+
+def test_progress_shows_on_stderr_only_when_asked(capsys, monkeypatch) -> None:
+    from tqdm import tqdm
+
+    model, kwargs = build("gpt2")
+    run = {"devices": ["a100_sxm4_80gb", "l4"], "predictor": RooflinePredictor()}
+    tgc.compare(model, (ids(2, 16),), kwargs, **run)
+    assert capsys.readouterr().err == ""
+    # shown from the first step rather than after a second, so this short run shows it
+    monkeypatch.setattr(api, "tqdm", lambda *a, **k: tqdm(*a, **{**k, "delay": 0,
+                                                                  "mininterval": 0}))
+    tgc.compare(model, (ids(2, 16),), kwargs, progress=True, **run)
+    # the capture, then pricing and padding advice on each of 2 devices: 1 + 2·2 = 5 steps
+    err = capsys.readouterr().err
+    assert "estimating" in err and "5/5" in err

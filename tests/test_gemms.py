@@ -565,6 +565,26 @@ def test_pooling_masks_rope_and_random_ops_are_costed() -> None:
     assert pool.op_class == "reduction" and pool.dram_bytes == 3_584
 
 
+def test_resampling_permutations_and_mask_ops_are_costed() -> None:
+    """The ops a diffusion UNet and a DiT run besides their GEMMs (LLaVA's mask ops: its test
+    in tests/test_cli_tasks.py)."""
+    class Ops(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (2, 4, 8, 8)
+            up = F.interpolate(x, scale_factor=2.0, mode="nearest")  # (2, 4, 16, 16)
+            perm = torch.einsum("nchw->nhwc", x)  # DiT's unpatchify: a permuted view
+            total = torch.einsum("nchw->n", x)  # sums letters away
+            return up.sum() + perm.sum() + total.sum()
+
+    _, others = extract(capture(Ops(), (torch.ones(2, 4, 8, 8),)), "float32")
+    classes = {o.op: o.op_class for o in others}
+    assert "other" not in classes.values(), classes
+    einsums = [o.op_class for o in others if o.op == "aten.einsum"]
+    assert einsums == ["view", "reduction"]
+    # nearest upsampling reads x (512 floats) and writes 4 times as many: 5·512·4 = 10,240 B
+    up = next(o for o in others if o.op == "aten.upsample_nearest2d")
+    assert up.op_class == "copy" and up.dram_bytes == 10_240
+
+
 def test_depthwise_convolution_is_a_memory_bound_op() -> None:
     dw = nn.Conv2d(4, 4, 3, groups=4, padding=1)  # one input channel per group
     sites, others = extract(capture(dw, (torch.ones(2, 4, 8, 8),)), "float32")

@@ -13,11 +13,13 @@ import difflib
 import itertools
 import logging
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
 from .capture import CAPTURE_METHODS, Captured, capture
@@ -34,6 +36,7 @@ __all__ = ["MODES", "annotate", "compare", "estimate"]
 log = logging.getLogger(__name__)
 
 MODES: tuple[str, ...] = ("inference", "train")
+_T = TypeVar("_T")
 
 
 def estimate(
@@ -103,27 +106,40 @@ def compare(
     predictor: Predictor | None = None,
     optimizer: Any = None,
     capture_method: str = "auto",
+    progress: bool = False,
 ) -> Comparison:
     """One report per (device, dtype), devices outer, from a single capture of the model.
 
     The result is a list of ``CostReport``; printing it shows totals and the top layers side by
-    side."""
+    side. ``progress`` shows a progress bar on stderr (``tqdm``) once the work passes a second:
+    the capture, then each (device, dtype)'s pricing and padding advice."""
     plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer)
-    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
+    bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
+               unit="step", file=sys.stderr, delay=1.0, leave=False, disable=not progress)
+    captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
+                                  method=capture_method))
     records = {cd.name: extract(captured, cd, mode=mode, native_dtype=plan.native)
                for cd in plan.dtypes}
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
     runs = [_Run(spec, _predictor_of(predictor, own), cd)
             for (spec, own), cd in itertools.product(plan.targets, plan.dtypes)]
-    priced = [_price(run, *records[run.cd.name], optimizer_records) for run in runs]
-    advice = [tuple(padding_advice(gemms, run.predictor, run.spec, model_ms=total_ms(gemms, ops),
-                                   config=captured.config))
+    priced = [_step(bar, _price(run, *records[run.cd.name], optimizer_records)) for run in runs]
+    advice = [_step(bar, tuple(padding_advice(gemms, run.predictor, run.spec,
+                                              model_ms=total_ms(gemms, ops),
+                                              config=captured.config)))
               for run, (gemms, ops) in zip(runs, priced)]
+    bar.close()
     _warn_unmodelled(captured.model_name, priced[0][1])
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
     return Comparison(_report(captured, run, gemms, ops, mode, adv)
                       for run, (gemms, ops), adv in zip(runs, priced, advice))
+
+
+def _step(bar: tqdm, result: _T) -> _T:
+    """``result``, one step of ``bar`` done."""
+    bar.update()
+    return result
 
 
 @dataclass(frozen=True)

@@ -351,6 +351,13 @@ class CostReport:
         """
         from tabulate import tabulate
 
+        headers, body, fmt, _ = self._table_cells(depth, top)
+        return tabulate(body, headers=headers, floatfmt=fmt)
+
+    def _table_cells(self, depth: int | None, top: int | None
+                     ) -> tuple[list[str], list[list[Any]], tuple[str, ...], list[dict[str, Any]]]:
+        """The columns of ``table(depth, top)``: headers, cells, each column's number format,
+        and the rows the cells come from."""
         rows = self.top(top, depth) if top else self.module_rows(depth)
 
         def kind(r: dict[str, Any], key: str) -> str:
@@ -380,7 +387,7 @@ class CostReport:
             ]
             headers = ["module", "type", "GEMMs", "GFLOP", "time ms", "% total", "bound"]
             fmt = ("", "", "", ".2f", ".4f", ".1f", "")
-        return tabulate(body, headers=headers, floatfmt=fmt)
+        return headers, body, fmt, rows
 
     def footer(self) -> str:
         unmod = self.unmodelled
@@ -433,15 +440,15 @@ class CostReport:
 
         Needs matplotlib (``pip install torch-gemm-cost[plot]``).
         """
-        try:
-            import matplotlib
+        plt = _pyplot("plot_roofline")
+        fig = self._roofline_figure(plt)
+        out = Path(path)
+        fig.savefig(out, dpi=120)
+        plt.close(fig)
+        return out
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as e:
-            raise ImportError(
-                "plot_roofline needs matplotlib: pip install 'torch-gemm-cost[plot]'"
-            ) from e
+    def _roofline_figure(self, plt: Any) -> Any:
+        """The roofline plot as a matplotlib figure (``plt`` is ``matplotlib.pyplot``)."""
         peak = self.device.peak_flops_per_s(resolve_dtype(self.dtype))
         bw = self.device.dram_bw_bytes_per_s
         ridge = peak / bw
@@ -469,10 +476,75 @@ class CostReport:
         ax.set_title(f"{self.model} on {self.device.id}, {self.dtype} ({self.predictor})")
         ax.legend(loc="lower right")
         fig.tight_layout()
-        out = Path(path)
-        fig.savefig(out, dpi=120)
-        plt.close(fig)
-        return out
+        return fig
+
+    # ------------------------------------------------------------------ HTML
+
+    def to_html(self, path: str | Path | None = None, depth: int | None = None,
+                top: int | None = None) -> str:
+        """The report as one self-contained HTML page: totals, the roofline plot (inline SVG,
+        where matplotlib is installed), the padding advice and the layer table of
+        ``table(depth, top)`` with a bar per row for its time. No script and no network: any
+        browser opens the file. Also written to ``path`` when given."""
+        from .report_html import HtmlRow, render_html
+
+        headers, body, fmt, rows = self._table_cells(depth, top)
+        longest = max((r["time_ms"] for r in rows), default=0.0) or 1.0
+        table = [HtmlRow(tuple(format(c, f) if f else str(c) for c, f in zip(cells, fmt)),
+                         bound=r["bound"], bar_pct=100.0 * r["time_ms"] / longest)
+                 for cells, r in zip(body, rows)]
+        unmod = sorted({o.op.op for o in self.unmodelled})
+        totals = [
+            ("total", f"{self.total_ms:.3f} ms"),
+            ("GEMMs", (f"{self.gemm_ms:.3f} ms in {len(self.gemms)} GEMMs, "
+                       f"{self.total_flops / 1e9:.2f} GFLOP")),
+            ("other ops", f"{self.other_ms:.3f} ms in {len(self.others)} ops"),
+            ("achieved", f"{self.achieved_tflops:.1f} TFLOP/s"),
+            ("unmodelled ops", f"{len(unmod)}" + (f" ({', '.join(unmod)})" if unmod else "")),
+            ("predictor", f"{self.predictor} v{self.predictor_version}"),
+        ]
+        try:
+            plt = _pyplot("to_html")
+        except ImportError as e:
+            svg, no_plot = None, str(e)
+        else:
+            fig = self._roofline_figure(plt)
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", metadata={"Date": None})
+            plt.close(fig)
+            svg, no_plot = buf.getvalue(), ""
+        text = render_html(
+            title=f"{self.model} on {self.device.name} ({self.device.id})",
+            subtitle=f"{self.dtype}, {self.mode}; predicted, not measured",
+            totals=totals, headers=headers,
+            numeric=[any(isinstance(cells[i], (int, float)) for cells in body)
+                     for i in range(len(headers))],
+            rows=table, svg=svg, no_plot=no_plot,
+            advice=[_advice_line(a) for a in self.advice or ()],
+        )
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+
+def _pyplot(caller: str) -> Any:
+    """matplotlib.pyplot on the Agg backend, or an ImportError naming the extra to install."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError(f"{caller} needs matplotlib: pip install 'torch-gemm-cost[plot]'") from e
+    return plt
+
+
+def _advice_line(a: PaddingAdvice) -> str:
+    """One padding suggestion in words."""
+    what = a.config_field or a.dim
+    return (f"{what} {a.current} -> {a.suggested} in {', '.join(a.modules)}: "
+            f"whole model {a.model_ms_before:.3f} -> {a.model_ms_after:.3f} ms "
+            f"(-{a.saving_pct:.1f}%), {a.extra_flops_pct:+.2f}% FLOPs there. {a.cause}")
 
 
 def format_advice(advice: Iterable[PaddingAdvice]) -> str:
@@ -481,13 +553,7 @@ def format_advice(advice: Iterable[PaddingAdvice]) -> str:
     if not items:
         return "padding advice: none (the predictor finds no padding that saves time)"
     lines = ["padding advice (predicted):"]
-    for i, a in enumerate(items, 1):
-        what = a.config_field or a.dim
-        lines.append(
-            f"  {i}. {what} {a.current} -> {a.suggested} in {', '.join(a.modules)}: "
-            f"whole model {a.model_ms_before:.3f} -> {a.model_ms_after:.3f} ms "
-            f"(-{a.saving_pct:.1f}%), {a.extra_flops_pct:+.2f}% FLOPs there. {a.cause}"
-        )
+    lines += [f"  {i}. {_advice_line(a)}" for i, a in enumerate(items, 1)]
     return "\n".join(lines)
 
 

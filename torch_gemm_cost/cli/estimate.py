@@ -1,6 +1,9 @@
-"""``torch-gemm-cost estimate``: a model's per-layer GEMM cost, from an HF config or a Python callable.
+"""``torch-gemm-cost estimate``: a model's per-layer GEMM cost, from an HF config, a diffusers
+config or a Python callable.
 
     torch-gemm-cost estimate --hf-config examples/gpt2.json --device a100_sxm4_80gb --dtype fp16
+    torch-gemm-cost estimate --hf-config examples/vit_b16.json --batch 64 --html vit.html
+    torch-gemm-cost estimate --diffusers-config unet.json --batch 2 --image-size 512
     torch-gemm-cost estimate mypkg.models:build --device h100_sxm5_80gb --device l4 --dtype bf16
 
 The model is built on the meta device: no weights are allocated and nothing is downloaded.
@@ -23,18 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import UsageError
+from . import UsageError, tasks
+from .tasks import AUTO, DEFAULT_SEQ, TASKS, Sizes, check_task
 
 logger = logging.getLogger(__name__)
 
-TASKS: dict[str, str] = {
-    "causal-lm": "AutoModelForCausalLM",
-    "seq-cls": "AutoModelForSequenceClassification",
-    "pretraining": "AutoModelForPreTraining",
-    "seq2seq": "AutoModelForSeq2SeqLM",
-}
 DEFAULT_BATCH = 8
-DEFAULT_SEQ = 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,15 +39,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "estimate",
         help="predict a model's GPU time, GEMM by GEMM",
         description="Predict a model's GPU time, GEMM by GEMM, without running it. The model "
-        "comes from an HF config JSON (--hf-config) or from a callable pkg.module:function that "
-        "returns (model, args[, kwargs]).",
+        "comes from an HF config JSON (--hf-config), a diffusers config JSON "
+        "(--diffusers-config) or a callable pkg.module:function that returns "
+        "(model, args[, kwargs]).",
     )
     p.add_argument("callable", nargs="?", metavar="pkg.module:function",
-                   help="a function returning (model, args[, kwargs]); it may take batch= and seq=")
+                   help="a function returning (model, args[, kwargs]); it may take batch=, seq= "
+                   "and image_size=")
     p.add_argument("--hf-config", metavar="PATH", help="an HF config.json (needs model_type)")
-    p.add_argument("--task", choices=sorted(TASKS), default=None,
-                   help="model head for --hf-config (default: causal-lm, or seq2seq for "
-                   "encoder-decoder configs)")
+    p.add_argument("--task", type=_task, default=AUTO, metavar="TASK",
+                   help=f"model head and inputs for --hf-config: {', '.join(TASKS)}; default "
+                   f"{AUTO}, the head the config's architectures name")
+    p.add_argument("--diffusers-config", metavar="PATH",
+                   help="a diffusers UNet2DConditionModel or DiTTransformer2DModel config.json: "
+                   "one denoising step (needs the diffusion extra)")
     p.add_argument("--attn", choices=("eager", "sdpa"), default="eager",
                    help="attention implementation for --hf-config (default: eager)")
     p.add_argument("--device", action="append", metavar="ID",
@@ -59,7 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bf16", help="compute dtype, e.g. fp16, bf16, fp8, float32")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"default {DEFAULT_BATCH}")
     p.add_argument("--seq", type=int, default=None,
-                   help=f"tokens per sequence (default: {DEFAULT_SEQ} or the model's maximum)")
+                   help=f"tokens per sequence (default: {DEFAULT_SEQ} or the model's maximum; "
+                   "for --diffusers-config, 77 text tokens)")
+    p.add_argument("--image-size", type=int, default=None, metavar="PIXELS",
+                   help="image side for image tasks and diffusion (default: the config's)")
+    p.add_argument("--audio-s", type=float, default=None, metavar="SECONDS",
+                   help="seconds of audio for speech-seq2seq (default: 30, Whisper's window)")
+    p.add_argument("--vae-factor", type=int, default=None, metavar="N",
+                   help="image pixels per latent pixel for --diffusers-config (default: 8)")
     p.add_argument("--mode", choices=("inference", "train"), default="inference")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="the package's default predictor, or the pure roofline (a floor)")
@@ -71,6 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", nargs="?", const="-", metavar="PATH",
                    help="write one CSV line per GEMM (to stdout without PATH)")
     p.add_argument("--plot", metavar="PATH", help="save the roofline plot (needs matplotlib)")
+    p.add_argument("--html", metavar="PATH",
+                   help="write the report as one self-contained HTML page: totals, roofline "
+                   "plot, padding advice, the table with time bars")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar and no notes on the stages or the task picked (warnings, "
+                   "errors and the files written are still said)")
     p.set_defaults(run=run)
 
     def error(message: str) -> NoReturn:  # one line, exit code 2, no usage dump
@@ -80,11 +95,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.error = error  # type: ignore[method-assign]
 
 
+def _task(name: str) -> str:
+    try:
+        return check_task(name)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 @contextmanager
-def _stage(label: str) -> Iterator[None]:
+def _stage(label: str, show: bool = True) -> Iterator[None]:
     """Show ``label`` on stderr if the stage is still running after one second. Only on a
     terminal: piped or captured, stderr carries the results' warnings and errors alone."""
-    if not sys.stderr.isatty():
+    if not show or not sys.stderr.isatty():
         yield
         return
     t0 = time.perf_counter()
@@ -106,10 +128,24 @@ def _stage(label: str) -> Iterator[None]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if (args.hf_config is None) == (args.callable is None):
-        raise UsageError("give exactly one model source: --hf-config PATH or pkg.module:function")
-    if args.callable is not None and args.task is not None:
-        raise UsageError("--task applies to --hf-config only; the callable builds its own model")
+    sources = [args.hf_config, args.diffusers_config, args.callable]
+    if sum(s is not None for s in sources) != 1:
+        raise UsageError("give exactly one model source: --hf-config PATH, --diffusers-config "
+                         "PATH or pkg.module:function")
+    if args.hf_config is None and args.task != AUTO:
+        raise UsageError("--task applies to --hf-config only; the others build their own model")
+    if args.diffusers_config is None and args.vae_factor is not None:
+        raise UsageError("--vae-factor applies to --diffusers-config only")
+    if args.image_size is not None and args.image_size < 1:
+        raise UsageError(f"--image-size must be at least 1, got {args.image_size}; "
+                         "try --image-size 224")
+    if args.vae_factor is not None and args.vae_factor < 1:
+        raise UsageError(f"--vae-factor must be at least 1, got {args.vae_factor}; "
+                         "try --vae-factor 8")
+    if args.audio_s is not None and not args.audio_s > 0:
+        raise UsageError(f"--audio-s must be positive, got {args.audio_s:g}; try --audio-s 30")
+    if args.audio_s is not None and args.callable is not None:
+        raise UsageError("--audio-s applies to --hf-config with --task speech-seq2seq")
     if args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}; try --batch 1")
     if args.seq is not None and args.seq < 1:
@@ -122,6 +158,8 @@ def _check_args(args: argparse.Namespace) -> None:
         _hf_config_file(args.hf_config)  # before any slow stage, so the error is its only line
     if args.plot and args.plot != "-" and not Path(args.plot).parent.exists():
         raise UsageError(f"--plot {args.plot}: directory {Path(args.plot).parent} does not exist")
+    if args.html and not Path(args.html).parent.exists():
+        raise UsageError(f"--html {args.html}: directory {Path(args.html).parent} does not exist")
 
 
 def _hf_config_file(path: str) -> Path:
@@ -153,46 +191,21 @@ def _load_hf_config(path: str) -> tuple[Any, str]:
     return config, model_type
 
 
-def _max_positions(config: Any) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def build_hf_model(
-    path: str, task: str | None, batch: int, seq: int | None, attn: str = "eager"
+    path: str, task: str | None, batch: int, seq: int | None, attn: str = "eager",
+    image_size: int | None = None, audio_s: float | None = None,
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
-    """An HF model on the meta device with input ids of ones: (model, args, kwargs, config)."""
-    import torch
-    import transformers
-
+    """An HF model on the meta device and the inputs of its task (``tasks``): (model, args,
+    kwargs, config). ``task`` None or ``auto`` picks the task from the config (``tasks.pick``)."""
     config, _ = _load_hf_config(path)
-    if task is None:
-        task = "seq2seq" if getattr(config, "is_encoder_decoder", False) else "causal-lm"
-    limit = _max_positions(config)
-    if seq is None:
-        seq = min(DEFAULT_SEQ, limit or DEFAULT_SEQ)
-    elif limit is not None and seq > limit:
-        raise UsageError(f"--seq {seq} exceeds the model's {limit} positions; use --seq {limit}")
-    auto = getattr(transformers, TASKS[task])
-    with torch.device("meta"):
-        try:
-            model = auto.from_config(config, attn_implementation=attn)
-        except ValueError as e:
-            first = str(e).splitlines()[0]
-            raise UsageError(f"--task {task} does not fit {type(config).__name__}: {first}") from e
-    ids = torch.ones(batch, seq, dtype=torch.long, device="meta")
-    kwargs: dict[str, Any] = {}
-    if task == "seq2seq":
-        kwargs["decoder_input_ids"] = ids
-    if task in ("causal-lm", "seq2seq") and getattr(config, "use_cache", False):
-        kwargs["use_cache"] = False
-    return model, (ids,), kwargs, config
+    if task in (None, AUTO):
+        task, _ = tasks.pick(config)
+    model, args, kwargs = tasks.build(config, task, Sizes(batch, seq, image_size, audio_s), attn)
+    return model, args, kwargs, config
 
 
-def load_callable(spec: str, batch: int, seq: int | None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+def load_callable(spec: str, batch: int, seq: int | None, image_size: int | None = None
+                  ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """Import ``pkg.module:function`` (from the working directory too) and call it."""
     mod_name, sep, fn_name = spec.partition(":")
     if not sep or not mod_name or not fn_name:
@@ -213,6 +226,10 @@ def load_callable(spec: str, batch: int, seq: int | None) -> tuple[Any, tuple[An
         call_kwargs["batch"] = batch
     if "seq" in params and seq is not None:
         call_kwargs["seq"] = seq
+    if image_size is not None:
+        if "image_size" not in params:
+            raise UsageError(f"--image-size {image_size}: {spec} takes no image_size argument")
+        call_kwargs["image_size"] = image_size
     out = fn(**call_kwargs)
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         raise UsageError(f"{spec} must return (model, args) or (model, args, kwargs)")
@@ -245,29 +262,42 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             have = [k for k, v in dev.peak_flops if v is not None]
             raise UsageError(f"--dtype {args.dtype}: {dev.id} has no {dtype.name} support; it has "
                              f"{', '.join(have)}")
-    with _stage("building the model on meta"):
-        if args.hf_config:
-            model, margs, kwargs, _ = build_hf_model(
-                args.hf_config, args.task, args.batch, args.seq, args.attn
-            )
-        else:
-            model, margs, kwargs = load_callable(args.callable, args.batch, args.seq)
+    with _stage("building the model on meta", show=not args.quiet):
+        model, margs, kwargs = _build_model(args)
     # one capture for every device, so each warning (e.g. the unmodelled ops) is said once; a
     # calibration profile brings its own predictor unless --predictor says otherwise
     chosen = None if args.predictor == "default" else _predictor(args.predictor)
-    names = ", ".join(dev.id for dev in devices)
-    with _stage(f"estimating {type(model).__name__} on {names}"):
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
-                                           dtypes=[dtype.name], mode=args.mode,
-                                           predictor=chosen))
-        except CaptureError as e:  # the model or its inputs, not this program
-            raise UsageError(str(e)) from e
-        for message in dict.fromkeys(str(w.message) for w in caught):
-            logger.warning("%s", message)  # one line each, not a source excerpt
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
+                                       dtypes=[dtype.name], mode=args.mode, predictor=chosen,
+                                       progress=not args.quiet and sys.stderr.isatty()))
+    except CaptureError as e:  # the model or its inputs, not this program
+        raise UsageError(str(e)) from e
+    for message in dict.fromkeys(str(w.message) for w in caught):
+        logger.warning("%s", message)  # one line each, not a source excerpt
     return reports
+
+
+def _build_model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The model and its inputs from the one model source the command line names. The task
+    that --task auto picks is said on stderr, after the model is built."""
+    if args.diffusers_config:
+        from . import diffusion
+
+        sizes = Sizes(args.batch, args.seq, args.image_size, args.audio_s)
+        return diffusion.build(args.diffusers_config, sizes,
+                               args.vae_factor or diffusion.VAE_FACTOR)
+    if args.callable:
+        return load_callable(args.callable, args.batch, args.seq, args.image_size)
+    model, margs, kwargs, config = build_hf_model(args.hf_config, args.task, args.batch,
+                                                  args.seq, args.attn, args.image_size,
+                                                  args.audio_s)
+    if args.task == AUTO and not args.quiet:
+        task, why = tasks.pick(config)
+        print(f"--task {AUTO}: {task} ({why})", file=sys.stderr)
+    return model, margs, kwargs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -282,13 +312,14 @@ def run(args: argparse.Namespace) -> int:
             r.to_csv() if i == 0 else r.to_csv().split("\n", 1)[1] for i, r in enumerate(reports)
         )
         _emit(args.csv, text.rstrip("\n"))
-    if args.plot:
-        for r in reports:
-            path = Path(args.plot)
-            if len(reports) > 1:
-                path = path.with_name(f"{path.stem}_{r.device.id}{path.suffix}")
-            r.plot_roofline(path)
-            print(f"roofline plot written to {path}", file=sys.stderr)
+    for r in reports if args.plot else ():
+        path = _per_device(args.plot, r, len(reports))
+        r.plot_roofline(path)
+        print(f"roofline plot written to {path}", file=sys.stderr)
+    for r in reports if args.html else ():
+        path = _per_device(args.html, r, len(reports))
+        r.to_html(path, depth=args.depth, top=args.top)
+        print(f"HTML report written to {path}", file=sys.stderr)
     if "-" in (args.json, args.csv):
         return 0
     if len(reports) > 1:
@@ -300,6 +331,12 @@ def run(args: argparse.Namespace) -> int:
     if r.advice is not None:
         print(format_advice(r.advice[:5]))
     return 0
+
+
+def _per_device(dest: str, report: Any, reports: int) -> Path:
+    """The file of ``report`` among ``reports``: ``dest``, or ``dest`` with its device's id."""
+    path = Path(dest)
+    return path.with_name(f"{path.stem}_{report.device.id}{path.suffix}") if reports > 1 else path
 
 
 def _emit(dest: str, text: str) -> None:

@@ -132,6 +132,17 @@ _CLASSES: dict[str, tuple[str, ...]] = {
         "scatter",
         "new_tensor",
         "tile",
+        # resampling reads the input and writes the resized output (a UNet's upsamplers)
+        "upsample_nearest1d",
+        "upsample_nearest2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d",
+        "_upsample_nearest_exact3d",
+        "upsample_linear1d",
+        "upsample_bilinear2d",
+        "upsample_bicubic2d",
+        "upsample_trilinear3d",
     ),
     "norm": (
         "native_layer_norm",
@@ -148,7 +159,10 @@ _CLASSES: dict[str, tuple[str, ...]] = {
     ),
     "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli",
                     "floor_divide", "tril", "triu", "polar", "exponential", "uniform", "normal",
-                    "rand_like", "randn_like", "randint_like",
+                    "rand_like", "randn_like", "randint_like", "__and__", "__or__", "__xor__",
+                    # torch.where(mask) and nonzero: one pass over the mask, indices out
+                    "where", "nonzero",
+                    "glu",  # one half of the input times the sigmoid of the other
                     # depthwise convolutions (the GEMM handler declines them): each output
                     # reads a few neighbours of one channel, a stencil at DRAM speed
                     "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
@@ -181,6 +195,8 @@ _CLASSES: dict[str, tuple[str, ...]] = {
         "diff",
         "histc",
         "bincount",
+        "_is_all_true",  # torch._check on a tensor (LLaVA's image-token count)
+        "_is_any_true",
         # pooling reads its input once and writes the pooled output
         "max_pool1d",
         "max_pool2d",
@@ -600,6 +616,8 @@ def _other(
     base = name.rstrip("_") if name not in ("__and__", "__or__", "__xor__") else name
     in_vals = [t for i in inputs for t in _tensors(i.meta.get("val"))]
     op_class = _OP_CLASS.get(base, "elementwise" if _elementwise(node, base) else "other")
+    if base == "einsum" and in_vals:  # one the GEMM handler declined: it contracts nothing
+        op_class = _einsum_class(in_vals, outs[0])
     if (
         op_class == "copy"
         and base in ("contiguous", "to", "_to_copy", "clone", "type_as")
@@ -634,6 +652,15 @@ def _other(
         numel=max(t.numel() for t in outs),
         dram_bytes=int(dram),
     )
+
+
+def _einsum_class(inputs: Sequence[torch.Tensor], out: torch.Tensor) -> str:
+    """The class of an einsum with no contraction: a permutation of one operand (DiT's
+    unpatchify) is a view, one that sums letters away a reduction, a product of several
+    operands elementwise."""
+    if len(inputs) > 1:
+        return "elementwise"
+    return "view" if out.numel() == inputs[0].numel() else "reduction"
 
 
 def _elementwise(node: Any, base: str) -> bool:
