@@ -14,6 +14,7 @@ from torch import nn
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.api import estimate
+from torch_gemm_cost.devices import host_cpu
 from torch_gemm_cost.gemms import OtherOp, adamw_ops, optimizer_ops
 from torch_gemm_cost.predict.ops import (
     OP_CLASSES,
@@ -22,6 +23,7 @@ from torch_gemm_cost.predict.ops import (
     memory_time_ms,
     op_times_ms,
 )
+from torch_gemm_cost.predict.sdpa import sdpa_times_ms
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec
 
 V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
@@ -241,12 +243,21 @@ def test_attention_eager_vs_sdpa():
     # eager: the scores are materialized; softmax reads and writes 8·128·128·4 B = 524,288 B each
     (soft,) = [o for o in eager.others if o.op.op_class == "softmax"]
     assert soft.time_ms == pytest.approx(table.launch_ms + 1_048_576 / (eta * 900e9) * 1e3)
-    # SDPA: inside the fused kernel, no launch and no score traffic; 5 FLOPs per score on the
-    # fp32 vector units: 5 · 131,072 = 655,360 / 14e12 = 0.0468 µs
+    # SDPA on a GPU: one flash attention kernel, priced by the attention model on its record;
+    # its two GEMMs keep their FLOPs and are marked fused, with no time of their own
     (inner,) = [o for o in fused.others if o.op.op_class == "softmax"]
-    assert inner.op.dram_bytes == 0
-    assert inner.time_ms == pytest.approx(655_360 / V100.peak("fp32") * 1e3)
-    assert fused.other_ms < eager.other_ms / 100
+    assert inner.op.dram_bytes == 0 and inner.kernel == "flash attention (fa2)"
+    assert inner.time_ms == pytest.approx(sdpa_times_ms([inner.op], V100)[0][0])
+    assert [(g.bound, g.time_ms) for g in fused.gemms] == [("fused", 0.0), ("fused", 0.0)]
+    assert fused.total_ms == pytest.approx(inner.time_ms)
+    # on a CPU the scores' softmax stays inside the two GEMMs: no launch and no score traffic,
+    # 5 FLOPs per score on the vector units, 5 · 131,072 = 655,360 FLOPs
+    cpu = host_cpu()
+    on_cpu = estimate(_Attention(True), (q, q, q), device=cpu)
+    (inner,) = [o for o in on_cpu.others if o.op.op_class == "softmax"]
+    vector_flops = cpu.peak("fp32") or cpu.peak_flops_per_s("float32")
+    assert inner.time_ms == pytest.approx(655_360 / vector_flops * 1e3)
+    assert [g.bound for g in on_cpu.gemms] != ["fused", "fused"]
 
 
 def test_memory_time_is_batched_and_nan_for_unmodelled():

@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq", type=int, default=None,
                    help=f"tokens per sequence (default: {DEFAULT_SEQ} or the model's maximum)")
     p.add_argument("--mode", choices=("inference", "train"), default="inference")
+    p.add_argument("--compiled", action="store_true",
+                   help="price the model as torch.compile (inductor, default mode) runs it: "
+                   "non-GEMM ops fused into kernels")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="the package's default predictor, or the pure roofline (a floor)")
     p.add_argument("--depth", type=int, default=None,
@@ -262,7 +265,8 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
                 warnings.simplefilter("always")
                 reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
                                            dtypes=[dtype.name], mode=args.mode,
-                                           predictor=chosen))
+                                           predictor=chosen,
+                                           compiled=getattr(args, "compiled", False)))
         except CaptureError as e:  # the model or its inputs, not this program
             raise UsageError(str(e)) from e
         for message in dict.fromkeys(str(w.message) for w in caught):
