@@ -321,9 +321,7 @@ class _BufferGraph:
             if kind == "input":
                 self.bufs[n] = _Buf(n, "input")
             elif n in realized:
-                outs = _tensors(n.meta.get("val"))
-                buf = _Buf(n, kind, order=self._order[n],
-                           out_bytes=sum(self.ctx.tensor_bytes(t) for t in outs),
+                buf = _Buf(n, kind, order=self._order[n], out_bytes=self._used_output_bytes(n),
                            output=n in output_sources)
                 if kind == "extern":
                     copied = self._copies.get(n, [])
@@ -356,6 +354,18 @@ class _BufferGraph:
             if buf.kind in ("pointwise", "reduction") and not buf.users and not buf.output:
                 self.removed.update(buf.ops)
                 buf.kind = "dead"
+
+    def _used_output_bytes(self, n: Any) -> int:
+        """Bytes of the node's outputs something reads: of a multi-output op (a norm's output,
+        mean and rstd), those a ``getitem`` hands on to a user."""
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return self.ctx.tensor_bytes(val)
+        outs = list(val) if isinstance(val, (list, tuple)) else []
+        used = {u.args[1] for u in n.users
+                if u.target is operator.getitem and len(u.args) > 1 and u.users}
+        return sum(self.ctx.tensor_bytes(t) for i, t in enumerate(outs)
+                   if i in used and isinstance(t, torch.Tensor))
 
     def _expression(self, n: Any, realized: set[Any] | None, top: bool = False
                     ) -> tuple[dict[Any, int], set[Any], list[int], list[str], list[str], int]:
