@@ -54,16 +54,21 @@ from ..gemms.records import FusedKernel
 
 __all__ = [
     "BACKWARD",
+    "FUSED_ALIASES",
     "FUSED_OPS",
     "OP_CLASSES",
+    "VEC_OPS",
     "FusedOpCost",
     "OpCostModel",
     "fused_op_bytes",
     "fused_time_ms",
+    "fused_time_ms_of",
     "kernel_times_ms",
     "load_op_costs",
+    "measured_op_times_ms",
     "memory_time_ms",
     "op_times_ms",
+    "warm_l2_hit",
 ]
 
 OP_CLASSES: tuple[str, ...] = (
@@ -225,6 +230,56 @@ def memory_time_ms(
     return kernels * overhead_ms + dram_bytes / (eta * bw_bytes_per_s) * 1e3
 
 
+# NeuSight's measured ops (DATA.md, vec/neusight.csv.gz) -> (op class, tensor passes: inputs
+# read + output written, each (rows, cols)); a trailing u: a tensor and a scalar
+VEC_OPS: dict[str, tuple[str, int]] = {
+    **{op: ("elementwise", 3) for op in ("add", "mul", "div", "pow")},
+    **{op: ("elementwise", 2) for op in ("addu", "mulu", "divu", "powu", "relu", "tanh", "gelu")},
+    "ln": ("norm", 2),
+    "softmax": ("softmax", 2),
+}
+
+
+def measured_op_times_ms(
+    ops: Sequence[str],
+    elem_bytes: Sequence[int],
+    rows: Sequence[int],
+    cols: Sequence[int],
+    fused: Sequence[bool],
+    device: DeviceSpec,
+    model: OpCostModel | None = None,
+) -> list[float]:
+    """Times (ms) of measured ops in DATA.md's vec schema on ``device``, as measured: an op of
+    ``fused`` is a fused kernel (``FUSED_OPS``, kernel-timed, re-run on warm buffers), else a
+    NeuSight op of ``VEC_OPS`` (CUDA-event timed, its class's floor included)."""
+    model = model or load_op_costs()
+    clock_hz = (device.boost_clock_mhz or 1e3) * 1e6
+    out = []
+    for op, e, r, c, f in zip(ops, elem_bytes, rows, cols, fused):
+        if f:
+            nbytes, kernels = fused_op_bytes(op, r, c, e)
+            base = FUSED_ALIASES.get(op, (op, 1))[0]
+            cost = model.fused.get(base)
+            if cost is None:
+                raise ValueError(f"the op cost table has no constants for fused op {base!r}")
+            b = torch.tensor([float(nbytes)], dtype=torch.float64)
+            k = torch.tensor([float(kernels)], dtype=torch.float64)
+            t = fused_time_ms_of(b, k, torch.tensor(cost.eta), torch.tensor(
+                cost.sm_bytes_per_cycle), device.dram_bw_bytes_per_s, device.sm_count * clock_hz,
+                0.0, model.roof_p, warm_l2_hit(b / k, device.l2_bytes), cost.floor_ms)
+        else:
+            if op not in VEC_OPS:
+                raise ValueError(f"unknown op {op!r}; known: "
+                                 f"{', '.join(sorted(VEC_OPS) + sorted(FUSED_OPS + tuple(FUSED_ALIASES)))}")
+            cls, passes = VEC_OPS[op]
+            i = OP_CLASSES.index(cls)
+            t = memory_time_ms(torch.tensor([float(passes * r * c * e)], dtype=torch.float64),
+                               torch.ones(1, dtype=torch.float64), torch.tensor(model.eta[i]),
+                               model.floor_ms[i], device.dram_bw_bytes_per_s)
+        out.append(float(t[0]))
+    return out
+
+
 def fused_op_bytes(op: str, rows: int, cols: int, elem_bytes: int) -> tuple[int, int]:
     """(DRAM bytes, kernels) of one measured fused op on (``rows`` tokens, ``cols``) as
     DATA.md describes it; an ``op`` of ``FUSED_OPS`` or ``FUSED_ALIASES``.
@@ -255,14 +310,50 @@ def fused_time_ms(
     device: DeviceSpec,
     overhead_ms: float,
     roof_p: float,
+    l2_hit: torch.Tensor | float = 0.0,
 ) -> torch.Tensor:
-    """kernels·overhead + bytes at the soft maximum of the DRAM and SM-side times, (N,)."""
-    clock_hz = (device.boost_clock_mhz or 1e3) * 1e6
-    dram_s = dram_bytes / (cost.eta * device.dram_bw_bytes_per_s)  # (N,)
-    sm_s = dram_bytes / (cost.sm_bytes_per_cycle * device.sm_count * clock_hz)  # (N,)
-    hi = torch.maximum(dram_s, sm_s).clamp(min=1e-30)
-    both = hi * ((dram_s / hi) ** roof_p + (sm_s / hi) ** roof_p) ** (1.0 / roof_p)
-    return kernels * overhead_ms + both * 1e3
+    """kernels·overhead + bytes at the soft maximum of the DRAM and SM-side times, (N,).
+
+    ``l2_hit`` (N,) is the share of the bytes a warm L2 serves (``warm_l2_hit``): a kernel
+    re-run on the same buffers, as measured; inside a model each op reads fresh data (0)."""
+    return fused_time_ms_of(dram_bytes, kernels, torch.tensor(cost.eta, dtype=torch.float64),
+                            torch.tensor(cost.sm_bytes_per_cycle, dtype=torch.float64),
+                            device.dram_bw_bytes_per_s,
+                            device.sm_count * (device.boost_clock_mhz or 1e3) * 1e6,
+                            overhead_ms, roof_p, l2_hit)
+
+
+def fused_time_ms_of(
+    dram_bytes: torch.Tensor,
+    kernels: torch.Tensor,
+    eta: torch.Tensor,
+    sm_bytes_per_cycle: torch.Tensor,
+    dram_bw_bytes_per_s: torch.Tensor | float,
+    sm_cycles_per_s: torch.Tensor | float,
+    overhead_ms: torch.Tensor | float,
+    roof_p: torch.Tensor | float,
+    l2_hit: torch.Tensor | float = 0.0,
+    floor_ms: torch.Tensor | float = 0.0,
+) -> torch.Tensor:
+    """``fused_time_ms`` on tensors, (N,) each or scalars, differentiable in the constants.
+
+    ``floor_ms``: the shortest an isolated kernel runs (its latency chain), joined to the
+    DRAM and SM times by the same soft maximum; ``overhead_ms`` adds per kernel."""
+    dram_s = dram_bytes * (1.0 - l2_hit) / (eta * dram_bw_bytes_per_s) / kernels  # (N,)
+    sm_s = dram_bytes / (sm_bytes_per_cycle * sm_cycles_per_s) / kernels  # (N,)
+    floor_s = torch.as_tensor(floor_ms, dtype=torch.float64) * 1e-3
+    hi = torch.maximum(torch.maximum(dram_s, sm_s), floor_s).clamp(min=1e-30)
+    each = hi * ((dram_s / hi) ** roof_p + (sm_s / hi) ** roof_p
+                 + (floor_s / hi) ** roof_p) ** (1.0 / roof_p)
+    return kernels * (overhead_ms + each * 1e3)
+
+
+def warm_l2_hit(working_set_bytes: torch.Tensor, l2_bytes: torch.Tensor | float,
+                share: float = 0.5, steepness: float = 4.0) -> torch.Tensor:
+    """Share of a re-run kernel's bytes a warm L2 serves: 1 / (1 + (bytes / (share·L2))^s),
+    (N,); the measured repeats run on the same buffers, so a working set well inside the L2
+    stays there."""
+    return 1.0 / (1.0 + (working_set_bytes / (share * l2_bytes)) ** steepness)
 
 
 def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
