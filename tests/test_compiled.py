@@ -264,7 +264,7 @@ def test_sdpa_on_a_gpu_is_one_flash_kernel_of_hand_worked_bytes(causal: bool):
     # priced by the attention model, cold L2, as the kernel PyTorch runs (FlashAttention 2)
     pred = AttentionPredictor.shipped().predict(sdpa_calls([rec.op], A100), A100, warm_l2=False)
     assert rec.time_ms == pytest.approx(pred.time_ms.item())
-    assert rec.kernel == "flash attention (fa2)"
+    assert rec.kernel == "flash_attention_fa2_0"
     assert report.total_ms == pytest.approx(rec.time_ms)  # its GEMMs are fused into it
     assert sum(g.site.flops for g in report.gemms) == pytest.approx(pred.flops.item())
 
@@ -275,7 +275,7 @@ def test_causal_flash_kernel_runs_fewer_blocks_and_is_faster():
     assert causal.time_ms < 0.8 * dense.time_ms
     times, kernels = sdpa_times_ms([dense.op, causal.op], A100)
     assert times == pytest.approx([dense.time_ms, causal.time_ms])
-    assert kernels == ["flash attention (fa2)"] * 2
+    assert kernels == ["flash_attention_fa2"] * 2
 
 
 def test_eager_attention_stays_op_by_op():
@@ -285,3 +285,20 @@ def test_eager_attention_stays_op_by_op():
                           device=A100)
     assert not any(o.kernel for o in report.others)
     assert {g.bound for g in report.gemms} <= {"compute", "memory"}
+
+
+def test_each_sdpa_call_is_a_kernel_of_its_own():
+    class TwoCalls(nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            h = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+            return F.scaled_dot_product_attention(h, h, h, is_causal=True)
+
+    q = torch.ones(1, 4, 256, 64, device="meta")
+    report = tgc.estimate(TwoCalls(), (q,), device=A100, dtype="bf16")
+    kernels = report.kernels()
+    assert [k["kernel"] for k in kernels] == ["flash_attention_fa2_0", "flash_attention_fa2_1"]
+    assert "2 SDPA calls as flash attention kernels" in report.footer()
+    # the per-GEMM table gives each call a row of its own, and its rows sum to the total
+    rows = report.module_rows(None)
+    assert [r["op"] for r in rows if r.get("op") == "attention"] == ["attention", "attention"]
+    assert sum(r["time_ms"] for r in rows) == pytest.approx(report.total_ms)

@@ -445,7 +445,7 @@ class CostReport:
         names = sorted({o.op.op for o in unmod})
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         kernels = self.kernels()
-        fused = [k for k in kernels if not k["kernel"].startswith(("flash attention", "("))]
+        fused = [k for k in kernels if not k["kernel"].startswith(("flash_attention_", "("))]
         flash = len(kernels) - len(fused) - sum(k["kernel"].startswith("(") for k in kernels)
         notes = ""
         if self.compiled:

@@ -89,8 +89,8 @@ def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
     if runs_fused_attention(device):
         idx = [i for i, o in enumerate(others) if o.attention is not None and o.phase == "forward"]
         attention, kernel = sdpa_times_ms([others[i] for i in idx], device, op_costs=model)
-        for i, t, name in zip(idx, attention, kernel):
-            times[i], names[i] = t, name
+        for j, (i, t, name) in enumerate(zip(idx, attention, kernel)):
+            times[i], names[i] = t, f"{name}_{j}"  # one kernel per call
     return tuple(OpEstimate(op, t, name) for op, t, name in zip(others, times, names))
 
 

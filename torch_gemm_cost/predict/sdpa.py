@@ -25,7 +25,9 @@ from ..gemms.records import OtherOp
 from .attention import AttentionCall, AttentionPredictor, sdpa_kernel
 from .ops import OP_CLASSES, OpCostModel, load_op_costs
 
-__all__ = ["runs_fused_attention", "sdpa_calls", "sdpa_times_ms"]
+__all__ = ["FLASH_PREFIX", "runs_fused_attention", "sdpa_calls", "sdpa_times_ms"]
+
+FLASH_PREFIX = "flash_attention_"  # the kernel an SDPA call runs as: "flash_attention_fa2_7"
 
 
 def runs_fused_attention(device: DeviceSpec) -> bool:
@@ -62,8 +64,9 @@ def sdpa_calls(ops: Sequence[OtherOp], device: DeviceSpec) -> list[AttentionCall
 def sdpa_times_ms(ops: Sequence[OtherOp], device: DeviceSpec,
                   predictor: AttentionPredictor | None = None,
                   op_costs: OpCostModel | None = None) -> tuple[list[float], list[str]]:
-    """Each SDPA call's kernel time (ms) on ``device`` and the kernel it is priced as: the
-    attention model's time, cold L2, plus any explicit mask's bytes at the elementwise η."""
+    """Each SDPA call's kernel time (ms) on ``device`` and the kernel it is priced as
+    (``FLASH_PREFIX`` and the kernel's name): the attention model's time, cold L2, plus any
+    explicit mask's bytes at the elementwise η."""
     if not ops:
         return [], []
     predictor = predictor or _shipped()
@@ -73,4 +76,4 @@ def sdpa_times_ms(ops: Sequence[OtherOp], device: DeviceSpec,
     times = [float(t) + (op.attention.mask_bytes if op.attention else 0)
              / (eta * device.dram_bw_bytes_per_s) * 1e3
              for t, op in zip(pred.time_ms.tolist(), ops)]
-    return times, [f"flash attention ({k})" for k in pred.kernel]
+    return times, [f"{FLASH_PREFIX}{k}" for k in pred.kernel]
