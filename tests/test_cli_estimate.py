@@ -95,6 +95,18 @@ def test_quick_start_prints_the_table(capsys, tiny_gpt2):
     assert "GPT2LMHeadModel on A100 SXM4 80GB" in out and "roofline v1" in out
 
 
+def test_compiled_prints_its_fused_kernels(capsys, tiny_gpt2, tmp_path):
+    argv = ["--hf-config", tiny_gpt2, "--batch", "1", "--seq", "128", "--predictor", "roofline",
+            "--device", "a100_sxm4_80gb", "--dtype", "fp16", "--depth", "1"]
+    rc, eager, _ = run(capsys, "estimate", *argv, "--json", str(tmp_path / "e.json"))
+    assert rc == 0 and "torch.compile" not in eager
+    rc, out, _ = run(capsys, "estimate", *argv, "--compiled", "--json", str(tmp_path / "c.json"))
+    assert rc == 0 and "torch.compile (inductor):" in out and "fused kernels run" in out
+    compiled = json.loads((tmp_path / "c.json").read_text())
+    assert compiled["compiled"] and compiled["kernels"]
+    assert compiled["other_ms"] < json.loads((tmp_path / "e.json").read_text())["other_ms"]
+
+
 def test_depth_json_csv_and_plot(capsys, tiny_gpt2, tmp_path):
     pytest.importorskip("matplotlib")
     base = ["--hf-config", tiny_gpt2, "--batch", "1", "--seq", "128", "--predictor", "roofline",

@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import torch_gemm_cost as tgc
 from torch_gemm_cost import api
 from torch_gemm_cost.capture import capture
-from torch_gemm_cost.gemms import META_KEY, extract
+from torch_gemm_cost.gemms import META_KEY, GemmBatch, extract
 from torch_gemm_cost.predict import HybridPredictor, RooflinePredictor
 
 transformers = pytest.importorskip("transformers")
@@ -322,13 +322,25 @@ def test_causal_attention_pays_for_its_unmasked_tiles_only() -> None:
         def forward(self, q: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=self.causal)
 
+    a100 = tgc.get_device("a100_sxm4_80gb")
     for predictor in (tgc.predict.RooflinePredictor(), tgc.predict.default_predictor()):
-        dense = tgc.estimate(Attn(False), (q,), device="a100_sxm4_80gb", predictor=predictor)
-        causal = tgc.estimate(Attn(True), (q,), device="a100_sxm4_80gb", predictor=predictor)
+        dense = tgc.estimate(Attn(False), (q,), device=a100, predictor=predictor)
+        causal = tgc.estimate(Attn(True), (q,), device=a100, predictor=predictor)
         for d, c in zip(dense.gemms, causal.gemms):
             # 256 queries keep 256·257/2 = 32,896 of 65,536 scores: a 0.50195 share of the work
             assert c.site.flops / c.site.dense_flops == pytest.approx(32896 / 65536)
-            assert c.time_ms == pytest.approx(d.time_ms * 32896 / 65536)
+            # priced as GEMMs (as on a CPU), the kept share scales the time
+            t_dense, t_causal = predictor.predict(
+                GemmBatch.from_sites([d.site, c.site]), a100).time_ms.tolist()
+            assert t_causal == pytest.approx(t_dense * 32896 / 65536)
+    # on the GPU each call is one attention kernel, which skips the masked key blocks: at 4096
+    # tokens (32 query tiles of 128) a causal call runs 528 of 1,024 blocks per head
+    long_q = torch.ones(2, 4, 4096, 64)
+    dense = tgc.estimate(Attn(False), (long_q,), device=a100)
+    causal = tgc.estimate(Attn(True), (long_q,), device=a100)
+    (att_dense,) = [o.time_ms for o in dense.others if o.kernel]
+    (att_causal,) = [o.time_ms for o in causal.others if o.kernel]
+    assert 0.4 * att_dense < att_causal < 0.7 * att_dense
 
 
 def test_fused_attention_keeps_its_scores_on_chip() -> None:
@@ -341,13 +353,19 @@ def test_fused_attention_keeps_its_scores_on_chip() -> None:
         predictor=tgc.predict.RooflinePredictor(),
     )
     h100 = tgc.get_device("h100_sxm5_80gb")
-    for g in report.gemms:
+    sites = [g.site for g in report.gemms]
+    pred = RooflinePredictor().predict(GemmBatch.from_sites(sites), h100)
+    for site, t, compute in zip(sites, pred.time_ms.tolist(), pred.compute_bound.tolist()):
         # the 32·4096·4096·2 B = 1 GiB score matrix never reaches DRAM: the fused kernel moves
         # Q, K, V and O once, 4 · 32·4096·64·2 B = 64 MiB, so each GEMM is compute-bound:
         # 2·32·4096·4096·64 = 68.7 GFLOP at 989.4 TFLOP/s = 0.0695 ms
-        assert g.site.dram_bytes <= 64 * 2**20
-        assert g.bound == "compute"
-        assert g.time_ms == pytest.approx(68.719476736e9 / h100.peak_flops_per_s("fp16") * 1e3)
+        assert site.dram_bytes <= 64 * 2**20
+        assert compute
+        assert t == pytest.approx(68.719476736e9 / h100.peak_flops_per_s("fp16") * 1e3)
+    # in the report the two GEMMs are one attention kernel's, priced on its record
+    assert [g.bound for g in report.gemms] == ["fused", "fused"]
+    (kernel,) = [o for o in report.others if o.kernel]
+    assert report.total_ms == pytest.approx(kernel.time_ms)
 
 
 def lambda_module(fn):

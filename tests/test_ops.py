@@ -14,6 +14,7 @@ from torch import nn
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.api import estimate
+from torch_gemm_cost.devices import host_cpu
 from torch_gemm_cost.gemms import OtherOp, adamw_ops, optimizer_ops
 from torch_gemm_cost.predict.ops import (
     OP_CLASSES,
@@ -22,6 +23,7 @@ from torch_gemm_cost.predict.ops import (
     memory_time_ms,
     op_times_ms,
 )
+from torch_gemm_cost.predict.sdpa import sdpa_times_ms
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec
 
 V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
@@ -241,12 +243,21 @@ def test_attention_eager_vs_sdpa():
     # eager: the scores are materialized; softmax reads and writes 8·128·128·4 B = 524,288 B each
     (soft,) = [o for o in eager.others if o.op.op_class == "softmax"]
     assert soft.time_ms == pytest.approx(table.launch_ms + 1_048_576 / (eta * 900e9) * 1e3)
-    # SDPA: inside the fused kernel, no launch and no score traffic; 5 FLOPs per score on the
-    # fp32 vector units: 5 · 131,072 = 655,360 / 14e12 = 0.0468 µs
+    # SDPA on a GPU: one flash attention kernel, priced by the attention model on its record;
+    # its two GEMMs keep their FLOPs and are marked fused, with no time of their own
     (inner,) = [o for o in fused.others if o.op.op_class == "softmax"]
-    assert inner.op.dram_bytes == 0
-    assert inner.time_ms == pytest.approx(655_360 / V100.peak("fp32") * 1e3)
-    assert fused.other_ms < eager.other_ms / 100
+    assert inner.op.dram_bytes == 0 and inner.kernel == "flash_attention_fa2_0"
+    assert inner.time_ms == pytest.approx(sdpa_times_ms([inner.op], V100)[0][0])
+    assert [(g.bound, g.time_ms) for g in fused.gemms] == [("fused", 0.0), ("fused", 0.0)]
+    assert fused.total_ms == pytest.approx(inner.time_ms)
+    # on a CPU the scores' softmax stays inside the two GEMMs: no launch and no score traffic,
+    # 5 FLOPs per score on the vector units, 5 · 131,072 = 655,360 FLOPs
+    cpu = host_cpu()
+    on_cpu = estimate(_Attention(True), (q, q, q), device=cpu)
+    (inner,) = [o for o in on_cpu.others if o.op.op_class == "softmax"]
+    vector_flops = cpu.peak("fp32") or cpu.peak_flops_per_s("float32")
+    assert inner.time_ms == pytest.approx(655_360 / vector_flops * 1e3)
+    assert [g.bound for g in on_cpu.gemms] != ["fused", "fused"]
 
 
 def test_memory_time_is_batched_and_nan_for_unmodelled():
@@ -334,3 +345,61 @@ def test_estimate_prices_adamw_by_name_over_the_models_parameters():
     for report in (by_name, by_instance):
         assert sum(o.op.dram_bytes for o in report.others if o.op.phase == "optimizer") == 768_800
     assert by_name.total_ms == pytest.approx(by_instance.total_ms)
+
+
+def test_fused_op_hand_worked_on_an_a40():
+    from torch_gemm_cost.predict.ops import FusedOpCost, fused_op_bytes, fused_time_ms
+
+    a40 = get_device("a40")  # 696 GB/s, 84 SMs at 1.74 GHz
+    # a fused RMSNorm over 2048 tokens of 4096 fp16: x read and y written, 2 · 2048·4096·2 B,
+    # and the weight, 4096·2 B: 33,562,624 B in one kernel
+    nbytes, kernels = fused_op_bytes("rms_norm_fused", 2048, 4096, 2)
+    assert (nbytes, kernels) == (33_562_624, 1)
+    # DRAM: 33,562,624 / (0.8 · 696e9) = 60.278 µs; SMs: 33,562,624 / (4 · 84 · 1.74e9) =
+    # 57.407 µs; with p = 1 the two add: 117.685 µs, and a launch of 5 µs
+    cost = FusedOpCost(eta=0.8, sm_bytes_per_cycle=4.0, floor_ms=0.004)
+    t = fused_time_ms(torch.tensor([float(nbytes)]), torch.ones(1), cost, a40, 0.005, 1.0)
+    assert t.item() == pytest.approx(0.122685, rel=1e-5)
+    # vidur's add3 is two adds of three passes each
+    assert fused_op_bytes("add3", 10, 10, 2) == (1_200, 2)
+    with pytest.raises(ValueError, match="unknown fused op 'rms'"):
+        fused_op_bytes("rms", 1, 1, 2)
+
+
+def test_fit_fused_ops_recovers_known_constants():
+    from torch_gemm_cost.predict.ops import fused_time_ms_of
+    from torch_gemm_cost.train.ops import FusedRows, fit_fused_ops, predict_fused
+
+    # an op at η 0.8 and 6 B per SM-cycle on two GPUs unlike each other, 64 KB .. 512 MB
+    sizes = torch.logspace(math.log10(6.4e4), math.log10(5.12e8), 30, dtype=torch.float64)
+    gpus = ("a100_sxm4_80gb", "a40")
+    bw = {g: get_device(g).dram_bw_bytes_per_s for g in gpus}
+    smc = {g: get_device(g).sm_count * get_device(g).boost_clock_mhz * 1e6 for g in gpus}
+    b = torch.cat([sizes, sizes])
+    gpu = tuple(g for g in gpus for _ in sizes)
+    rows = FusedRows(gpu=gpu, op=("gelu",) * len(b), measured_op=("gelu",) * len(b),
+                     dram_bytes=b, kernels=torch.ones_like(b),
+                     dram_bw_bytes_per_s=torch.tensor([bw[g] for g in gpu]),
+                     sm_cycles_per_s=torch.tensor([smc[g] for g in gpu]),
+                     l2_bytes=torch.full_like(b, 1.0),  # no warm L2 to speak of
+                     latency_ms=torch.zeros_like(b))
+    y = fused_time_ms_of(b, rows.kernels, torch.tensor(0.8), torch.tensor(6.0),
+                         rows.dram_bw_bytes_per_s, rows.sm_cycles_per_s, 0.0, 2.0, 0.0, 0.003)
+    rows = FusedRows(**{**rows.__dict__, "latency_ms": y})
+    costs, p = fit_fused_ops(rows, steps=1500)
+    pred = predict_fused(rows, costs, p)
+    assert ((pred - y).abs() / y).max() < 0.03
+    assert costs["gelu"].eta == pytest.approx(0.8, rel=0.1)
+    assert costs["gelu"].sm_bytes_per_cycle == pytest.approx(6.0, rel=0.15)
+
+
+@pytest.mark.data
+def test_shipped_fused_ops_are_scored_with_each_chip_held_out():
+    doc = json.loads(resources.files("torch_gemm_cost").joinpath("data/op_costs.json").read_text())
+    fused = doc["fused_ops"]
+    assert set(fused["ops"]) == {"rms_norm_fused", "layer_norm", "silu_and_mul_fused",
+                                 "rope_fused", "gelu", "add", "embedding"}
+    assert "vidur" in fused["data"] and "MIT" in fused["data"]
+    for op, per_gpu in fused["leave_chip_out"].items():
+        assert set(per_gpu) == {"a100_sxm4_80gb", "a40"}, op
+    assert set(load_op_costs().fused) == set(fused["ops"])

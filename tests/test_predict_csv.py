@@ -295,3 +295,94 @@ def _run_default(tmp_path: Path, src: Path) -> Path:
         mp.setattr(predict_pkg, "default_predictor", RooflinePredictor)
         assert main(["predict-csv", str(src), "--out", str(out)]) == 0
     return out
+
+
+# ------------------------------------------------------------------ the vec and attention schemas
+
+VEC_HEADER = ["gpu", "source", "op", "dtype", "rows", "cols", "model", "latency_ms"]
+VEC_ROWS = [
+    ["tesla_v100_pcie_32gb", "neusight", "add", "float32", "4096", "1024", "", "0.06"],
+    ["a40", "vidur", "rms_norm_fused", "float16", "2048", "4096", "llama", "0.09"],
+    ["a100_sxm4_80gb", "", "add", "float16", "1024", "4096", "", "0.01"],
+    ["a40", "vidur", "add3", "float16", "512", "2560", "phi-2", "0.02"],
+    ["tesla_t4", "neusight", "ln", "float32", "1024", "1024", "", "0.05"],
+    ["a100_sxm4_80gb", "vidur", "embedding", "float16", "4096", "4096", "llama", "0.22"],
+]
+
+
+def test_vec_schema_gets_predicted_ms_as_measured(tmp_path):
+    from torch_gemm_cost import get_device
+    from torch_gemm_cost.predict.ops import OP_CLASSES, load_op_costs, measured_op_times_ms
+
+    src = _write(tmp_path / "vec.csv", VEC_HEADER, VEC_ROWS)
+    out = tmp_path / "out.csv"
+    assert main(["predict-csv", str(src), "--out", str(out)]) == 0
+    got = _read(out)
+    assert got[0] == [*VEC_HEADER, "predicted_ms"]
+    assert [r[:-1] for r in got[1:]] == VEC_ROWS  # every column and the row order kept
+    pred = [float(r[-1]) for r in got[1:]]
+    # NeuSight's add on a V100: 3 passes of 4096·1024·4 B = 50,331,648 B at its class's η, plus
+    # the class's event-timed floor
+    table = load_op_costs()
+    i = OP_CLASSES.index("elementwise")
+    expected = table.floor_ms[i] + 50_331_648 / (table.eta[i] * 900e9) * 1e3
+    assert pred[0] == pytest.approx(expected, rel=1e-5)
+    # vidur's ops are fused kernels (an fp16 add without a source too); add3 is two adds
+    fused = [False, True, True, True, False, True]
+    for row, f, p in zip(VEC_ROWS, fused, pred):
+        elem = 2 if row[3] == "float16" else 4
+        (t,) = measured_op_times_ms([row[2]], [elem], [int(row[4])], [int(row[5])], [f],
+                                    get_device(row[0]))
+        assert p == pytest.approx(t, rel=1e-5)
+    (add,) = measured_op_times_ms(["add"], [2], [512], [2560], [True], get_device("a40"))
+    assert add < pred[3] < 2.2 * add
+
+
+def test_attention_schema_gets_predicted_ms_as_measured(tmp_path):
+    from torch_gemm_cost.predict.attention import AttentionCall, AttentionPredictor
+
+    header = ["gpu", "gpu_name", "source", "phase", "kernel", "batch", "q_len", "kv_len",
+              "heads", "kv_heads", "head_dim", "window", "dtype", "kv_dtype", "latency_ms"]
+    rows = [
+        ["h200_sxm_141gb", "", "aiconfigurator", "prefill", "vllm_flash_attn_fa3", "2", "4096",
+         "4096", "32", "8", "128", "0", "bfloat16", "bfloat16", "1.1"],
+        ["l40s", "", "aiconfigurator", "decode", "", "64", "1", "8192", "32", "8", "128",
+         "4096", "bfloat16", "fp8", "0.2"],
+    ]
+    src = _write(tmp_path / "att.csv.gz", header, rows)
+    out = tmp_path / "out.csv"
+    assert main(["predict-csv", str(src), "--out", str(out)]) == 0
+    got = _read(out)
+    assert [r[:-1] for r in got[1:]] == rows
+    model = AttentionPredictor.shipped()
+    prefill = AttentionCall("prefill", 2, 4096, 4096, 32, 8, 128, kernel="fa3")
+    decode = AttentionCall("decode", 64, 1, 8192, 32, 8, 128, window=4096, kv_dtype="fp8")
+    for call, gpu, r in zip((prefill, decode), ("h200_sxm_141gb", "l40s"), got[1:]):
+        # re-run on warm buffers, as measured
+        expected = model.predict([call], gpu, warm_l2=True).time_ms.item()
+        assert float(r[-1]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_vec_and_attention_rows_name_their_bad_column(tmp_path, capsys):
+    src = _write(tmp_path / "vec.csv", VEC_HEADER, [VEC_ROWS[0], ["a40", "vidur", "rms_norm",
+                                                                   "float16", "8", "4096", "", ""]])
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert ("vec.csv line 3: column 'op': unknown op 'rms_norm'; did you mean "
+            "'rms_norm_fused'?") in capsys.readouterr().err
+    header = ["gpu", "phase", "batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
+              "window", "dtype", "kv_dtype"]
+    bad = _write(tmp_path / "att.csv", header,
+                 [["l40s", "prefil", "1", "8", "8", "8", "8", "64", "0", "bf16", "bf16"],
+                  ["l40s", "prefill", "1", "8", "8", "8", "8", "6x", "0", "bf16", "bf16"]])
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(bad), "--out", str(out), "--skip-bad"]) == 0
+    errors = [r[-1] for r in _read(out)[1:]]
+    assert "did you mean 'prefill'?" in errors[0]
+    assert errors[1] == "column 'head_dim': expected an integer, got '6x'"
+
+
+def test_schema_is_told_by_its_columns(tmp_path, capsys):
+    src = _write(tmp_path / "in.csv", ["gpu", "op", "dtype", "rows"], [])
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "line 1: missing column(s) cols; required: gpu, op, dtype, rows, cols" in (
+        capsys.readouterr().err)

@@ -26,6 +26,8 @@ from .capture import CAPTURE_METHODS, Captured, capture
 from .devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_profile
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract, optimizer_ops
+from .gemms.fusion import fuse_kernels
+from .gemms.records import FusedKernel
 from .predict import Predictor, default_predictor
 from .predict.estimates import GemmEstimate, OpEstimate, estimate_gemms, estimate_ops, total_ms
 from .predict.profile import load_profile
@@ -50,6 +52,7 @@ def estimate(
     predictor: Predictor | None = None,
     optimizer: Any = None,
     capture_method: str = "auto",
+    compiled: bool = False,
 ) -> CostReport:
     """Predict the GPU time of ``model(*args, **kwargs)`` on ``device``, GEMM by GEMM.
 
@@ -63,6 +66,12 @@ def estimate(
     ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then, for
     a real model with real inputs only, an eager run), or one of ``"dispatch"``, ``"export"``,
     ``"eager"`` (see ``capture``). The model is left as it was.
+
+    ``compiled=True`` prices the model as ``torch.compile`` (inductor, default mode) runs it:
+    the non-GEMM ops fused into kernels by inductor's scheduler rules (``gemms.fusion``), each
+    kernel one launch moving what it reads from outside and what it writes for outside; each
+    op's ``OpEstimate.kernel`` names its kernel. On a GPU, SDPA is one FlashAttention-class
+    kernel whether compiled or not (``predict.sdpa``).
     """
     return compare(
         model,
@@ -74,6 +83,7 @@ def estimate(
         predictor=predictor,
         optimizer=optimizer,
         capture_method=capture_method,
+        compiled=compiled,
     )[0]
 
 
@@ -107,23 +117,36 @@ def compare(
     optimizer: Any = None,
     capture_method: str = "auto",
     progress: bool = False,
+    compiled: bool = False,
 ) -> Comparison:
     """One report per (device, dtype), devices outer, from a single capture of the model.
 
     The result is a list of ``CostReport``; printing it shows totals and the top layers side by
     side. ``progress`` shows a progress bar on stderr (``tqdm``) once the work passes a second:
-    the capture, then each (device, dtype)'s pricing and padding advice."""
+    the capture, then each (device, dtype)'s pricing and padding advice. ``compiled``: as in
+    ``estimate``."""
     plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer)
+    if not isinstance(compiled, bool):
+        raise TypeError(f"compiled must be True or False, got {compiled!r}")
     bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
                unit="step", file=sys.stderr, delay=1.0, leave=False, disable=not progress)
     captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
                                   method=capture_method))
-    records = {cd.name: extract(captured, cd, mode=mode, native_dtype=plan.native)
-               for cd in plan.dtypes}
+    records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
+    kernels: dict[str, tuple[FusedKernel, ...]] = {}
+    for cd in plan.dtypes:  # fusion reads the records extract has just put on the graph
+        sites, others = extract(captured, cd, mode=mode, native_dtype=plan.native)
+        kernels[cd.name] = ()
+        if compiled:
+            others, kernels[cd.name] = fuse_kernels(captured, others, cd, mode=mode,
+                                                    native_dtype=plan.native)
+        records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
     runs = [_Run(spec, _predictor_of(predictor, own), cd)
             for (spec, own), cd in itertools.product(plan.targets, plan.dtypes)]
-    priced = [_step(bar, _price(run, *records[run.cd.name], optimizer_records)) for run in runs]
+    priced = [_step(bar, _price(run, *records[run.cd.name], optimizer_records,
+                                kernels[run.cd.name]))
+              for run in runs]
     advice = [_step(bar, tuple(padding_advice(gemms, run.predictor, run.spec,
                                               model_ms=total_ms(gemms, ops),
                                               config=captured.config)))
@@ -132,7 +155,7 @@ def compare(
     _warn_unmodelled(captured.model_name, priced[0][1])
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
-    return Comparison(_report(captured, run, gemms, ops, mode, adv)
+    return Comparison(_report(captured, run, gemms, ops, mode, adv, compiled)
                       for run, (gemms, ops), adv in zip(runs, priced, advice))
 
 
@@ -195,16 +218,17 @@ def _predictor_of(given: Predictor | None, own: Predictor | None) -> Predictor:
 
 
 def _price(run: _Run, sites: Sequence[GemmSite], others: Sequence[OtherOp],
-           optimizer_records: Sequence[OtherOp]
+           optimizer_records: Sequence[OtherOp], kernels: Sequence[FusedKernel] = ()
            ) -> tuple[tuple[GemmEstimate, ...], tuple[OpEstimate, ...]]:
-    """The run's GEMMs (one batched call of its predictor) and other ops, with their times."""
+    """The run's GEMMs (one batched call of its predictor) and other ops, with their times;
+    ``kernels`` hold the ops ``torch.compile`` fuses (positions in ``others``)."""
     return (estimate_gemms(sites, run.spec, run.predictor),
-            estimate_ops((*others, *optimizer_records), run.spec))
+            estimate_ops((*others, *optimizer_records), run.spec, kernels=kernels))
 
 
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
             ops: tuple[OpEstimate, ...], mode: str,
-            advice: tuple[PaddingAdvice, ...]) -> CostReport:
+            advice: tuple[PaddingAdvice, ...], compiled: bool = False) -> CostReport:
     return CostReport(
         model=captured.model_name,
         device=run.spec,
@@ -217,6 +241,7 @@ def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
         config=captured.config,
         module_types=captured.module_types,
         advice=advice,
+        compiled=compiled,
     )
 
 

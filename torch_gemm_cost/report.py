@@ -115,6 +115,8 @@ class CostReport:
     ``config`` holds the model's recognizable config dims and ``module_types`` the class name
     of every module path (names blocks in ``table(depth=N)``), both from the capture.
     ``advice`` is the padding advice (``advise.padding_advice``); None where none was made.
+    ``compiled``: the non-GEMM ops were fused as ``torch.compile`` runs them; each op's
+    ``OpEstimate.kernel`` names its kernel (``kernels()``, ``kernel_table()``).
     """
 
     model: str  # class name of the estimated model
@@ -128,6 +130,7 @@ class CostReport:
     config: Mapping[str, int] = field(default_factory=dict, compare=False)
     module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     advice: tuple[PaddingAdvice, ...] | None = field(default=None, compare=False, repr=False)
+    compiled: bool = field(default=False, compare=False)
 
     # ------------------------------------------------------------------ totals
 
@@ -183,6 +186,51 @@ class CostReport:
             for g in self.gemms
         ]
 
+    def op_rows(self) -> list[dict[str, Any]]:
+        """One dict per non-GEMM op, in execution order, with the kernel that runs it ("" for
+        its own)."""
+        return [
+            {
+                "module": o.op.module,
+                "module_type": o.op.module_type,
+                "op": o.op.op,
+                "phase": o.op.phase,
+                "op_class": o.op.op_class,
+                "dram_bytes": o.op.dram_bytes,
+                "time_ms": o.time_ms,
+                "kernel": o.kernel,
+            }
+            for o in self.others
+        ]
+
+    def kernels(self) -> list[dict[str, Any]]:
+        """The kernels that run several ops (``torch.compile``'s fused kernels, flash attention),
+        in order of their first op: name, phase, module of the first op, the ops fused into it
+        (``module:op``) and its time (its ops' times summed)."""
+        out: dict[str, dict[str, Any]] = {}
+        for o in self.others:
+            if not o.kernel:
+                continue
+            k = out.setdefault(o.kernel, {"kernel": o.kernel, "phase": o.op.phase,
+                                          "module": o.op.module, "ops": [], "time_ms": 0.0})
+            k["ops"].append(f"{o.op.module or '(top)'}:{o.op.op.split('.')[-1]}")
+            k["time_ms"] += o.time_ms or 0.0
+        return list(out.values())
+
+    def kernel_table(self, top: int | None = None) -> str:
+        """The fused kernels as a table: each kernel, its time and the ops fused into it;
+        ``top`` keeps the costliest."""
+        from tabulate import tabulate
+
+        rows = self.kernels()
+        if top:
+            rows = sorted(rows, key=lambda r: -r["time_ms"])[:top]
+        body = [[r["kernel"], r["phase"], r["module"] or "(top)", len(r["ops"]), r["time_ms"],
+                 ", ".join(dict.fromkeys(op.rsplit(":", 1)[1] for op in r["ops"]))]
+                for r in rows]
+        return tabulate(body, headers=["kernel", "phase", "first module", "ops", "time ms",
+                                       "ops fused"], floatfmt=("", "", "", "", ".4f", ""))
+
     def to_dict(self, advice: bool = True) -> dict[str, Any]:
         """Everything as plain data; ``rows`` holds one dict per GEMM and sums to ``gemm_ms``."""
         out: dict[str, Any] = {
@@ -201,6 +249,10 @@ class CostReport:
             "config": dict(self.config),
             "rows": self.rows(),
         }
+        if self.compiled:
+            out["compiled"] = True
+        if any(o.kernel for o in self.others):
+            out["kernels"] = self.kernels()
         if advice and self.advice is not None:
             out["padding_advice"] = [
                 {**asdict(a), "saving_ms": a.saving_ms, "saving_pct": a.saving_pct}
@@ -307,7 +359,13 @@ class CostReport:
             row.compute_ms += g.time_ms if g.bound == "compute" else 0.0
             row.sig.append((s.module[len(row.paths[0]):], s.op, s.phase, s.shape, s.dtype))
         for i, o in enumerate(self.others, start=len(self.gemms)):
-            if depth is None:
+            a = o.op.attention
+            if depth is None and a is not None and o.kernel:  # a GPU's fused attention kernel
+                shape = (a.batch * a.heads, a.q_len, a.kv_len, a.head_dim)
+                okey = (o.op.module, "attention", o.op.phase)
+                nth = ordinal[okey] = ordinal.get(okey, -1) + 1
+                row = add(o.op.module, ("attention", o.op.phase, shape, o.op.dtype, nth), i)
+            elif depth is None:
                 row = add("(non-GEMM ops)", "other", i)
             else:
                 row = add(".".join(_levels(o.op.module)[:depth]), None, i)
@@ -393,12 +451,21 @@ class CostReport:
         unmod = self.unmodelled
         names = sorted({o.op.op for o in unmod})
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        kernels = self.kernels()
+        fused = [k for k in kernels if not k["kernel"].startswith(("flash_attention_", "("))]
+        flash = len(kernels) - len(fused) - sum(k["kernel"].startswith("(") for k in kernels)
+        notes = ""
+        if self.compiled:
+            notes += (f"; torch.compile (inductor): {len(fused)} fused kernels run "
+                      f"{sum(len(k['ops']) for k in fused)} ops")
+        if flash:
+            notes += f"; {flash} SDPA calls as flash attention kernels"
         return (
             f"{self.model} on {self.device.name} ({self.device.id}), {self.dtype}, {self.mode}: "
             f"total {self.total_ms:.3f} ms (GEMM {self.gemm_ms:.3f} ms in {len(self.gemms)} GEMMs, "
             f"other {self.other_ms:.3f} ms), {self.achieved_tflops:.1f} TFLOP/s achieved\n"
             f"predictor {self.predictor} v{self.predictor_version}; "
-            f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "")
+            f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "") + notes
         )
 
     def __str__(self) -> str:

@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vae-factor", type=int, default=None, metavar="N",
                    help="image pixels per latent pixel for --diffusers-config (default: 8)")
     p.add_argument("--mode", choices=("inference", "train"), default="inference")
+    p.add_argument("--compiled", action="store_true",
+                   help="price the model as torch.compile (inductor, default mode) runs it: "
+                   "non-GEMM ops fused into kernels")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="the package's default predictor, or the pure roofline (a floor)")
     p.add_argument("--depth", type=int, default=None,
@@ -272,7 +275,8 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             warnings.simplefilter("always")
             reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
                                        dtypes=[dtype.name], mode=args.mode, predictor=chosen,
-                                       progress=not args.quiet and sys.stderr.isatty()))
+                                       progress=not args.quiet and sys.stderr.isatty(),
+                                       compiled=getattr(args, "compiled", False)))
     except CaptureError as e:  # the model or its inputs, not this program
         raise UsageError(str(e)) from e
     for message in dict.fromkeys(str(w.message) for w in caught):

@@ -1,16 +1,26 @@
-"""``torch-gemm-cost predict-csv``: add ``predicted_ms`` to a CSV of GEMMs in the DATA.md schema.
+"""``torch-gemm-cost predict-csv``: add ``predicted_ms`` to a CSV in any measured schema of
+DATA.md: GEMMs (``gpu, op, dtype, batch, m, n, k``), non-GEMM ops (the vec schema: ``gpu, op,
+dtype, rows, cols``) or attention calls (``gpu, phase, batch, q_len, kv_len, heads, kv_heads,
+head_dim, window, dtype, kv_dtype``), told apart by their columns.
 
-Every input column and the row order are kept. Rows are grouped by ``gpu`` (and by ``timing``
-and ``source`` where the file has them and the predictor takes them: launch overhead depends on
-how the time was measured), and each group is predicted in one batched call. A malformed row
-stops the run with the line and column named (exit 2); with ``--skip-bad`` it gets an ``error``
-column instead and no prediction. Rows with ``batch`` 0 cost 0 ms.
+Every input column and the row order are kept. GEMM rows are grouped by ``gpu`` (and by
+``timing`` and ``source`` where the file has them and the predictor takes them: launch overhead
+depends on how the time was measured), and each group is predicted in one batched call. A vec
+row is priced as measured: NeuSight's ops (``predict.ops.VEC_OPS``) as event-timed kernels of
+their class, vidur's fused ops (``predict.ops.FUSED_OPS``, ``add3``) as kernel-timed fused
+kernels; ``add`` and ``gelu``, which both measured, follow the ``source`` column, else the
+dtype (16-bit: vidur's). An attention row is priced by the fused-attention model re-run on warm
+buffers, as measured, with the kernel its ``kernel`` column names where it has one (else what
+vLLM runs on the GPU); prefill rows are causal. A malformed row stops the run with the line and
+column named (exit 2); with ``--skip-bad`` it gets an ``error`` column instead and no
+prediction. Rows with ``batch`` 0 cost 0 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import gzip
 import inspect
 import logging
@@ -34,6 +44,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REQUIRED: tuple[str, ...] = ("gpu", "op", "dtype", "batch", "m", "n", "k")
+VEC_REQUIRED: tuple[str, ...] = ("gpu", "op", "dtype", "rows", "cols")
+ATTENTION_REQUIRED: tuple[str, ...] = ("gpu", "phase", "batch", "q_len", "kv_len", "heads",
+                                       "kv_heads", "head_dim", "window", "dtype", "kv_dtype")
+# schema -> its required columns, in the order a file's columns are matched against them
+SCHEMAS: dict[str, tuple[str, ...]] = {"attention": ATTENTION_REQUIRED, "gemm": REQUIRED,
+                                       "vec": VEC_REQUIRED}
 _NAMES = ", ".join(REQUIRED)
 # DATA.md's methods, plus calibrate's "wall" (perf_counter around the call: host dispatch
 # included, as with "event"); "" = the predictor's default
@@ -43,7 +59,8 @@ TIMINGS: tuple[str, ...] = ("", "event", "kernel", "table", "wall")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "predict-csv",
-        help="add predicted_ms to a CSV of GEMMs (columns gpu, op, dtype, batch, m, n, k)",
+        help="add predicted_ms to a CSV of GEMMs (gpu, op, dtype, batch, m, n, k), ops (gpu, "
+             "op, dtype, rows, cols) or attention calls (gpu, phase, batch, q_len, kv_len, ...)",
         description="Keep every column and the row order of IN and add predicted_ms.",
     )
     p.add_argument("input", metavar="IN", help="CSV or .csv.gz in the measured-data schema")
@@ -65,6 +82,7 @@ class _Table:
     header: list[str]
     rows: list[list[str]]
     lines: list[int]  # file line where each row starts (the header is line 1)
+    schema: str = "gemm"  # a key of SCHEMAS
 
 
 def _open_text(path: Path, mode: str, gz: bool) -> typing.IO[str]:
@@ -87,11 +105,14 @@ def _read(path: Path) -> _Table:
             if not header:
                 raise UsageError(f"{path}: empty file; expected a header naming {_NAMES}")
             header = [h.strip() for h in header]
-            missing = [c for c in REQUIRED if c not in header]
+            schema = _schema_of(header)
+            missing = [c for c in SCHEMAS[schema] if c not in header]
             if missing:
+                others = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in SCHEMAS.items()
+                                   if name != schema)
                 raise UsageError(
                     f"{path} line 1: missing column(s) {', '.join(missing)}; "
-                    f"required: {_NAMES}"
+                    f"required: {', '.join(SCHEMAS[schema])} (other schemas: {others})"
                 )
             line = reader.line_num + 1
             for row in reader:
@@ -103,7 +124,16 @@ def _read(path: Path) -> _Table:
         raise UsageError(
             f"{path} line {line}: unreadable as CSV text ({type(e).__name__}: {e})"
         ) from None
-    return _Table(header, rows, lines)
+    return _Table(header, rows, lines, schema)
+
+
+def _schema_of(header: list[str]) -> str:
+    """The schema whose required columns the header holds, else the one it comes closest to
+    (most columns present; GEMM on a tie)."""
+    for name, cols in SCHEMAS.items():
+        if all(c in header for c in cols):
+            return name
+    return max(("gemm", "attention", "vec"), key=lambda n: sum(c in header for c in SCHEMAS[n]))
 
 
 _Target = tuple["DeviceSpec", Union["Predictor", None]]
@@ -266,6 +296,112 @@ def _predict_groups(
     return times, errors
 
 
+def _cell(table: _Table, i: int, col: str) -> str:
+    return table.rows[i][table.header.index(col)].strip() if col in table.header else ""
+
+
+def _int_cell(table: _Table, i: int, col: str, lowest: int) -> int:
+    text = _cell(table, i, col)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"column {col!r}: expected an integer, got {text!r}") from None
+    if value < lowest:
+        raise ValueError(f"column {col!r}: expected an integer ≥ {lowest}, got {value}")
+    return value
+
+
+def _by_device(table: _Table, targets: _Targets, errors: dict[int, str]
+               ) -> dict[str, tuple[DeviceSpec, list[int]]]:
+    """Rows grouped by device; rows of the wrong length or an unknown gpu go to ``errors``."""
+    groups: dict[str, tuple[DeviceSpec, list[int]]] = {}
+    for i, row in enumerate(table.rows):
+        if len(row) != len(table.header):
+            errors[i] = f"expected {len(table.header)} fields, got {len(row)}"
+            continue
+        hit = targets.get(_cell(table, i, "gpu"))
+        if isinstance(hit, str):
+            errors[i] = f"column 'gpu': {hit}"
+            continue
+        groups.setdefault(hit[0].id, (hit[0], []))[1].append(i)
+    return groups
+
+
+def _predict_vec(table: _Table, targets: _Targets) -> tuple[list[float | None], dict[int, str]]:
+    """Vec rows: every op of DATA.md's vec files, as measured (see the module docstring)."""
+    from ..dtypes import resolve_dtype
+    from ..predict.ops import FUSED_ALIASES, FUSED_OPS, VEC_OPS, measured_op_times_ms
+
+    errors: dict[int, str] = {}
+    times: list[float | None] = [None] * len(table.rows)
+    fused_names = set(FUSED_OPS) | set(FUSED_ALIASES)
+    known = sorted(set(VEC_OPS) | fused_names)
+    for spec, idx in _by_device(table, targets, errors).values():
+        good: list[tuple[int, str, int, int, int, bool]] = []
+        for i in idx:
+            op = _cell(table, i, "op")
+            try:
+                if op not in known:
+                    close = difflib.get_close_matches(op, known, n=1, cutoff=0.0)
+                    raise ValueError(f"column 'op': unknown op {op!r}; did you mean "
+                                     f"{close[0]!r}?")
+                try:
+                    cd = resolve_dtype(_cell(table, i, "dtype"))
+                except ValueError as e:
+                    raise ValueError(f"column 'dtype': {e}") from None
+                r, c = _int_cell(table, i, "rows", 0), _int_cell(table, i, "cols", 0)
+            except ValueError as e:
+                errors[i] = str(e)
+                continue
+            source = _cell(table, i, "source")
+            fused = op not in VEC_OPS or (op in fused_names and (
+                source == "vidur" if source else cd.in_bytes == 2))
+            good.append((i, op, cd.in_bytes, r, c, fused))
+        if good:
+            t_ms = measured_op_times_ms([g[1] for g in good], [g[2] for g in good],
+                                        [g[3] for g in good], [g[4] for g in good],
+                                        [g[5] for g in good], spec)
+            for g, t in zip(good, t_ms):
+                times[g[0]] = t
+    return times, errors
+
+
+def _predict_attention(table: _Table, targets: _Targets
+                       ) -> tuple[list[float | None], dict[int, str]]:
+    """Attention rows, prefill causal, re-run warm as measured (see the module docstring)."""
+    from ..predict.attention import AttentionCall, AttentionPredictor
+    from ..predict.attention_measured import KERNEL_OF
+
+    errors: dict[int, str] = {}
+    times: list[float | None] = [None] * len(table.rows)
+    predictor = AttentionPredictor.shipped()
+    for spec, idx in _by_device(table, targets, errors).values():
+        calls: list[tuple[int, AttentionCall]] = []
+        for i in idx:
+            kernel = _cell(table, i, "kernel")
+            try:
+                if kernel and kernel not in KERNEL_OF:
+                    close = difflib.get_close_matches(kernel, sorted(KERNEL_OF), n=1, cutoff=0.0)
+                    raise ValueError(f"column 'kernel': unknown kernel {kernel!r}; did you mean "
+                                     f"{close[0]!r}?")
+                size = {c: _int_cell(table, i, c, 0 if c == "window" else 1)
+                        for c in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
+                                  "window")}
+                calls.append((i, AttentionCall(
+                    phase=_cell(table, i, "phase"), batch=size["batch"], q_len=size["q_len"],
+                    kv_len=size["kv_len"], heads=size["heads"], kv_heads=size["kv_heads"],
+                    head_dim=size["head_dim"], window=size["window"],
+                    dtype=_cell(table, i, "dtype"), kv_dtype=_cell(table, i, "kv_dtype"),
+                    kernel=KERNEL_OF.get(kernel, "auto"))))
+            except ValueError as e:
+                errors[i] = str(e)
+        if calls:
+            pred = predictor.predict([c for _, c in calls], spec, warm_l2=True)
+            for (i, _), t in zip(calls, pred.time_ms.tolist()):
+                times[i] = t
+    return times, errors
+
+
 def _rows_out(
     table: _Table, times: list[float | None], errors: dict[int, str], skip_bad: bool
 ) -> Iterator[list[str]]:
@@ -301,7 +437,15 @@ def run(args: argparse.Namespace) -> int:
     table = _read(path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        times, errors = _predict_groups(table, targets, weights_predictor, args.skip_bad, path)
+        if table.schema == "gemm":
+            times, errors = _predict_groups(table, targets, weights_predictor, args.skip_bad,
+                                            path)
+        else:
+            predict = _predict_vec if table.schema == "vec" else _predict_attention
+            times, errors = predict(table, targets)
+            if errors and not args.skip_bad:
+                first = min(errors)
+                raise UsageError(f"{path} line {table.lines[first]}: {errors[first]}")
     for message in dict.fromkeys(str(w.message) for w in caught):
         logger.warning("%s", message)
     if errors:

@@ -21,6 +21,7 @@ from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
 from .handlers import (
     ForwardGemm,
     HandlerContext,
+    attention_shape,
     bind_arguments,
     gemm_handler,
     op_name,
@@ -380,14 +381,15 @@ class _Walk:
                              module in self.causal_modules)
         fwds = handler(bind_arguments(node), ctx) if handler is not None else []
         if fwds:
-            records, back = self._gemms(node, fwds, out_tensors[0], module, module_type)
+            records, back = self._gemms(node, fwds, out_tensors[0], module, module_type, ctx)
         else:
             records, back = self._other(node, name, out_tensors, module, module_type)
         node.meta[META_KEY] = tuple(records) + tuple(back)
         self.bwd[node] = back
 
     def _gemms(self, node: Any, fwds: Sequence[ForwardGemm], out: torch.Tensor, module: str,
-               module_type: str) -> tuple[list[GemmSite | OtherOp], list[GemmSite | OtherOp]]:
+               module_type: str, handler_ctx: HandlerContext
+               ) -> tuple[list[GemmSite | OtherOp], list[GemmSite | OtherOp]]:
         """A GEMM node's records: its GEMMs (SDPA's softmax between them) and their backward."""
         records: list[GemmSite | OtherOp] = []
         back: list[GemmSite | OtherOp] = []
@@ -396,7 +398,7 @@ class _Walk:
             records.append(site)
             self.fwd_gemms.append(site)
             if f.op == "sdpa_qk":
-                soft = _sdpa_softmax(node, f, self.ctx, module, module_type)
+                soft = _sdpa_softmax(node, f, self.ctx, module, module_type, handler_ctx)
                 records.append(soft)
                 self.fwd_others.append(soft)
                 if self.train and self.requires[node]:
@@ -569,7 +571,10 @@ def _bias_grad(site: GemmSite, elems: int, out: torch.Tensor, ctx: _Ctx) -> Othe
     )
 
 
-def _sdpa_softmax(node: Any, f: ForwardGemm, ctx: _Ctx, module: str, module_type: str) -> OtherOp:
+def _sdpa_softmax(node: Any, f: ForwardGemm, ctx: _Ctx, module: str, module_type: str,
+                  handler_ctx: HandlerContext) -> OtherOp:
+    """The on-chip softmax of a fused attention call, carrying the call's ``AttentionShape``
+    (a GPU runs the whole call as one attention kernel: ``predict.estimates``)."""
     b = bind_arguments(node)
     mask = b.get("attn_mask", b.get("attn_bias"))
     mask_val = getattr(mask, "meta", {}).get("val")
@@ -586,6 +591,7 @@ def _sdpa_softmax(node: Any, f: ForwardGemm, ctx: _Ctx, module: str, module_type
         numel=scores,
         dram_bytes=mask_bytes,
         flops=5 * scores,  # NB: scale, max, subtract, exp, sum per score
+        attention=attention_shape(b, handler_ctx, mask_bytes),
     )
 
 

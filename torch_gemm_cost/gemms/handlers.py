@@ -14,13 +14,14 @@ from typing import Any
 
 import torch
 
-from .records import alignment_bytes
+from .records import AttentionShape, alignment_bytes
 
 __all__ = [
     "ForwardGemm",
     "GemmHandler",
     "HandlerContext",
     "active_groups",
+    "attention_shape",
     "bind_arguments",
     "causal_kept_entries",
     "einsum_gemms",
@@ -375,6 +376,41 @@ def _gemm_sdpa(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm
         io_elems=pv_io,
     )
     return [qk, pv]
+
+
+def attention_shape(args: Mapping[str, Any], ctx: HandlerContext,
+                    mask_bytes: int = 0) -> AttentionShape:
+    """The attention an SDPA call's arguments compute (``AttentionShape``).
+
+    Q is (…, heads, q_len, d), K and V (…, kv_heads, kv_len, d): every leading dim before the
+    head dim counts as a sequence. Causality as ``_gemm_sdpa`` reads it: ``is_causal`` aligns
+    top-left, so query i sees keys 0 … i and keys past q_len are never reached (recorded as
+    kv_len = q_len); a materialised mask in a causal module aligns bottom-right, as a KV cache
+    does. NB: a top-left causal call with more queries than keys is recorded as non-causal.
+    """
+    q, k_, v = ctx.tensor(args["query"]), ctx.tensor(args["key"]), ctx.tensor(args["value"])
+    qs = _ints(q.shape)
+    heads = qs[-3] if len(qs) >= 3 else 1
+    kv_heads = int(k_.shape[-3]) if k_.dim() >= 3 else 1
+    q_len, kv_len = qs[-2], int(k_.shape[-2])
+    mask = args.get("attn_mask", args.get("attn_bias"))
+    causal = False
+    if args.get("is_causal"):
+        causal = q_len <= kv_len
+        kv_len = q_len if causal else kv_len
+    elif ctx.causal_module and mask is not None and 1 < q_len <= kv_len:
+        causal = True
+    return AttentionShape(
+        batch=math.prod(qs[:-3]) if len(qs) > 3 else 1,
+        heads=heads,
+        kv_heads=kv_heads if heads % max(kv_heads, 1) == 0 else heads,
+        q_len=q_len,
+        kv_len=kv_len,
+        head_dim=qs[-1],
+        head_dim_v=int(v.shape[-1]),
+        causal=causal,
+        mask_bytes=mask_bytes,
+    )
 
 
 def active_groups(groups: int, rows: int) -> int:

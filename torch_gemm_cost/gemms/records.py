@@ -20,6 +20,8 @@ __all__ = [
     "DTYPE_NAMES",
     "LAYOUT_LEADS",
     "OP_LAYOUT",
+    "AttentionShape",
+    "FusedKernel",
     "GemmBatch",
     "GemmSite",
     "OtherOp",
@@ -137,6 +139,28 @@ class GemmSite:
 
 
 @dataclass(frozen=True)
+class AttentionShape:
+    """What a scaled-dot-product-attention call computes, as a fused attention kernel sees it:
+    ``batch`` sequences of ``heads`` query heads over ``kv_heads`` K/V heads (GQA when fewer),
+    ``q_len`` queries against ``kv_len`` keys, head sizes ``head_dim`` (Q, K) and ``head_dim_v``.
+
+    ``causal``: query i of ``q_len`` sees keys up to position kv_len − q_len + i (a KV cache's
+    bottom-right alignment; a top-left ``is_causal`` call is recorded with the keys it can reach).
+    ``mask_bytes``: an explicit mask the kernel reads (0 without one).
+    """
+
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    head_dim_v: int
+    causal: bool
+    mask_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class OtherOp:
     """A non-GEMM op: its bytes moved, so it can get a memory-bound time."""
 
@@ -150,6 +174,28 @@ class OtherOp:
     numel: int  # elements of the largest output
     dram_bytes: int  # bytes read plus bytes written, each tensor once
     flops: int = 0
+    # the attention an SDPA call computes; its GEMMs are the node's ``sdpa_qk``/``sdpa_pv`` sites
+    attention: AttentionShape | None = None
+
+
+@dataclass(frozen=True)
+class FusedKernel:
+    """One kernel that runs several of a run's non-GEMM ops, as ``torch.compile`` fuses them
+    (``gemms.fusion``): the ops at positions ``ops`` of the run's ``OtherOp`` records.
+
+    ``dram_bytes`` is what the kernel reads from outside plus what it writes that is used
+    outside; its intermediates stay in registers. ``op_class`` names what prices it: the fused
+    op it computes (an RMSNorm, a SiLU·mul, ...: ``predict.ops.FUSED_OPS``), else the
+    ``OtherOp`` class of its costliest kind of op (a kernel with a softmax runs at its rate).
+    """
+
+    name: str  # e.g. "triton_red_fused_add_native_layer_norm_3", as inductor names kernels
+    phase: str  # "forward" or "backward"
+    op_class: str
+    ops: tuple[int, ...]  # positions in the run's OtherOp records, first op first
+    dram_bytes: int
+    module: str  # the module of the kernel's first op
+    launches: int = 1
 
 
 

@@ -100,6 +100,7 @@ __all__ = [
     "attention_geometry",
     "attention_time",
     "pack_gqa",
+    "sdpa_kernel",
     "single_query",
     "split_kv_splits",
     "vllm_kernel",
@@ -167,6 +168,18 @@ def vllm_kernel(device: DeviceSpec, head_dim: int, kv_dtype: str) -> str:
     return "triton"
 
 
+def sdpa_kernel(device: DeviceSpec) -> str:
+    """The kernel structure PyTorch's ``scaled_dot_product_attention`` runs on ``device``.
+
+    On NVIDIA GPUs PyTorch's SDPA dispatches to its bundled FlashAttention 2 (fp16/bf16, no
+    explicit mask) or to its memory-efficient kernel (fp32, or a mask), both tiled kernels with
+    an online softmax that keep the scores on chip and do not pack GQA heads in prefill: both are
+    priced with FlashAttention 2's structure ("fa2"). On AMD GPUs PyTorch runs AOTriton's
+    Triton kernels ("triton"). NB: the memory-efficient kernel's own speed was not measured.
+    """
+    return "triton" if device.vendor == "AMD" else "fa2"
+
+
 def _closest(value: str, options: Sequence[str]) -> str:
     close = difflib.get_close_matches(value, list(options), n=1, cutoff=0.0)
     return close[0] if close else options[0]
@@ -175,7 +188,8 @@ def _closest(value: str, options: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class AttentionCall:
     """One fused attention call: ``batch`` sequences, each with ``q_len`` new query tokens
-    attending to ``kv_len`` keys (the new ones included, so ``q_len ≤ kv_len``).
+    attending to ``kv_len`` keys (the new ones included, so ``q_len ≤ kv_len`` when causal;
+    without ``causal`` every query sees every key, as cross-attention does).
 
     ``heads`` query heads share ``kv_heads`` KV heads (GQA; MQA when 1). ``window`` > 0 limits
     each query to the last ``window`` keys up to and including its own position; 0 means none.
@@ -210,7 +224,7 @@ class AttentionCall:
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be a non-negative integer (0: none), got "
                              f"{self.window!r}")
-        if self.q_len > self.kv_len:
+        if self.causal and self.q_len > self.kv_len:
             raise ValueError(f"q_len {self.q_len} exceeds kv_len {self.kv_len}: the keys include "
                              f"the new tokens, so kv_len must be at least {self.q_len}")
         if self.heads % self.kv_heads:

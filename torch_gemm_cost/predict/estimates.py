@@ -2,7 +2,10 @@
 
 Every GEMM of a run is predicted in one batched call, and each ``GemmEstimate`` keeps the
 predictor's intermediates for its GEMM (``details``), so advice and explanations read them
-instead of predicting again. Non-GEMM ops get their times from the op cost model (``ops``).
+instead of predicting again. Non-GEMM ops get their times from the op cost model (``ops``),
+kernel by kernel where ``torch.compile`` fuses them (``FusedKernel``). On a GPU an SDPA call is
+one fused attention kernel (``sdpa``): its time is on its attention record, and its two GEMMs
+are marked ``fused`` with no time of their own.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..devices import DeviceSpec
-from ..gemms.records import GemmBatch, GemmSite, OtherOp
+from ..gemms.records import FusedKernel, GemmBatch, GemmSite, OtherOp
 from .base import Predictor
 from .ops import OpCostModel, op_times_ms
+from .sdpa import runs_fused_attention, sdpa_times_ms
 
 __all__ = [
     "GemmEstimate",
@@ -32,7 +36,7 @@ class GemmEstimate:
 
     site: GemmSite
     time_ms: float
-    bound: str  # "compute" or "memory"
+    bound: str  # "compute", "memory", or "fused" (its time is its fused attention kernel's)
     # the predictor's intermediates for this GEMM (waves, hit rates, ...), when it gives them
     details: Mapping[str, float] = field(default_factory=dict, compare=False)
 
@@ -43,6 +47,7 @@ class OpEstimate:
 
     op: OtherOp
     time_ms: float | None
+    kernel: str = ""  # the kernel that runs it with others (torch.compile, flash attention)
 
 
 def estimate_gemms(sites: Sequence[GemmSite], device: DeviceSpec,
@@ -53,18 +58,40 @@ def estimate_gemms(sites: Sequence[GemmSite], device: DeviceSpec,
         return ()
     pred = predictor.predict(GemmBatch.from_sites(sites), device)
     details = {name: values.tolist() for name, values in pred.details.items()}  # name -> (N,)
+    fused = runs_fused_attention(device)
     return tuple(
         GemmEstimate(site, float(t), "compute" if bound else "memory",
                      {name: float(values[i]) for name, values in details.items()})
+        if not (fused and _in_attention_kernel(site)) else GemmEstimate(site, 0.0, "fused")
         for i, (site, t, bound) in enumerate(zip(sites, pred.time_ms.tolist(),
                                                  pred.compute_bound.tolist()))
     )
 
 
+def _in_attention_kernel(site: GemmSite) -> bool:
+    """A forward GEMM of an SDPA call, which a GPU runs inside one attention kernel."""
+    return site.phase == "forward" and site.op in ("sdpa_qk", "sdpa_pv")
+
+
 def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
-                 model: OpCostModel | None = None) -> tuple[OpEstimate, ...]:
-    """Every non-GEMM op's time on ``device``; ops of class ``other`` keep None."""
-    return tuple(OpEstimate(op, t) for op, t in zip(others, op_times_ms(others, device, model)))
+                 model: OpCostModel | None = None,
+                 kernels: Sequence[FusedKernel] = ()) -> tuple[OpEstimate, ...]:
+    """Every non-GEMM op's time on ``device``; ops of class ``other`` keep None.
+
+    ``kernels`` (``gemms.fusion.fuse_kernels``) prices the ops they hold as those kernels,
+    each op naming its kernel. On a GPU each SDPA call's record carries its attention
+    kernel's time (``sdpa.sdpa_times_ms``)."""
+    times = op_times_ms(others, device, model, kernels)
+    names = [""] * len(others)
+    for k in kernels:
+        for i in k.ops:
+            names[i] = k.name
+    if runs_fused_attention(device):
+        idx = [i for i, o in enumerate(others) if o.attention is not None and o.phase == "forward"]
+        attention, kernel = sdpa_times_ms([others[i] for i in idx], device, op_costs=model)
+        for j, (i, t, name) in enumerate(zip(idx, attention, kernel)):
+            times[i], names[i] = t, f"{name}_{j}"  # one kernel per call
+    return tuple(OpEstimate(op, t, name) for op, t, name in zip(others, times, names))
 
 
 def gemm_ms(gemms: Sequence[GemmEstimate]) -> float:

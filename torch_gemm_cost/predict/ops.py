@@ -14,6 +14,22 @@ consecutive kernels, instead of that floor.
   at the device's vector fp32 rate, plus any explicit mask it reads, and launches nothing.
 - The optimizer's update (``gemms.extract.optimizer_ops``) is ops of phase ``optimizer``.
 
+Fused kernels, as serving engines run them and as ``torch.compile`` makes them (``FUSED_OPS``:
+a fused RMSNorm, SiLU·mul, rotary embedding, an embedding gather, and torch's LayerNorm, GELU
+and add as vidur timed them in fp16) have constants of their own, fitted per op on vidur's
+kernel times (``train/ops.py``): a kernel moves its bytes at the slower of two rates, a share
+η of the DRAM bandwidth and β bytes per SM-cycle (SMs × boost clock), joined by a soft
+maximum of the two times with a shared exponent p:
+
+    time = kernels · launch + bytes · ((1 / (η·BW))^p + (1 / (β·SMs·clock))^p)^(1/p)
+
+The SM side is what a per-token kernel sustains with its own loads in flight whatever the
+DRAM: vidur's embedding gather runs at 0.29 TB/s on an A100 (2.0 TB/s of DRAM) and 0.35 on an
+A40 (0.7 TB/s), 1.9 and 2.4 bytes per SM-cycle. A compiled kernel (``FusedKernel``) is priced
+as one kernel of its bytes: with the fused op's constants where it computes one, else with its
+class's η. Eager ops run as such kernels price with them too: ``aten.embedding``, and torch's
+own fused ``rms_norm``.
+
 NB: every tensor is assumed to come from DRAM; on large-L2 GPUs (A100: 40 MB) small
 activations partly hit L2, so such ops run faster than predicted.
 """
@@ -23,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -34,14 +50,25 @@ import torch
 from ..devices import DeviceSpec
 from ..dtypes import DTYPES
 from ..gemms import OtherOp
+from ..gemms.records import FusedKernel
 
 __all__ = [
     "BACKWARD",
+    "FUSED_ALIASES",
+    "FUSED_OPS",
     "OP_CLASSES",
+    "VEC_OPS",
+    "FusedOpCost",
     "OpCostModel",
+    "fused_op_bytes",
+    "fused_time_ms",
+    "fused_time_ms_of",
+    "kernel_times_ms",
     "load_op_costs",
+    "measured_op_times_ms",
     "memory_time_ms",
     "op_times_ms",
+    "warm_l2_hit",
 ]
 
 OP_CLASSES: tuple[str, ...] = (
@@ -98,19 +125,48 @@ _BACKWARD_DEFAULT: tuple[float, int] = (1.0, 1)
 # backward is a view of the gradient (or nothing): no kernel
 _NO_BACKWARD_KERNEL = frozenset({"bernoulli"})
 
+# the fused kernels vidur timed (DATA.md, vec/vidur.csv.gz), each with constants of its own
+FUSED_OPS: tuple[str, ...] = (
+    "rms_norm_fused",
+    "layer_norm",
+    "silu_and_mul_fused",
+    "rope_fused",
+    "gelu",
+    "add",
+    "embedding",
+)
+# measured op names that are a fused op run several times: vidur's add3 is two adds
+FUSED_ALIASES: dict[str, tuple[str, int]] = {"add3": ("add", 2)}
+
+
+@dataclass(frozen=True)
+class FusedOpCost:
+    """A fused kernel's constants: ``eta``, its share of the DRAM bandwidth;
+    ``sm_bytes_per_cycle``, the bytes one SM moves a cycle when the SMs, not the DRAM, limit
+    it; ``floor_ms``, the kernel time of one isolated launch (scores the fit on measured
+    kernels; inside a model each kernel pays ``OpCostModel.launch_ms``)."""
+
+    eta: float
+    sm_bytes_per_cycle: float
+    floor_ms: float
+
+
 @dataclass(frozen=True)
 class OpCostModel:
-    """Fitted constants per op class, in ``OP_CLASSES`` order.
+    """Fitted constants per op class, in ``OP_CLASSES`` order, and per fused op (``FUSED_OPS``).
 
     ``eta``: fraction of datasheet DRAM bandwidth (NaN: unmodelled). ``floor_ms``: event-timed
     floor of one isolated kernel (used to score the fit on measured ops). ``launch_ms``: the
-    cost of one kernel in a stream of back-to-back kernels.
+    cost of one kernel in a stream of back-to-back kernels. ``fused``: the fused ops' constants
+    (empty in a table without them), joined by the soft maximum of exponent ``roof_p``.
     """
 
     eta: tuple[float, ...]
     floor_ms: tuple[float, ...]
     launch_ms: float
     provenance: Mapping[str, Any]
+    fused: Mapping[str, FusedOpCost] = field(default_factory=dict)
+    roof_p: float = 4.0
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> OpCostModel:
@@ -126,11 +182,20 @@ class OpCostModel:
                 return float("nan")
             return float(classes[c][key])
 
+        fused = d.get("fused_ops", {})
+        unknown = sorted(set(fused.get("ops", {})) - set(FUSED_OPS))
+        if unknown:
+            raise ValueError(f"op cost table has unknown fused ops {unknown}; known: "
+                             f"{list(FUSED_OPS)}")
         return cls(
             eta=tuple(get(c, "eta") for c in OP_CLASSES),
             floor_ms=tuple(get(c, "floor_ms") for c in OP_CLASSES),
             launch_ms=float(d["launch_ms"]),
             provenance=dict(d.get("provenance", {})),
+            fused={name: FusedOpCost(float(v["eta"]), float(v["sm_bytes_per_cycle"]),
+                                     float(v["floor_ms"]))
+                   for name, v in fused.get("ops", {}).items()},
+            roof_p=float(fused.get("roof_p", 4.0)),
         )
 
     @classmethod
@@ -165,13 +230,176 @@ def memory_time_ms(
     return kernels * overhead_ms + dram_bytes / (eta * bw_bytes_per_s) * 1e3
 
 
+# NeuSight's measured ops (DATA.md, vec/neusight.csv.gz) -> (op class, tensor passes: inputs
+# read + output written, each (rows, cols)); a trailing u: a tensor and a scalar
+VEC_OPS: dict[str, tuple[str, int]] = {
+    **{op: ("elementwise", 3) for op in ("add", "mul", "div", "pow")},
+    **{op: ("elementwise", 2) for op in ("addu", "mulu", "divu", "powu", "relu", "tanh", "gelu")},
+    "ln": ("norm", 2),
+    "softmax": ("softmax", 2),
+}
+
+
+def measured_op_times_ms(
+    ops: Sequence[str],
+    elem_bytes: Sequence[int],
+    rows: Sequence[int],
+    cols: Sequence[int],
+    fused: Sequence[bool],
+    device: DeviceSpec,
+    model: OpCostModel | None = None,
+) -> list[float]:
+    """Times (ms) of measured ops in DATA.md's vec schema on ``device``, as measured: an op of
+    ``fused`` is a fused kernel (``FUSED_OPS``, kernel-timed, re-run on warm buffers), else a
+    NeuSight op of ``VEC_OPS`` (CUDA-event timed, its class's floor included)."""
+    model = model or load_op_costs()
+    clock_hz = (device.boost_clock_mhz or 1e3) * 1e6
+    out = []
+    for op, e, r, c, f in zip(ops, elem_bytes, rows, cols, fused):
+        if f:
+            nbytes, kernels = fused_op_bytes(op, r, c, e)
+            base = FUSED_ALIASES.get(op, (op, 1))[0]
+            cost = model.fused.get(base)
+            if cost is None:
+                raise ValueError(f"the op cost table has no constants for fused op {base!r}")
+            b = torch.tensor([float(nbytes)], dtype=torch.float64)
+            k = torch.tensor([float(kernels)], dtype=torch.float64)
+            t = fused_time_ms_of(b, k, torch.tensor(cost.eta), torch.tensor(
+                cost.sm_bytes_per_cycle), device.dram_bw_bytes_per_s, device.sm_count * clock_hz,
+                0.0, model.roof_p, warm_l2_hit(b / k, device.l2_bytes), cost.floor_ms)
+        else:
+            if op not in VEC_OPS:
+                raise ValueError(f"unknown op {op!r}; known: "
+                                 f"{', '.join(sorted(VEC_OPS) + sorted(FUSED_OPS + tuple(FUSED_ALIASES)))}")
+            cls, passes = VEC_OPS[op]
+            i = OP_CLASSES.index(cls)
+            t = memory_time_ms(torch.tensor([float(passes * r * c * e)], dtype=torch.float64),
+                               torch.ones(1, dtype=torch.float64), torch.tensor(model.eta[i]),
+                               model.floor_ms[i], device.dram_bw_bytes_per_s)
+        out.append(float(t[0]))
+    return out
+
+
+def fused_op_bytes(op: str, rows: int, cols: int, elem_bytes: int) -> tuple[int, int]:
+    """(DRAM bytes, kernels) of one measured fused op on (``rows`` tokens, ``cols``) as
+    DATA.md describes it; an ``op`` of ``FUSED_OPS`` or ``FUSED_ALIASES``.
+
+    >>> fused_op_bytes("silu_and_mul_fused", 4, 11008, 2)   # reads (4, 2·11008), writes (4, 11008)
+    (264192, 1)
+    """
+    base, kernels = FUSED_ALIASES.get(op, (op, 1))
+    t, c, e = rows, cols, elem_bytes
+    passes = {
+        "rms_norm_fused": 2 * t * c * e + c * e,  # x read, y written, the weight read
+        "layer_norm": 2 * t * c * e + 2 * c * e,  # and weight and bias
+        "silu_and_mul_fused": 3 * t * c * e,  # gate and up (t, 2c) read, (t, c) written
+        "rope_fused": 2 * t * c * e + 8 * t,  # q and k in place, the int64 positions
+        "gelu": 2 * t * c * e,
+        "add": 3 * t * c * e,
+        "embedding": 2 * t * c * e + 8 * t,  # the rows gathered and written, int64 ids
+    }
+    if base not in passes:
+        raise ValueError(f"unknown fused op {op!r}; known: {', '.join(FUSED_OPS + tuple(FUSED_ALIASES))}")
+    return kernels * passes[base], kernels
+
+
+def fused_time_ms(
+    dram_bytes: torch.Tensor,
+    kernels: torch.Tensor,
+    cost: FusedOpCost,
+    device: DeviceSpec,
+    overhead_ms: float,
+    roof_p: float,
+    l2_hit: torch.Tensor | float = 0.0,
+) -> torch.Tensor:
+    """kernels·overhead + bytes at the soft maximum of the DRAM and SM-side times, (N,).
+
+    ``l2_hit`` (N,) is the share of the bytes a warm L2 serves (``warm_l2_hit``): a kernel
+    re-run on the same buffers, as measured; inside a model each op reads fresh data (0)."""
+    return fused_time_ms_of(dram_bytes, kernels, torch.tensor(cost.eta, dtype=torch.float64),
+                            torch.tensor(cost.sm_bytes_per_cycle, dtype=torch.float64),
+                            device.dram_bw_bytes_per_s,
+                            device.sm_count * (device.boost_clock_mhz or 1e3) * 1e6,
+                            overhead_ms, roof_p, l2_hit)
+
+
+def fused_time_ms_of(
+    dram_bytes: torch.Tensor,
+    kernels: torch.Tensor,
+    eta: torch.Tensor,
+    sm_bytes_per_cycle: torch.Tensor,
+    dram_bw_bytes_per_s: torch.Tensor | float,
+    sm_cycles_per_s: torch.Tensor | float,
+    overhead_ms: torch.Tensor | float,
+    roof_p: torch.Tensor | float,
+    l2_hit: torch.Tensor | float = 0.0,
+    floor_ms: torch.Tensor | float = 0.0,
+) -> torch.Tensor:
+    """``fused_time_ms`` on tensors, (N,) each or scalars, differentiable in the constants.
+
+    ``floor_ms``: the shortest an isolated kernel runs (its latency chain), joined to the
+    DRAM and SM times by the same soft maximum; ``overhead_ms`` adds per kernel."""
+    dram_s = dram_bytes * (1.0 - l2_hit) / (eta * dram_bw_bytes_per_s) / kernels  # (N,)
+    sm_s = dram_bytes / (sm_bytes_per_cycle * sm_cycles_per_s) / kernels  # (N,)
+    floor_s = torch.as_tensor(floor_ms, dtype=torch.float64) * 1e-3
+    hi = torch.maximum(torch.maximum(dram_s, sm_s), floor_s).clamp(min=1e-30)
+    each = hi * ((dram_s / hi) ** roof_p + (sm_s / hi) ** roof_p
+                 + (floor_s / hi) ** roof_p) ** (1.0 / roof_p)
+    return kernels * (overhead_ms + each * 1e3)
+
+
+def warm_l2_hit(working_set_bytes: torch.Tensor, l2_bytes: torch.Tensor | float,
+                share: float = 0.5, steepness: float = 4.0) -> torch.Tensor:
+    """Share of a re-run kernel's bytes a warm L2 serves: 1 / (1 + (bytes / (share·L2))^s),
+    (N,); the measured repeats run on the same buffers, so a working set well inside the L2
+    stays there."""
+    return 1.0 / (1.0 + (working_set_bytes / (share * l2_bytes)) ** steepness)
+
+
+def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
+                    model: OpCostModel | None = None) -> list[float]:
+    """Each fused kernel's time: its launches, and its bytes at its fused op's rates
+    (``FUSED_OPS``) or its class's η."""
+    model = model or load_op_costs()
+    out = []
+    for k in kernels:
+        nbytes = torch.tensor([float(k.dram_bytes)], dtype=torch.float64)
+        launches = torch.tensor([float(k.launches)], dtype=torch.float64)
+        cost = model.fused.get(k.op_class)
+        if cost is not None:
+            t = fused_time_ms(nbytes, launches, cost, device, model.launch_ms, model.roof_p)
+        else:
+            eta = model.eta[_class_index(_FUSED_CLASS.get(k.op_class, k.op_class))]
+            t = memory_time_ms(nbytes, launches, torch.tensor(eta), model.launch_ms,
+                               device.dram_bw_bytes_per_s)
+        out.append(float(t[0]))
+    return out
+
+
 def op_times_ms(
-    others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel | None = None
+    others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel | None = None,
+    kernels: Sequence[FusedKernel] = (),
 ) -> list[float | None]:
-    """A time per op in ms (None where unmodelled), one batched evaluation for all of them."""
+    """A time per op in ms (None where unmodelled), one batched evaluation for all of them.
+
+    With ``kernels`` (``gemms.fusion``: the ops as ``torch.compile`` fuses them), each
+    kernel's time (``kernel_times_ms``) replaces its ops' own, shared among them in proportion
+    to the bytes each would move alone (equally where none would).
+    """
     model = model or load_op_costs()
     if not others:
         return []
+    times = _op_times(others, device, model)
+    for k, t in zip(kernels, kernel_times_ms(kernels, device, model)):
+        alone = [float(others[i].dram_bytes) for i in k.ops]
+        total = sum(alone)
+        for i, b in zip(k.ops, alone):
+            times[i] = t * (b / total if total else 1.0 / len(k.ops))
+    return times
+
+
+def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
+              ) -> list[float | None]:
     forward = {op.node: op for op in others if op.phase == "forward"}
     rows = [_row(op, forward.get(op.node)) for op in others]
     for i, (fused_bytes, fused_kernels) in _dropout_fusion(others).items():
@@ -189,7 +417,27 @@ def op_times_ms(
     # runs over the parameters whatever the batch. NB: a zero-fill of a weight gradient is free
     empty = torch.tensor([op.numel == 0 and op.phase != "optimizer" for op in others])
     time = torch.where(empty & ~torch.isnan(time), torch.zeros_like(time), time)
-    return [None if math.isnan(t) else float(t) for t in time.tolist()]
+    out: list[float | None] = [None if math.isnan(t) else float(t) for t in time.tolist()]
+    # eager ops that run as one of the fused kernels: torch's embedding gather and fused RMSNorm
+    for i, op in enumerate(others):
+        name = _EAGER_FUSED.get(_base(op)) if op.phase == "forward" else None
+        cost = model.fused.get(name) if name else None
+        if cost is not None and out[i] is not None and op.numel:
+            t = fused_time_ms(torch.tensor([float(op.dram_bytes)], dtype=torch.float64),
+                              torch.ones(1, dtype=torch.float64), cost, device,
+                              model.launch_ms, model.roof_p)
+            out[i] = float(t[0])
+    return out
+
+
+# the op class a fused op's kernel falls back to in a table without fused-op constants
+_FUSED_CLASS: dict[str, str] = {"rms_norm_fused": "norm", "layer_norm": "norm",
+                                "silu_and_mul_fused": "elementwise", "rope_fused": "elementwise",
+                                "gelu": "elementwise", "add": "elementwise",
+                                "embedding": "embedding"}
+# eager ATen ops that are one of ``FUSED_OPS``' kernels
+_EAGER_FUSED: dict[str, str] = {"embedding": "embedding", "rms_norm": "rms_norm_fused",
+                                "_fused_rms_norm": "rms_norm_fused"}
 
 
 def _row(op: OtherOp, fwd: OtherOp | None) -> tuple[int, float, float, float]:

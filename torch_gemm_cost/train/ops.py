@@ -10,6 +10,12 @@ fitted by Adam on the squared log error (relative error: times span four orders 
 on every measured GPU. The evaluation leaves each chip out in turn (the two A100 boards leave
 together): fit on the others, score on it.
 
+The fused kernels of an LLM layer as a serving engine runs them (vidur's ``vec/vidur.csv.gz``,
+MIT: a fused RMSNorm, SiLU·mul and rotary embedding, an embedding gather, torch's LayerNorm,
+GELU and add, fp16 kernel times on A100-SXM4-80GB and A40) get constants per op
+(``predict.ops.FUSED_OPS``): η, bytes per SM-cycle and a kernel floor (``fit_fused_ops``),
+scored with each of the two chips held out (GA100, GA102) on ops of ``FUSED_MIN_MS`` or more.
+
     python -m torch_gemm_cost.train.ops [--data ../shared/data] [--out torch_gemm_cost/data/op_costs.json]
 """
 
@@ -30,21 +36,36 @@ import torch
 
 from ..devices import get_device
 from ..gemms.measured import DEFAULT_OWN_DIRS
-from ..predict.ops import memory_time_ms
+from ..predict.ops import (
+    FUSED_ALIASES,
+    FUSED_OPS,
+    VEC_OPS,
+    FusedOpCost,
+    fused_op_bytes,
+    fused_time_ms_of,
+    memory_time_ms,
+    warm_l2_hit,
+)
 from ..predict.score import summarize_errors
 from .gemm import chip_of
 
-__all__ = ["LAUNCH_MS", "VecRow", "fit_class", "fit_op_costs", "load_vec", "main"]
+__all__ = [
+    "FUSED_MIN_MS",
+    "LAUNCH_MS",
+    "VEC_OPS",
+    "FusedRows",
+    "VecRow",
+    "fit_class",
+    "fit_fused_ops",
+    "fit_op_costs",
+    "load_fused",
+    "load_vec",
+    "main",
+    "predict_fused",
+]
 
 log = logging.getLogger(__name__)
 
-# measured op -> (op class, tensor passes: inputs read + output written, each (rows, cols))
-VEC_OPS: dict[str, tuple[str, int]] = {
-    **{op: ("elementwise", 3) for op in ("add", "mul", "div", "pow")},
-    **{op: ("elementwise", 2) for op in ("addu", "mulu", "divu", "powu", "relu", "tanh", "gelu")},
-    "ln": ("norm", 2),
-    "softmax": ("softmax", 2),
-}
 FITTED = ("elementwise", "norm", "softmax")
 # classes without measurements take the constants of the closest measured kernel
 BORROWED = {
@@ -56,6 +77,142 @@ BORROWED = {
 # NB: not fitted. Measured floors include CUDA-event overhead (~25 µs); back to back on one
 # stream a kernel costs a few µs of launch gap and ramp.
 LAUNCH_MS = 0.005
+FUSED_MIN_MS = 0.01  # fused ops under this are scored apart: a kernel's floor is 2-8 µs
+# priors of the fused-op fit, in the fitted (unconstrained) coordinates: a kernel streams at
+# about 0.85 of the DRAM bandwidth unless its data say otherwise, and its SM side does not
+# bind unless its data say it does (64 B per SM-cycle is beyond any measured kernel)
+_ETA_PRIOR, _SM_PRIOR, _PRIOR_WEIGHT = 0.85, 64.0, 0.001
+
+
+@dataclass(frozen=True)
+class FusedRows:
+    """Measured fused-op kernels (vidur's ``vec/vidur.csv.gz``) as tensors, (N,) each."""
+
+    gpu: tuple[str, ...]
+    op: tuple[str, ...]  # a ``FUSED_OPS`` name (``add3`` counts as two adds)
+    measured_op: tuple[str, ...]
+    dram_bytes: torch.Tensor
+    kernels: torch.Tensor
+    dram_bw_bytes_per_s: torch.Tensor
+    sm_cycles_per_s: torch.Tensor  # SMs × boost clock
+    l2_bytes: torch.Tensor
+    latency_ms: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.gpu)
+
+    def select(self, keep: torch.Tensor) -> FusedRows:
+        """The rows where ``keep`` (a bool mask) is true, in order."""
+        idx = torch.nonzero(keep).flatten().tolist()
+        fields: dict[str, Any] = {
+            f: (tuple(v[i] for i in idx) if isinstance(v := getattr(self, f), tuple) else v[keep])
+            for f in self.__dataclass_fields__}
+        return FusedRows(**fields)
+
+
+def load_fused(data_dir: str | Path) -> FusedRows:
+    """vidur's fused LLM-layer ops (fp16, kernel time, A100-SXM4-80GB and A40), with their bytes
+    (``predict.ops.fused_op_bytes``) and their GPU's facts."""
+    path = Path(data_dir) / "vec" / "vidur.csv.gz"
+    if not path.is_file():
+        raise FileNotFoundError(f"measured fused ops not found at {path} (expected ../shared/data)")
+    cols: dict[str, list[Any]] = {k: [] for k in ("gpu", "op", "measured_op", "b", "k", "bw",
+                                                 "sm", "l2", "y")}
+    facts: dict[str, tuple[float, float, float]] = {}
+    with gzip.open(path, "rt", newline="") as f:
+        for line, rec in enumerate(csv.DictReader(f), start=2):
+            name = rec["op"]
+            if name not in FUSED_OPS and name not in FUSED_ALIASES:
+                log.info("%s:%d: op %r is no fused op; skipped", path, line, name)
+                continue
+            gpu = rec["gpu"]
+            if gpu not in facts:
+                d = get_device(gpu)
+                facts[gpu] = (d.dram_bw_bytes_per_s, d.sm_count * (d.boost_clock_mhz or 0) * 1e6,
+                              d.l2_bytes)
+            elem = 2 if rec["dtype"] in ("float16", "bfloat16") else 4
+            nbytes, kernels = fused_op_bytes(name, int(rec["rows"]), int(rec["cols"]), elem)
+            cols["gpu"].append(gpu)
+            cols["op"].append(FUSED_ALIASES.get(name, (name, 1))[0])
+            cols["measured_op"].append(name)
+            cols["b"].append(float(nbytes))
+            cols["k"].append(float(kernels))
+            bw, sm, l2 = facts[gpu]
+            cols["bw"].append(bw)
+            cols["sm"].append(sm)
+            cols["l2"].append(l2)
+            cols["y"].append(float(rec["latency_ms"]))
+
+    def t(xs: list[float]) -> torch.Tensor:
+        return torch.tensor(xs, dtype=torch.float64)
+
+    return FusedRows(tuple(cols["gpu"]), tuple(cols["op"]), tuple(cols["measured_op"]),
+                     t(cols["b"]), t(cols["k"]), t(cols["bw"]), t(cols["sm"]), t(cols["l2"]),
+                     t(cols["y"]))
+
+
+def _fused_raw(costs: dict[str, FusedOpCost], roof_p: float) -> dict[str, torch.Tensor]:
+    raw = {"p": torch.tensor(math.log(math.expm1(roof_p - 1.0)), dtype=torch.float64)}
+    for op, c in costs.items():
+        raw[f"{op}.eta"] = torch.tensor(math.log(c.eta / (1 - c.eta)), dtype=torch.float64)
+        raw[f"{op}.sm"] = torch.tensor(math.log(c.sm_bytes_per_cycle), dtype=torch.float64)
+        raw[f"{op}.floor"] = torch.tensor(math.log(c.floor_ms), dtype=torch.float64)
+    return raw
+
+
+def predict_fused(rows: FusedRows, costs: dict[str, FusedOpCost], roof_p: float,
+                  *, warm_l2: bool = True) -> torch.Tensor:
+    """Kernel time (ms) of every measured row from fused-op constants, (N,); ``warm_l2``: re-run
+    on the same buffers, as vidur measured (a working set inside the L2 stays there)."""
+    raw = _fused_raw(costs, roof_p)
+    with torch.no_grad():
+        return _fused_forward(rows, raw, warm_l2)
+
+
+def _fused_forward(rows: FusedRows, raw: dict[str, torch.Tensor], warm_l2: bool) -> torch.Tensor:
+    names = sorted({op for op in rows.op})
+    index = torch.tensor([names.index(op) for op in rows.op], dtype=torch.long)  # (N,)
+    eta = torch.sigmoid(torch.stack([raw[f"{n}.eta"] for n in names]))[index]
+    sm = torch.stack([raw[f"{n}.sm"] for n in names]).exp()[index]
+    floor = torch.stack([raw[f"{n}.floor"] for n in names]).exp()[index]
+    p = 1.0 + torch.nn.functional.softplus(raw["p"])
+    hit = warm_l2_hit(rows.dram_bytes / rows.kernels, rows.l2_bytes) if warm_l2 else 0.0
+    return fused_time_ms_of(rows.dram_bytes, rows.kernels, eta, sm, rows.dram_bw_bytes_per_s,
+                            rows.sm_cycles_per_s, 0.0, p, hit, floor)
+
+
+def fit_fused_ops(rows: FusedRows, steps: int = 600, lr: float = 0.05
+                  ) -> tuple[dict[str, FusedOpCost], float]:
+    """Per fused op η, β (bytes per SM-cycle) and kernel floor, and one soft-maximum exponent,
+    minimising the mean squared log error with every op weighted alike; weak priors pull η
+    towards 0.85 and β towards a side that does not bind, so a GPU whose rows never show a
+    constant leaves it where the physics puts it. Returns (constants by op, exponent)."""
+    if not len(rows):
+        raise ValueError("no measured fused-op rows to fit")
+    ops = sorted(set(rows.op))
+    raw = _fused_raw({op: FusedOpCost(_ETA_PRIOR, _SM_PRIOR, 0.004) for op in ops}, 4.0)
+    for v in raw.values():
+        v.requires_grad_(True)
+    index = torch.tensor([ops.index(op) for op in rows.op], dtype=torch.long)
+    weight = 1.0 / torch.bincount(index, minlength=len(ops)).double()[index] / len(ops)  # (N,)
+    log_y = rows.latency_ms.log()
+    eta0 = math.log(_ETA_PRIOR / (1 - _ETA_PRIOR))
+    opt = torch.optim.Adam(list(raw.values()), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        pred = _fused_forward(rows, raw, warm_l2=True)
+        loss = (weight * (pred.log() - log_y) ** 2).sum()
+        prior = sum((raw[f"{op}.eta"] - eta0) ** 2 + (raw[f"{op}.sm"] - math.log(_SM_PRIOR)) ** 2
+                    for op in ops)
+        (loss + _PRIOR_WEIGHT * prior / len(ops)).backward()
+        opt.step()
+    raw = {k: v.detach() for k, v in raw.items()}
+    costs = {op: FusedOpCost(eta=float(torch.sigmoid(raw[f"{op}.eta"])),
+                             sm_bytes_per_cycle=float(raw[f"{op}.sm"].exp()),
+                             floor_ms=float(raw[f"{op}.floor"].exp())) for op in ops}
+    return costs, float(1.0 + torch.nn.functional.softplus(raw["p"]))
+
+
 @dataclass(frozen=True)
 class VecRow:
     gpu: str
@@ -190,6 +347,7 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400, *,
         }
     for c, src in BORROWED.items():
         classes[c] = {**{k: classes[src][k] for k in ("eta", "floor_ms")}, "borrowed_from": src}
+    fused = _fused_table(data_dir, steps, exclude_chips, metrics)
     return {
         "format": 1,
         "model": "time = kernels * launch_ms + dram_bytes / (eta * dram_bw_bytes_per_s)",
@@ -206,6 +364,48 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400, *,
             "floor_ms includes CUDA-event overhead)",
         },
         "leave_chip_out": scores,
+        "fused_ops": fused,
+    }
+
+
+def _fused_table(data_dir: str | Path, steps: int, exclude_chips: Sequence[str],
+                 metrics: bool) -> dict[str, Any]:
+    """The ``fused_ops`` section: constants fitted on every vidur GPU but ``exclude_chips``'
+    boards, and (with ``metrics``) each chip's scores from a fit without it."""
+    rows = load_fused(data_dir)
+    rows = rows.select(torch.tensor([chip_of(g) not in exclude_chips for g in rows.gpu]))
+    fused_steps = max(steps * 3 // 2, 1)
+    scores: dict[str, dict[str, Any]] = {}
+    for chip in sorted({chip_of(g) for g in rows.gpu}) if metrics else []:
+        held = torch.tensor([chip_of(g) == chip for g in rows.gpu])
+        costs, p = fit_fused_ops(rows.select(~held), steps=fused_steps)
+        test = rows.select(held)
+        pred = predict_fused(test, costs, p)
+        for op in sorted(set(test.measured_op)):
+            for gpu in sorted(set(test.gpu)):
+                keep = torch.tensor([o == op and g == gpu
+                                     for o, g in zip(test.measured_op, test.gpu)])
+                big = keep & (test.latency_ms >= FUSED_MIN_MS)
+                s, small = summarize_errors(pred[big], test.latency_ms[big]), keep & ~big
+                scores.setdefault(op, {})[gpu] = {
+                    "n": s.rows, "mape_pct": round(100 * s.mape, 2),
+                    "median_ape_pct": round(100 * s.median_ape, 2),
+                    "n_below_min_ms": int(small.sum()),
+                }
+    costs, p = fit_fused_ops(rows, steps=fused_steps)
+    return {
+        "model": "time = kernels * launch_ms + dram_bytes * ((1 / (eta * dram_bw))^p + "
+                 "(1 / (sm_bytes_per_cycle * sm_count * boost_clock))^p)^(1/p)",
+        "roof_p": round(p, 4),
+        "ops": {op: {"eta": round(c.eta, 4), "sm_bytes_per_cycle": round(c.sm_bytes_per_cycle, 4),
+                     "floor_ms": round(c.floor_ms, 5)} for op, c in costs.items()},
+        "data": "vidur vec/vidur.csv.gz (MIT License, Copyright (c) Microsoft Corporation): "
+                "fp16 kernel times of fused LLM-layer ops on A100-SXM4-80GB and A40",
+        "train_gpus": sorted(set(rows.gpu)),
+        "min_ms": FUSED_MIN_MS,
+        "fit": f"Adam on squared log error, {fused_steps} steps, every op weighted alike; "
+               "measured re-runs keep a working set inside the L2 warm",
+        "leave_chip_out": scores,
     }
 
 
@@ -216,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=str(root / "torch_gemm_cost" / "data" / "op_costs.json"))
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)
     table = fit_op_costs(args.data, args.steps)
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
     lines = [
@@ -227,6 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{c:12s} {gpu:21s} {m['eta']:.3f} {m['floor_ms']:.4f} {m['mape_pct']:6.1f}"
                 f" {m['median_ape_pct']:7.1f} {m['within_10_pct']:6.1f} {m['mape_ge_0.1ms_pct']}"
             )
+    lines.append(f"fused op (vidur, ops >= {FUSED_MIN_MS} ms)  gpu held out          "
+                 "rows  MAPE%  medAPE%")
+    for op, per_gpu in table["fused_ops"]["leave_chip_out"].items():
+        for gpu, m in per_gpu.items():
+            lines.append(f"{op:34s} {gpu:21s} {m['n']:5d} {m['mape_pct']:6.1f} "
+                         f"{m['median_ape_pct']:7.1f}")
     print("\n".join(lines))  # the script's output: the leave-GPU-out evaluation
     print(f"wrote {args.out}")
     return 0

@@ -1,0 +1,305 @@
+"""Fused kernels against measurements: vidur's fused LLM-layer ops with each GPU held out, and
+NeuSight's ``fusion`` labels (``torch.compile``'d whole models) compiled against eager.
+
+1. vidur (``vec/vidur.csv.gz``, fp16 kernel times on A100-SXM4-80GB and A40): the fused-op
+   constants (``train.ops.fit_fused_ops``) fitted on the other chip's rows only, scored per op
+   on ops of 0.01 ms or more (shorter ones apart), beside a pure bandwidth roofline (bytes at
+   the datasheet DRAM bandwidth, nothing fitted) and the in-sample fit, in the same run.
+2. NeuSight's ``option=fusion`` labels (A100-PCIe-40GB, inference, float32, eager attention),
+   rebuilt as ``benchmarks/e2e.py`` builds its rows: ours compiled (``estimate(...,
+   compiled=True)``) and eager against the measured compiled and eager runs, beside
+   NeuSight's own prediction. Twice: with the shipped GEMM predictor and op costs (the A100
+   chip in their fit), and with both refitted without the GA100 chip (the GEMM weights from
+   ``--cache`` when they are there, read only).
+
+    python benchmarks/fused.py [--data ../shared/data] [--cache /work/cache/e2e_v9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from e2e import build
+
+from torch_gemm_cost.capture import capture
+from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.gemms import extract
+from torch_gemm_cost.gemms.fusion import fuse_kernels
+from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.predict.estimates import estimate_gemms, estimate_ops
+from torch_gemm_cost.predict.ops import OpCostModel, load_op_costs
+from torch_gemm_cost.train.gemm import chip_of
+from torch_gemm_cost.train.ops import (
+    FUSED_MIN_MS,
+    fit_fused_ops,
+    fit_op_costs,
+    load_fused,
+    predict_fused,
+)
+
+OUT = ROOT / "benchmarks" / "results" / "fused.md"
+FUSION_GPU = "a100_pcie_40gb"
+TARGET_VIDUR_PCT = 15.0
+TARGET_FUSION_PCT = 10.0
+
+
+def _ape(pred: torch.Tensor, meas: torch.Tensor) -> torch.Tensor:
+    return (pred - meas).abs() / meas
+
+
+def vidur_rows(data_dir: Path) -> list[dict[str, Any]]:
+    """Per (op, GPU): held-out, in-sample and roofline scores."""
+    rows = load_fused(data_dir)
+    held = torch.full((len(rows),), float("nan"), dtype=torch.float64)
+    for chip in sorted({chip_of(g) for g in rows.gpu}):
+        out = torch.tensor([chip_of(g) == chip for g in rows.gpu])
+        costs, p = fit_fused_ops(rows.select(~out))
+        held[out] = predict_fused(rows.select(out), costs, p)
+    costs, p = fit_fused_ops(rows)
+    inside = predict_fused(rows, costs, p)
+    roofline = rows.dram_bytes / rows.dram_bw_bytes_per_s * 1e3
+    y = rows.latency_ms
+    result = []
+    for op in sorted(set(rows.measured_op)):
+        for gpu in sorted(set(rows.gpu)):
+            keep = torch.tensor([o == op and g == gpu for o, g in zip(rows.measured_op, rows.gpu)])
+            big, small = keep & (y >= FUSED_MIN_MS), keep & (y < FUSED_MIN_MS)
+            result.append({
+                "op": op, "gpu": gpu, "rows": int(big.sum()),
+                "held_mape": float(_ape(held, y)[big].mean()),
+                "held_median": float(_ape(held, y)[big].median()),
+                "held_ratio": float((held / y)[big].median()),
+                "inside_mape": float(_ape(inside, y)[big].mean()),
+                "roof_mape": float(_ape(roofline, y)[big].mean()),
+                "roof_median": float(_ape(roofline, y)[big].median()),
+                "small_rows": int(small.sum()),
+                "small_held_mape": float(_ape(held, y)[small].mean()) if small.any() else None,
+                "small_roof_mape": float(_ape(roofline, y)[small].mean()) if small.any() else None,
+            })
+    return result
+
+
+class _GA100Held:
+    """The GEMM predictor and op costs fitted without the GA100 chip; the GEMM weights are read
+    from ``cache`` when there (never written there), else fitted."""
+
+    name = "hybrid (refitted without GA100)"
+
+    def __init__(self, data_dir: Path, cache: Path | None) -> None:
+        from torch_gemm_cost.predict.hybrid import HybridPredictor
+
+        self.version = HybridPredictor.version
+        path = cache / f"gemm-v{self.version}-seed0-GA100.json" if cache else None
+        if path is not None and path.is_file():
+            self.gemm = HybridPredictor.load(path)
+            self.source = f"{path} (read only)"
+        else:
+            from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
+
+            data = load_all_gemms(data_dir)
+            data = data.select(~impossible_rows(data))
+            keep = torch.tensor([chip_of(g) != "GA100" for g in data.gpu])
+            self.gemm = HybridPredictor(seed=0).fit(data.select(keep))
+            self.source = "fitted in this run"
+        self.ops = OpCostModel.from_dict(fit_op_costs(data_dir, exclude_chips=("GA100",),
+                                                      metrics=False))
+
+    def predict(self, gemms: Any, device: Any, **kw: Any) -> Any:
+        return self.gemm.predict(gemms, device, **kw)
+
+
+def fusion_rows(data_dir: Path, cache: Path | None) -> tuple[list[dict[str, Any]], str]:
+    """NeuSight's fusion labels with their eager twins, ours both ways, shipped and held out.
+
+    Each model is captured once; its records are priced as ``estimate`` prices them (eager:
+    op by op; compiled: ``fuse_kernels``), with either pair of GEMM predictor and op costs."""
+    with open(data_dir / "e2e" / "neusight_labels.csv", newline="") as f:
+        labels = list(csv.DictReader(f))
+    fusion = [r for r in labels if r["option"] == "fusion" and r["mode"] == "inf"]
+    eager = {(r["gpu"], r["model"], r["batch"], r["seq_len"]): r for r in labels
+             if not r["option"] and r["mode"] == "inf"}
+    held = _GA100Held(data_dir, cache)
+    out = []
+    for r in fusion:
+        twin = eager[(r["gpu"], r["model"], r["batch"], r["seq_len"])]
+        net, args, kwargs = build(data_dir, r["model"], int(r["batch"]), int(r["seq_len"]),
+                                  "inference")
+        captured = capture(net, args, kwargs)
+        sites, others = extract(captured, "float32", native_dtype=torch.float32)
+        fused_ops, kernels = fuse_kernels(captured, others, "float32",
+                                          native_dtype=torch.float32)
+        spec = get_device(r["gpu"])
+        row: dict[str, Any] = {
+            "gpu": r["gpu"], "model": r["model"], "batch": int(r["batch"]),
+            "seq": int(r["seq_len"]), "measured_compiled": float(r["measured_total_ms"]),
+            "measured_eager": float(twin["measured_total_ms"]),
+            "neusight_compiled": float(r["neusight_pred_ms"]),
+            "neusight_eager": float(twin["neusight_pred_ms"]),
+            "kernels": sum(1 for k in kernels if k.launches),
+        }
+        for label, predictor, costs in (("shipped", default_predictor(), load_op_costs()),
+                                        ("held", held, held.ops)):
+            gemm_ms = sum(g.time_ms for g in estimate_gemms(sites, spec, predictor))
+            eager_ops = estimate_ops(others, spec, costs)
+            compiled_ops = estimate_ops(fused_ops, spec, costs, kernels)
+            row[f"{label}_eager"] = gemm_ms + sum(o.time_ms or 0.0 for o in eager_ops)
+            row[f"{label}_compiled"] = gemm_ms + sum(o.time_ms or 0.0 for o in compiled_ops)
+        out.append(row)
+    return out, held.source
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def render(vidur: list[dict[str, Any]], fusion: list[dict[str, Any]], held_source: str,
+           wall_s: float) -> str:
+    from tabulate import tabulate
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    body = [[r["op"], r["gpu"], r["rows"], pct(r["held_mape"]), pct(r["held_median"]),
+             "yes" if r["held_mape"] <= TARGET_VIDUR_PCT / 100 else "no",
+             f"{r['held_ratio']:.2f}", pct(r["inside_mape"]), pct(r["roof_mape"]),
+             pct(r["roof_median"]), r["small_rows"], pct(r["small_held_mape"]),
+             pct(r["small_roof_mape"])] for r in vidur]
+    vidur_md = tabulate(body, headers=[
+        "op", "gpu (held out)", "rows >= 0.01 ms", "held MAPE", "held medAPE",
+        f"<= {TARGET_VIDUR_PCT:.0f}%", "held pred/meas", "in-sample MAPE", "roofline MAPE",
+        "roofline medAPE", "rows < 0.01 ms", "held MAPE < 0.01 ms", "roofline MAPE < 0.01 ms"],
+        tablefmt="github")
+
+    def err(pred: float, meas: float) -> str:
+        return f"{100 * (pred / meas - 1):+.1f}%"
+
+    frows = []
+    for r in fusion:
+        frows.append([
+            r["model"], r["batch"], r["seq"], f"{r['measured_eager']:.1f}",
+            f"{r['measured_compiled']:.1f}", f"{r['measured_compiled'] / r['measured_eager']:.3f}",
+            f"{r['shipped_eager']:.1f}", f"{r['shipped_compiled']:.1f}",
+            f"{r['shipped_compiled'] / r['shipped_eager']:.3f}",
+            err(r["shipped_compiled"], r["measured_compiled"]),
+            err(r["shipped_eager"], r["measured_eager"]),
+            err(r["held_compiled"], r["measured_compiled"]),
+            err(r["held_eager"], r["measured_eager"]),
+            err(r["neusight_compiled"], r["measured_compiled"]),
+            err(r["neusight_eager"], r["measured_eager"]), r["kernels"]])
+    fusion_md = tabulate(frows, headers=[
+        "model", "batch", "seq", "measured eager ms", "measured compiled ms",
+        "measured compiled/eager", "ours eager ms", "ours compiled ms", "ours compiled/eager",
+        "ours compiled err", "ours eager err", "ours compiled err (GA100 held out)",
+        "ours eager err (GA100 held out)", "NeuSight compiled err", "NeuSight eager err",
+        "fused kernels"], tablefmt="github")
+
+    def mape(key: str, meas: str) -> float:
+        return _mean([abs(r[key] / r[meas] - 1) for r in fusion])
+
+    summary = tabulate([
+        ["ours, compiled", pct(mape("shipped_compiled", "measured_compiled")),
+         pct(mape("held_compiled", "measured_compiled"))],
+        ["ours, eager (against the eager labels)", pct(mape("shipped_eager", "measured_eager")),
+         pct(mape("held_eager", "measured_eager"))],
+        ["ours, eager (against the compiled labels)",
+         pct(mape("shipped_eager", "measured_compiled")),
+         pct(mape("held_eager", "measured_compiled"))],
+        ["NeuSight, compiled", pct(mape("neusight_compiled", "measured_compiled")), ""],
+        ["NeuSight, eager", pct(mape("neusight_eager", "measured_eager")), ""],
+    ], headers=["MAPE over the 4 fusion rows", "A100 in the fit (shipped)",
+                "GA100 held out of the GEMM and op fits"], tablefmt="github")
+    held_vidur = [r for r in vidur]
+    by_gpu = {g: _mean([r["held_mape"] for r in held_vidur if r["gpu"] == g])
+              for g in sorted({r["gpu"] for r in held_vidur})}
+    return (
+        "# Fused kernels: vidur's fused ops held out by GPU, and torch.compile'd whole models\n\n"
+        f"Command: `python benchmarks/fused.py` ({wall_s:.0f} s on this machine's CPU, one "
+        "thread). MAPE = mean |pred − meas| / meas; medAPE its median; pred/meas the median "
+        "ratio.\n\n"
+        "## vidur's fused LLM-layer ops, each GPU held out\n\n"
+        "Data: `vec/vidur.csv.gz` (vidur, MIT), fp16 kernel times (no host overhead) on "
+        "A100-SXM4-80GB (GA100) and A40 (GA102). **held**: the fused-op constants "
+        "(`train.ops.fit_fused_ops`: per op η, bytes per SM-cycle and a kernel floor, one "
+        "soft-maximum exponent) fitted on the other GPU's rows only, so the GPU was not in the "
+        "fit. **in-sample**: fitted on both (the shipped constants; the GPU was in the fit). "
+        "**roofline**: the op's bytes at the datasheet DRAM bandwidth, nothing fitted, no "
+        f"floor. Rows of {FUSED_MIN_MS} ms or more are scored; shorter ones in their own "
+        f"columns. Target: {TARGET_VIDUR_PCT:.0f}% per op class held out.\n\n"
+        + vidur_md + "\n\n"
+        "Mean held-out MAPE over the ops: " + ", ".join(
+            f"{g} {100 * v:.1f}%" for g, v in by_gpu.items()) + ".\n\n"
+        "What the misses are made of: the A100 runs vLLM's per-token kernels (RMSNorm, "
+        "SiLU·mul, rotary, the embedding gather) at 0.14–0.5 of its DRAM bandwidth where the "
+        "A40 runs them at 0.5–0.8 of its own (a fused RMSNorm at about 0.7 TB/s against 0.4; "
+        "the gather at 0.29 TB/s against 0.35, slower on the GPU with 2.9× the bandwidth). "
+        "The SM-side "
+        "limit that sets the A100's times is never reached on the A40, so a fit on the A40 "
+        "alone cannot see it and the A100 held out comes out too fast; the other way, the "
+        "A100's rows fix it and the A40 is predicted within 5–18% but for the gather. With two "
+        "GPUs in the data there is no third one to tell the two apart.\n\n"
+        "## NeuSight's `fusion` labels: torch.compile'd models against eager\n\n"
+        "Data: `e2e/neusight_labels.csv` (NeuSight, MIT), `option=fusion`: the A100-PCIe-40GB, "
+        "inference, float32, `attn_implementation=\"eager\"`, and the eager runs of the same "
+        "rows; rebuilt as `benchmarks/e2e.py` builds its rows. Ours compiled is "
+        "`estimate(..., compiled=True)`: inductor's fusion rules (`gemms/fusion.py`) on the "
+        "model as captured with this transformers release. **A100 in the fit**: the shipped "
+        "GEMM weights and op costs, fitted with the A100 boards' rows. **GA100 held out**: "
+        f"both refitted without any GA100 board (GEMM weights: {held_source}; op costs "
+        "fitted in this run). Target: compiled within "
+        f"{TARGET_FUSION_PCT:.0f}% MAPE.\n\n"
+        + summary + "\n\n" + fusion_md + "\n\n"
+        "The predicted speedup of compiling follows the measured one on GPT-2 large (0.89 "
+        "against 0.87–0.89) and falls short on BERT-large (0.96 against 0.85–0.87): our eager "
+        "BERT prices its non-GEMM ops at 11% of the run, less than the 13–15% compiling saved "
+        "there. The level is the eager model's: ours eager is 3–13% above these A100-40GB "
+        "labels, which `benchmarks/e2e.py` reports as inconsistent with the op-level data, and "
+        "compiling keeps that offset. NeuSight's own predictions for these rows are beside "
+        "ours.\n\n"
+        "NB: the measured runs used the transformers release of NeuSight's time, whose GPT-2 "
+        "attention spelled its causal mask with `torch.where`; inductor has an attention "
+        "pattern written for that spelling (`fx_passes/fuse_attention.py`, "
+        "`_sfdp_pattern_18`) that turns it into one SDPA call, and which torch release "
+        "NeuSight compiled with is not recorded. The release captured here adds the mask "
+        "instead, which no pattern matches (inductor's CPU output keeps both batched GEMMs), "
+        "so ours keeps the two GEMMs and one fused softmax kernel.\n\n"
+        "## Attention calls\n\n"
+        "The fused-attention model that prices SDPA on a GPU, compiled or not, is scored with "
+        "each GPU held out in `benchmarks/results/attention.md` (`python "
+        "benchmarks/attention.py`).\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
+    parser.add_argument("--cache", type=Path, default=Path("/work/cache/e2e_v9"),
+                        help="folder holding gemm-v<version>-seed0-GA100.json (read only)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    vidur = vidur_rows(args.data)
+    fusion, source = fusion_rows(args.data, args.cache if args.cache.is_dir() else None)
+    text = render(vidur, fusion, source, time.perf_counter() - t0)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
