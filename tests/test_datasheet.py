@@ -184,7 +184,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("sparse tensor figures", {"tensor_figures_are_dense": False},
      r"tensor_figures_are_dense is false"),
     ("node fabric", {"node_fabric": "infiniband"}, r"node_fabric = 'infiniband': one of"),
-    ("a list of numbers", {"aliases": [1]}, r"aliases is \[1\] \(list\); expected a list of strings"),
+    ("a list of numbers", {"aliases": [1]},
+     r"aliases is \[1\] \(list\); expected a list of strings"),
 ]
 
 
@@ -332,7 +333,8 @@ def test_estimate_with_a_spec_file_is_the_catalog_estimate_marked_as_datasheet_o
     by_file = tgc.estimate(model, x, device=str(path), dtype="fp16")
     by_id = tgc.estimate(model, x, device="l4", dtype="fp16")
     assert by_file.gemms[0].time_ms == by_id.gemms[0].time_ms > 0
-    assert by_file.device.origin == "spec_file" and by_file.to_dict()["device_origin"] == "spec_file"
+    assert by_file.device.origin == "spec_file"
+    assert by_file.to_dict()["device_origin"] == "spec_file"
     assert "device from a spec file" in by_file.footer()
     assert "spec file" not in by_id.footer()
 
