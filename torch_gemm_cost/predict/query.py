@@ -1,7 +1,7 @@
 """Ask the predictor about GEMMs directly: ``predict_gemm_ms`` for times, ``explain`` for why.
 
-Both take a device id (or driver name, or the path of a spec file or calibration profile), dims as scalars or
-arrays that broadcast together, and any ``Predictor``; by default the package's
+Both take a device id (or driver name, or the path of a spec file or calibration profile), dims
+as scalars or arrays that broadcast together, and any ``Predictor``; by default the package's
 ``default_predictor()``. Inputs are checked here, at the boundary: each error names the bad
 value and the nearest good one.
 
