@@ -71,8 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save-predictions", default=None,
                     help="also save the held-out predictions (torch.save) for the interval "
                          "calibration (benchmarks/intervals.py)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: the fits are many small steps, and more "
+                         "threads than free cores slow them down)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(message)s")
     torch.manual_seed(0)

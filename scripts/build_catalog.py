@@ -2,17 +2,26 @@
 
     python scripts/build_catalog.py [--data ../shared/data]
 
-Reads ``devices/gpus.json`` and writes ``torch_gemm_cost/data/devices.json`` with the fields the
-predictor uses, converted to SI units, plus the names ``torch.cuda.get_device_name()`` returns.
+Reads ``devices/gpus.json`` and writes ``torch_gemm_cost/data/devices.json``. This script adds
+only facts: the tables below (driver names, board power where the form factor names none, base
+clocks, interconnect with its sources), as the extension fields a spec file may carry too. The
+conversion to the catalog's SI record, its checks and its fallbacks are the package's
+``torch_gemm_cost.datasheet.catalog_record``, the one a spec file goes through, so a catalog GPU
+given as a spec file (``spec_file_record``) is the catalog's DeviceSpec by construction.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from torch_gemm_cost.datasheet import catalog_record
 
 # Names that torch.cuda.get_device_name() returns, and the names the data sources recorded.
 ALIASES: dict[str, list[str]] = {
@@ -65,26 +74,17 @@ BASE_CLOCK_MHZ: dict[str, float] = {
     "b200": 1665, "rtx_3090": 1395, "rtx_4090": 2235,
 }
 
-# Warp schedulers per SM and dispatch units per scheduler, from NVIDIA's architecture
-# whitepapers: Pascal GP100 (two processing blocks, each a scheduler with two dispatch units)
-# and GP104 (four such blocks); from Volta on, four blocks each with one scheduler and one
-# dispatch unit (Volta, Turing, GA100, GA102, Ada, Hopper and Blackwell whitepapers). Each
-# dispatch issues one instruction for 32 threads a clock, so an SM issues schedulers x dispatch
-# x 32 lanes of instructions a clock: twice its FP32 lanes on Pascal, Volta, Turing and GA100,
-# exactly its FP32 lanes on GA102, Ada, Hopper and Blackwell, where every load or address
-# instruction an SGEMM issues takes a slot from an FMA.
-ISSUE_BY_CHIP: dict[str, tuple[int, int]] = {
-    "GP100": (2, 2), "GP104": (4, 2), "GV100": (4, 1), "TU104": (4, 1), "GA100": (4, 1),
-    "GA102": (4, 1), "AD102": (4, 1), "AD104": (4, 1), "GH100": (4, 1), "GB100": (4, 1),
-}
+# The SM's issue width (schedulers x dispatch units x 32) comes from the chip, by the table
+# torch_gemm_cost.datasheet.ISSUE_BY_CHIP (NVIDIA's whitepapers), as it does for a spec file.
+
 # Interconnect of each GPU and of its usual node. Bandwidths are per GPU and ONE direction: a
 # datasheet's "bidirectional" figure halved, a NIC's Gb/s over 8. PCIe per direction, x16, as
 # NVIDIA's datasheets round it: Gen3 16 GB/s, Gen4 32 GB/s, Gen5 64 GB/s (PCI-SIG: 8, 16, 32 GT/s
-# per lane, 128b/130b). fabric: "nvswitch" (every GPU pair at full NVLink bandwidth),
-# "nvlink_pairs" (NVLink bridges join pairs; pairs meet over PCIe), "mesh" (direct links to each
-# peer) or "pcie". The source ids (N*) are keys of INTERCONNECT_SOURCES.
-GB = 1e9
-PCIE_BW_PER_LANE: dict[int, float] = {3: 1 * GB, 4: 2 * GB, 5: 4 * GB}
+# per lane, 128b/130b; torch_gemm_cost.datasheet.PCIE_BW_PER_LANE). Figures here are in GB/s, the
+# spec-file unit (peer_link_bw_gbps, network_bw_gbps). fabric: "nvswitch" (every GPU pair at
+# full NVLink bandwidth), "nvlink_pairs" (NVLink bridges join pairs; pairs meet over PCIe),
+# "mesh" (direct links to each peer) or "pcie". The source ids (N*) are keys of
+# INTERCONNECT_SOURCES.
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ class Interconnect:
     sources: tuple[str, ...]
     link: str | None = None
     links: int = 0
-    link_bw: float | None = None  # bytes/s, one direction, all links
-    network: tuple[str, float] | None = None  # (description, bytes/s per GPU one direction)
+    link_bw_gbps: float | None = None  # GB/s, one direction, all links
+    network: tuple[str, float] | None = None  # (description, GB/s per GPU one direction)
     uncertain: tuple[str, ...] = ()
 
 
@@ -106,9 +106,9 @@ class Citation:
     used_for: str
 
 
-DGX_A100_NET = ("8x 200 Gb/s HDR InfiniBand per 8 GPUs (DGX A100)", 25 * GB)
-DGX_NDR_NET = ("8x 400 Gb/s NDR InfiniBand per 8 GPUs (DGX H100/H200)", 50 * GB)
-DGX_B200_NET = ("8x 400 Gb/s InfiniBand (ConnectX-7) per 8 GPUs (DGX B200)", 50 * GB)
+DGX_A100_NET = ("8x 200 Gb/s HDR InfiniBand per 8 GPUs (DGX A100)", 25)
+DGX_NDR_NET = ("8x 400 Gb/s NDR InfiniBand per 8 GPUs (DGX H100/H200)", 50)
+DGX_B200_NET = ("8x 400 Gb/s InfiniBand (ConnectX-7) per 8 GPUs (DGX B200)", 50)
 PCIE_BOARD = ("node_gpus", "pcie_generation")
 NOT_CATALOGUED_IF = "peer_link: Infinity Fabric links not catalogued"
 INTERCONNECT: dict[str, Interconnect] = {
@@ -116,43 +116,43 @@ INTERCONNECT: dict[str, Interconnect] = {
     "tesla_p100_pcie_16gb": Interconnect("pcie", 8, 3, ("N13", "N14"), uncertain=PCIE_BOARD),
     "tesla_v100_pcie_32gb": Interconnect("pcie", 8, 3, ("N13", "N14"), uncertain=PCIE_BOARD),
     "tesla_v100_sxm2": Interconnect(
-        "mesh", 8, 3, ("N5", "N16", "N14"), "NVLink 2", 6, 150 * GB,
-        ("4x 100 Gb/s EDR InfiniBand per 8 GPUs (DGX-1)", 6.25 * GB),
+        "mesh", 8, 3, ("N5", "N16", "N14"), "NVLink 2", 6, 150,
+        ("4x 100 Gb/s EDR InfiniBand per 8 GPUs (DGX-1)", 6.25),
         ("node_fabric: DGX-1's hybrid cube-mesh is not a full mesh", "network_bw_bytes_per_s"),
     ),
     "tesla_t4": Interconnect("pcie", 8, 3, ("N13", "N14"), uncertain=PCIE_BOARD),
     "a10": Interconnect("pcie", 8, 4, ("N13", "N14"), uncertain=PCIE_BOARD),
     "a100_pcie_40gb": Interconnect("nvlink_pairs", 8, 4, ("N9", "N5", "N14"),
-                                   "NVLink 3 (bridge)", 12, 300 * GB, uncertain=("node_gpus",)),
+                                   "NVLink 3 (bridge)", 12, 300, uncertain=("node_gpus",)),
     "a100_sxm4_40gb": Interconnect("nvswitch", 8, 4, ("N1", "N5", "N9", "N14"),
-                                   "NVLink 3", 12, 300 * GB, DGX_A100_NET),
+                                   "NVLink 3", 12, 300, DGX_A100_NET),
     "a100_sxm4_80gb": Interconnect("nvswitch", 8, 4, ("N1", "N5", "N9", "N14"),
-                                   "NVLink 3", 12, 300 * GB, DGX_A100_NET),
+                                   "NVLink 3", 12, 300, DGX_A100_NET),
     "a100_pcie_80gb": Interconnect("nvlink_pairs", 8, 4, ("N9", "N5", "N14"),
-                                   "NVLink 3 (bridge)", 12, 300 * GB, uncertain=("node_gpus",)),
+                                   "NVLink 3 (bridge)", 12, 300, uncertain=("node_gpus",)),
     "l4": Interconnect("pcie", 8, 4, ("N13", "N14"), uncertain=PCIE_BOARD),
     "l40s": Interconnect("pcie", 8, 4, ("N8", "N18", "N14")),
     "h100_pcie": Interconnect("nvlink_pairs", 8, 5, ("N10", "N14"), "NVLink 4 (bridge)", 12,
-                              300 * GB, uncertain=("node_gpus", "peer_links")),
+                              300, uncertain=("node_gpus", "peer_links")),
     "h100_sxm5_80gb": Interconnect("nvswitch", 8, 5, ("N2", "N4", "N5", "N10", "N14"),
-                                   "NVLink 4", 18, 450 * GB, DGX_NDR_NET),
+                                   "NVLink 4", 18, 450, DGX_NDR_NET),
     "h200_sxm_141gb": Interconnect("nvswitch", 8, 5, ("N2", "N5", "N11", "N14"),
-                                   "NVLink 4", 18, 450 * GB, DGX_NDR_NET),
+                                   "NVLink 4", 18, 450, DGX_NDR_NET),
     "b200": Interconnect("nvswitch", 8, 5, ("N2", "N3", "N12", "N14"), "NVLink 5", 18,
-                         900 * GB, DGX_B200_NET, ("pcie_generation",)),
+                         900, DGX_B200_NET, ("pcie_generation",)),
     "rtx_3090": Interconnect("nvlink_pairs", 4, 4, ("N6", "N14"), "NVLink 3 (GA102 bridge)", 4,
-                             56.25 * GB, uncertain=("node_gpus",)),
+                             56.25, uncertain=("node_gpus",)),
     "rtx_4090": Interconnect("pcie", 4, 4, ("N14",), uncertain=PCIE_BOARD),
     "mi100": Interconnect("pcie", 8, 4, ("N15", "N14"), uncertain=(NOT_CATALOGUED_IF, "node_gpus")),
     "mi210": Interconnect("pcie", 8, 4, ("N15", "N14"), uncertain=(NOT_CATALOGUED_IF, "node_gpus")),
     "mi250": Interconnect("pcie", 4, 4, ("N15", "N14"), uncertain=(NOT_CATALOGUED_IF,)),
     "mi300x": Interconnect("mesh", 8, 5, ("N15", "N14"), "Infinity Fabric (xGMI 3)", 7,
-                           448 * GB, ("8x 400 Gb/s per 8 GPUs (typical MI300X platform)", 50 * GB),
+                           448, ("8x 400 Gb/s per 8 GPUs (typical MI300X platform)", 50),
                            ("network_bw_bytes_per_s",)),
     "a40": Interconnect("nvlink_pairs", 8, 4, ("N6", "N7", "N14"), "NVLink 3 (GA102 bridge)", 4,
-                        56.25 * GB, uncertain=("node_gpus",)),
-    "mi355x": Interconnect("mesh", 8, 5, ("N15", "N14"), "Infinity Fabric", 7, 537.6 * GB,
-                           ("8x 400 Gb/s per 8 GPUs (typical MI355X platform)", 50 * GB),
+                        56.25, uncertain=("node_gpus",)),
+    "mi355x": Interconnect("mesh", 8, 5, ("N15", "N14"), "Infinity Fabric", 7, 537.6,
+                           ("8x 400 Gb/s per 8 GPUs (typical MI355X platform)", 50),
                            ("all interconnect values: not cross-checked against a stored source",)),
     "mi250_gcd": Interconnect("pcie", 8, 4, ("N15", "N14"), uncertain=(NOT_CATALOGUED_IF,)),
 }
@@ -251,90 +251,38 @@ INTERCONNECT_SOURCES: dict[str, Citation] = {
 
 
 def interconnect(device_id: str) -> dict:
-    """The catalog's interconnect fields for one device, in SI units (see INTERCONNECT)."""
+    """The interconnect of one device as a spec record's fields (GB/s, see INTERCONNECT)."""
     rec = INTERCONNECT[device_id]
     return {
         "peer_link": rec.link,
         "peer_links": rec.links,
-        "peer_link_bw_bytes_per_s": rec.link_bw,
+        "peer_link_bw_gbps": rec.link_bw_gbps,
         "node_fabric": rec.fabric,
         "node_gpus": rec.node_gpus,
         "pcie_generation": rec.pcie_generation,
         "pcie_lanes": 16,
-        "pcie_bw_bytes_per_s": 16 * PCIE_BW_PER_LANE[rec.pcie_generation],
         "network": rec.network[0] if rec.network else None,
-        "network_bw_bytes_per_s": rec.network[1] if rec.network else None,
+        "network_bw_gbps": rec.network[1] if rec.network else None,
         "interconnect_uncertain": list(rec.uncertain),
         "interconnect_sources": [f"{n}: {INTERCONNECT_SOURCES[n].source}" for n in rec.sources],
     }
 
 
-TFLOPS = 1e12
-MB = 1 << 20
-KB = 1 << 10
-
-
-def _scaled(value: float | None, scale: float) -> float | None:
-    return None if value is None else float(value) * scale
-
-
-def board_power_w(rec: dict) -> float | None:
-    """TDP from the form factor ("PCIe LP 75W" -> 75), or the table above."""
-    found = re.search(r"(\d+)\s*W\b", rec.get("form_factor") or "")
-    return float(found.group(1)) if found else TDP_W.get(rec["id"])
-
-
-def chip_of(rec: dict) -> str:
-    """The die a board carries, without its packaging note: "Aldebaran (1 GCD)" -> "Aldebaran"."""
-    return re.sub(r"\s*\(.*\)$", "", rec.get("chip") or "")
-
-
-def issue_lanes(chip: str) -> int | None:
-    """Lanes of instructions an SM issues a clock (schedulers x dispatch units x 32)."""
-    if chip not in ISSUE_BY_CHIP:
-        return None
-    schedulers, dispatch = ISSUE_BY_CHIP[chip]
-    return schedulers * dispatch * 32
-
-
-def convert(rec: dict) -> dict:
-    l1_kb = rec.get("l1_smem_per_sm_kb") or rec.get("l1_vector_cache_per_cu_kb")
+def spec_file_record(rec: dict) -> dict:
+    """A gpus.json record with this script's facts added in the extension fields: the record
+    a spec file of this GPU holds."""
     return {
-        "id": rec["id"],
-        "name": rec["name"],
+        **rec,
         "aliases": ALIASES.get(rec["id"], []),
-        "vendor": rec["vendor"],
-        "architecture": rec["architecture"],
-        "compute_capability": rec["compute_capability"],
-        "sm_count": rec["sm_count"],
-        "boost_clock_mhz": rec.get("boost_clock_mhz"),
-        "tensor_cores_per_sm": rec.get("tensor_cores_per_sm") or 0,
-        "tdp_w": board_power_w(rec),
-        "mem_bytes": _scaled(rec.get("mem_gb"), 1e9),
-        "dram_bw_bytes_per_s": _scaled(rec["mem_bw_gbps"], 1e9),
-        "l2_bytes": _scaled(rec.get("l2_mb"), MB),
-        "l3_bytes": _scaled(rec.get("l3_mb"), MB),
-        "l1_bytes_per_sm": _scaled(l1_kb, KB),
-        "smem_bytes_per_sm": _scaled(rec.get("smem_max_per_sm_kb"), KB),
-        "regfile_bytes_per_sm": _scaled(rec.get("regfile_per_sm_kb"), KB),
-        "peak_flops_per_s": {
-            "fp64": _scaled(rec.get("peak_tflops_fp64"), TFLOPS),
-            "fp32": _scaled(rec.get("peak_tflops_fp32"), TFLOPS),
-            "fp32_matrix": _scaled(rec.get("peak_tflops_fp32_matrix"), TFLOPS),
-            "tf32": _scaled(rec.get("peak_tflops_tf32"), TFLOPS),
-            "fp16": _scaled(rec.get("peak_tflops_fp16"), TFLOPS),
-            "bf16": _scaled(rec.get("peak_tflops_bf16"), TFLOPS),
-            "fp8": _scaled(rec.get("peak_tflops_fp8"), TFLOPS),
-            "int8": _scaled(rec.get("peak_tops_int8"), TFLOPS),
-        },
-        "uncertain": rec.get("_uncertain", []),
-        "notes": rec.get("notes", []),
-        "chip": chip_of(rec),
-        "fp32_lanes_per_sm": rec.get("cuda_cores_per_sm"),
+        "tdp_w": TDP_W.get(rec["id"]),
         "base_clock_mhz": BASE_CLOCK_MHZ.get(rec["id"]),
-        "issue_lanes_per_sm": issue_lanes(chip_of(rec)),
         **interconnect(rec["id"]),
     }
+
+
+def convert(rec: dict) -> tuple[dict, list[str]]:
+    """The catalog record of a gpus.json record, and the fallbacks its conversion used."""
+    return catalog_record(spec_file_record(rec), f"gpus.json {rec.get('id')!r}")
 
 
 def main() -> None:
@@ -342,14 +290,18 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/data", type=Path)
     args = parser.parse_args()
     records = json.loads((args.data / "devices" / "gpus.json").read_text())
+    converted = [convert(r) for r in records]
     out = {
         "provenance": "Built by scripts/build_catalog.py from devices/gpus.json of the measured-data "
         "bundle; every figure traces to a vendor datasheet or whitepaper listed in its sources.md.",
-        "devices": [convert(r) for r in records],
+        "devices": [record for record, _ in converted],
     }
-    path = Path(__file__).resolve().parent.parent / "torch_gemm_cost" / "data" / "devices.json"
+    path = ROOT / "torch_gemm_cost" / "data" / "devices.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {len(out['devices'])} devices to {path}")
+    for record, fallbacks in converted:
+        if fallbacks:
+            print(f"  {record['id']}: fallbacks: {'; '.join(fallbacks)}")
 
 
 if __name__ == "__main__":

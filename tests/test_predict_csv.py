@@ -254,7 +254,7 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
         return local, profile_pred
 
     monkeypatch.setattr(query, "load_profile", load_profile)
-    (tmp_path / "p.json").write_text("{}")
+    (tmp_path / "p.json").write_text('{"format": "torch_gemm_cost.profile"}')  # by content
     header = ["gpu", "op", "dtype", "batch", "m", "n", "k"]
     rows = [["my_l4", "mm", "fp16", "1", "8", "8", "8"], ["l4", "mm", "fp16", "1", "8", "8", "8"],
             ["My L4", "mm", "fp16", "1", "9", "8", "8"]]

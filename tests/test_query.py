@@ -311,7 +311,7 @@ def test_profile_path_brings_its_device_and_predictor(tmp_path, monkeypatch):
     spec = tgc.get_device("l4")
     monkeypatch.setattr(query, "load_profile", lambda path: (spec, rec))
     path = tmp_path / "profile.json"
-    path.write_text("{}")
+    path.write_text('{"format": "torch_gemm_cost.profile"}')  # a profile by its content
     # _Recorder predicts m · 1e-3 ms
     assert predict_gemm_ms(str(path), m=50, n=8, k=8) == pytest.approx(0.05)
     assert predict_gemm_ms(path, m=70, n=8, k=8) == pytest.approx(0.07)

@@ -679,7 +679,7 @@ CLI_CASES = [
     ),
     (
         ["estimate", "models:mlp", "--device", "profile.json"],
-        "calibration profile 'profile.json' is not valid JSON",
+        "device file 'profile.json' is not valid JSON",
     ),
     ([], "the following arguments are required: COMMAND"),
     (["devices", "zz9"], "no catalog device matches 'zz9'"),

@@ -7,6 +7,7 @@
 
 from .advise import PaddingAdvice
 from .api import annotate, compare, estimate
+from .datasheet import load_spec_file
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
 from .gemms import GemmSite, OtherOp, register_gemm_handler
@@ -33,6 +34,7 @@ __all__ = [
     "format_comparison",
     "get_device",
     "list_devices",
+    "load_spec_file",
     "predict_collective_ms",
     "predict_gemm_ms",
     "register_gemm_handler",

@@ -23,7 +23,8 @@ from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
 from .capture import CAPTURE_METHODS, Captured, capture
-from .devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_profile
+from .datasheet import device_or_profile
+from .devices import DeviceLike, DeviceSpec, check_dtype_on_device
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract, optimizer_ops
 from .gemms.fusion import fuse_kernels
@@ -56,9 +57,10 @@ def estimate(
 ) -> CostReport:
     """Predict the GPU time of ``model(*args, **kwargs)`` on ``device``, GEMM by GEMM.
 
-    ``device`` is a catalog id, a driver name, a ``DeviceSpec`` or the path of a calibration
-    profile (``torch-gemm-cost calibrate``), whose fitted predictor is used unless
-    ``predictor`` is given.
+    ``device`` is a catalog id, a driver name, a ``DeviceSpec``, the path of a spec file (a GPU
+    the catalog lacks, from its datasheet: ``torch-gemm-cost devices --template``), or the path
+    of a calibration profile (``torch-gemm-cost calibrate``), whose fitted predictor is used
+    unless ``predictor`` is given. A file's content says which it is.
 
     ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
     ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"`` or a torch.optim.AdamW or
@@ -190,7 +192,8 @@ def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
           capture_method: str, predictor: Predictor | None = None,
           optimizer: Any = None) -> _Plan:
     """Check every argument once, before anything is traced. A device is a catalog id, a
-    driver name, a DeviceSpec or a calibration profile's path, which brings its own predictor
+    driver name, a DeviceSpec, a spec file's path (a datasheet record: the device with no
+    predictor of its own) or a calibration profile's path, which brings its own predictor
     (``predictor``, when given, replaces it)."""
     targets: list[tuple[DeviceSpec, Predictor | None]] = []
     for d in _as_list(devices, "devices"):

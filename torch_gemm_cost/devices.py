@@ -1,7 +1,8 @@
 """The hardware catalog: typed, frozen device records looked up by id or by driver name.
 
 The catalog is ``data/devices.json``, built by ``scripts/build_catalog.py`` from the hardware facts
-that ship with the measured data. The local CUDA GPU, when there is one, is described from
+that ship with the measured data, through ``datasheet.catalog_record``, which also reads a GPU the
+catalog lacks from a spec file. The local CUDA GPU, when there is one, is described from
 ``torch.cuda.get_device_properties`` and matched to the catalog by name.
 """
 
@@ -33,7 +34,6 @@ __all__ = [
     "DeviceSpec",
     "check_dtype_on_device",
     "copy_bw_bytes_per_s",
-    "device_or_profile",
     "get_device",
     "host_cpu",
     "is_cpu",
@@ -88,6 +88,12 @@ class DeviceSpec:
     network_bw_bytes_per_s: float | None = None  # that network's share per GPU
     interconnect_uncertain: tuple[str, ...] = field(default=(), repr=False, compare=False)
     interconnect_sources: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # Where the facts came from: "catalog" (data/devices.json); "spec_file" (a datasheet record
+    # the user gave, see datasheet.py: no GEMM of this device was ever measured, so an interval
+    # should take the widest class, an architecture the fit has not seen); "detected" (a local
+    # GPU the catalog lacks, or the host CPU). Not compared: a spec file holding a catalog GPU's
+    # record is that GPU, and the predictor treats it so.
+    origin: str = field(default="catalog", compare=False)
 
     def peak(self, key: str) -> float | None:
         """Raw datasheet peak in FLOP/s (or OP/s for int8) for a peak key, None if absent."""
@@ -145,7 +151,8 @@ def spec_to_record(spec: DeviceSpec) -> dict[str, Any]:
     return rec
 
 
-DeviceLike = str | DeviceSpec | os.PathLike[str]  # a spec, a catalog id or name, a profile
+# a spec, a catalog id or name, a spec file or a calibration profile (datasheet.device_or_profile)
+DeviceLike = str | DeviceSpec | os.PathLike[str]
 
 
 def _check_type(where: str, value: Any, hint: Any) -> Any:
@@ -238,8 +245,9 @@ def list_devices() -> list[DeviceSpec]:
 def get_device(device: str | DeviceSpec) -> DeviceSpec:
     """Look a device up by catalog id (``"h100_sxm5_80gb"``) or driver name (``"Tesla T4"``).
 
-    ``"cuda"`` / ``"cuda:N"`` describe the local GPU. A path to a calibrated ``profile.json``
-    is accepted by the prediction entry points, not here.
+    ``"cuda"`` / ``"cuda:N"`` describe the local GPU. A path to a spec file or a calibrated
+    ``profile.json`` is accepted by the prediction entry points (``device_or_profile``), not
+    here.
     """
     if isinstance(device, DeviceSpec):
         return device
@@ -270,31 +278,6 @@ def get_device(device: str | DeviceSpec) -> DeviceSpec:
         f"unknown device {device!r}.{hint} See torch_gemm_cost.list_devices() for all "
         f"{len(_catalog())} devices."
     )
-
-
-def device_or_profile(device: DeviceLike) -> DeviceSpec | Path:
-    """The spec ``device`` names, or the path of the calibration profile it names.
-
-    ``device`` is a ``DeviceSpec``, a catalog id, a driver name, ``"cuda"``, or the path of a
-    profile (``*.json``) written by ``torch-gemm-cost calibrate``. An unknown name that is no
-    file either raises the catalog's error, with its close matches.
-    """
-    if isinstance(device, DeviceSpec):
-        return device
-    if not isinstance(device, (str, os.PathLike)):
-        raise TypeError(
-            f"device must be a catalog id, a driver name or a profile path, got {device!r}"
-        )
-    if isinstance(device, str) and not device.endswith(".json"):
-        try:
-            return get_device(device)
-        except ValueError:
-            if not Path(device).is_file():  # not a profile either: the catalog's error
-                raise
-    path = Path(device)
-    if not path.is_file():
-        raise FileNotFoundError(f"calibration profile {str(path)!r} does not exist")
-    return path
 
 
 # what a dtype falls back to, in order, when a device lacks it (the nearest good one)
@@ -374,6 +357,7 @@ def local_device(index: int = 0) -> DeviceSpec:
         peak_flops=(),
         aliases=(props.name,),
         uncertain=("peak_flops", "dram_bw_bytes_per_s"),
+        origin="detected",
     )
 
 
@@ -525,6 +509,7 @@ def host_cpu() -> DeviceSpec:
         peak_flops=tuple(sorted(peaks.items())),
         aliases=(name,),
         uncertain=("boost_clock_mhz", "peak_flops"),
+        origin="detected",
         notes=(
             f"{cores} cores in use (torch.get_num_threads()), {simd * 8}-bit SIMD",
             "dram_bw_bytes_per_s from a copy probe at detection time",

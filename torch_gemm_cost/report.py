@@ -236,6 +236,7 @@ class CostReport:
         out: dict[str, Any] = {
             "model": self.model,
             "device": self.device.id,
+            "device_origin": self.device.origin,
             "dtype": self.dtype,
             "mode": self.mode,
             "predictor": self.predictor,
@@ -466,6 +467,8 @@ class CostReport:
             f"other {self.other_ms:.3f} ms), {self.achieved_tflops:.1f} TFLOP/s achieved\n"
             f"predictor {self.predictor} v{self.predictor_version}; "
             f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "") + notes
+            + ("; device from a spec file: its datasheet only, never measured"
+               if self.device.origin == "spec_file" else "")
         )
 
     def __str__(self) -> str:

@@ -56,8 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attn", choices=("eager", "sdpa"), default="eager",
                    help="attention implementation for --hf-config (default: eager)")
     p.add_argument("--device", action="append", metavar="ID",
-                   help="catalog id, GPU name or calibration profile JSON; repeat to compare "
-                   "devices (see `devices`; default h100_sxm5_80gb)")
+                   help="catalog id, GPU name, spec file (a GPU from its datasheet: `devices "
+                   "--template`) or calibration profile JSON; repeat to compare devices (see "
+                   "`devices`; default h100_sxm5_80gb)")
     p.add_argument("--dtype", default="bf16", help="compute dtype, e.g. fp16, bf16, fp8, float32")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"default {DEFAULT_BATCH}")
     p.add_argument("--seq", type=int, default=None,

@@ -14,6 +14,10 @@ buffers, as measured, with the kernel its ``kernel`` column names where it has o
 vLLM runs on the GPU); prefill rows are causal. A malformed row stops the run with the line and
 column named (exit 2); with ``--skip-bad`` it gets an ``error`` column instead and no
 prediction. Rows with ``batch`` 0 cost 0 ms.
+
+A ``gpu`` is looked up in a calibration profile's device (``--device-profile``), then in the
+catalog, then among the records of ``--device-spec FILE`` (a spec file: one gpus.json record or
+a list of them) by id, name or alias: a spec file describes the GPUs the catalog lacks.
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device-profile", metavar="P",
         help="calibration profile JSON; rows whose gpu names its device use it",
+    )
+    p.add_argument(
+        "--device-spec", metavar="FILE",
+        help="spec file (gpus.json records); rows whose gpu the catalog lacks use its records",
     )
     p.add_argument(
         "--skip-bad", action="store_true",
@@ -140,9 +148,12 @@ _Target = tuple["DeviceSpec", Union["Predictor", None]]
 
 
 class _Targets:
-    """gpu column value -> (DeviceSpec, Predictor | None); a profile's device names win."""
+    """gpu column value -> (DeviceSpec, Predictor | None): a profile's device names win, then
+    the catalog, then the spec file's records (for the GPUs the catalog lacks)."""
 
-    def __init__(self, profile: str | None) -> None:
+    def __init__(self, profile: str | None, spec_file: str | None = None) -> None:
+        from ..datasheet import load_spec_file
+        from ..devices import _norm, get_device
         from ..predict.query import resolve_target
 
         self._cache: dict[str, _Target | str] = {}
@@ -150,17 +161,36 @@ class _Targets:
             spec, pred = resolve_target(Path(profile))
             for name in (spec.id, spec.name, *spec.aliases):
                 self._cache[name] = (spec, pred)
+        self._specs: dict[str, DeviceSpec] = {}
+        self._spec_file = spec_file
+        for spec in load_spec_file(spec_file) if spec_file is not None else []:
+            try:
+                known = get_device(spec.id)
+            except ValueError:
+                known = None
+            if known is not None:
+                logger.warning("%s: record %r is the catalog's %s; rows naming it use the "
+                               "catalog", spec_file, spec.id, known.id)
+                continue
+            for name in (spec.id, spec.name, *spec.aliases):
+                self._specs.setdefault(_norm(name), spec)
 
     def get(self, gpu: str) -> _Target | str:
         """(spec, predictor), or the catalog's error message for an unknown device."""
-        from ..devices import get_device
+        from ..devices import _norm, get_device
 
         hit = self._cache.get(gpu)
         if hit is None:
             try:
                 hit = (get_device(gpu.strip()), None)
             except ValueError as e:
-                hit = str(e)
+                spec = self._specs.get(_norm(gpu))
+                if spec is not None:
+                    hit = (spec, None)
+                elif self._spec_file is not None:
+                    hit = f"{e} Nor does --device-spec {self._spec_file} name it."
+                else:
+                    hit = str(e)
             self._cache[gpu] = hit
         return hit
 
@@ -433,10 +463,12 @@ def run(args: argparse.Namespace) -> int:
         weights_predictor = load_weights(args.weights)
     if args.device_profile is not None and not Path(args.device_profile).is_file():
         raise UsageError(f"--device-profile {args.device_profile}: no such file")
-    targets = _Targets(args.device_profile)
+    if args.device_spec is not None and not Path(args.device_spec).is_file():
+        raise UsageError(f"--device-spec {args.device_spec}: no such file")
     table = _read(path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        targets = _Targets(args.device_profile, args.device_spec)
         if table.schema == "gemm":
             times, errors = _predict_groups(table, targets, weights_predictor, args.skip_bad,
                                             path)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..datasheet import PROFILE_FORMAT
 from ..devices import DeviceSpec, spec_from_record, spec_to_record
 from .base import Predictor
 from .calibrated import CalibratedPredictor
@@ -19,7 +20,7 @@ from .hybrid import HybridPredictor
 __all__ = ["FORMAT", "PREDICTOR_KINDS", "VERSION", "load_profile", "make_profile",
            "save_profile"]
 
-FORMAT = "torch_gemm_cost.profile"
+FORMAT = PROFILE_FORMAT  # the content that tells a profile from a spec file
 VERSION = 1
 PREDICTOR_KINDS: tuple[str, ...] = ("calibrated", "hybrid")
 

@@ -1,7 +1,7 @@
 """Ask the predictor about GEMMs directly: ``predict_gemm_ms`` for times, ``explain`` for why.
 
-Both take a device id (or driver name, or a calibration profile's path), dims as scalars or
-arrays that broadcast together, and any ``Predictor``; by default the package's
+Both take a device id (or driver name, or the path of a spec file or calibration profile), dims
+as scalars or arrays that broadcast together, and any ``Predictor``; by default the package's
 ``default_predictor()``. Inputs are checked here, at the boundary: each error names the bad
 value and the nearest good one.
 
@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_profile
+from ..datasheet import device_or_profile
+from ..devices import DeviceLike, DeviceSpec, check_dtype_on_device
 from ..dtypes import resolve_dtype
 from ..gemms.records import GemmBatch
 from .base import GemmPrediction, Predictor
@@ -39,8 +40,10 @@ _MAX_DIM = 2**53  # float64 holds every integer up to here exactly
 def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
     """A device spec, and the predictor that comes with it when ``device`` is a profile.
 
-    ``device`` is a catalog id, a driver name, ``"cuda"``, a ``DeviceSpec``, or the path of a
-    calibration profile (``*.json``) written by ``torch-gemm-cost calibrate``.
+    ``device`` is a catalog id, a driver name, ``"cuda"``, a ``DeviceSpec``, the path of a spec
+    file (a datasheet record in gpus.json's schema: ``torch-gemm-cost devices --template``), or
+    the path of a calibration profile written by ``torch-gemm-cost calibrate``; the file's
+    content says which (``datasheet.device_or_profile``).
     """
     found = device_or_profile(device)
     return (found, None) if isinstance(found, DeviceSpec) else load_profile(found)
