@@ -10,6 +10,8 @@ from .api import annotate, compare, estimate
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
 from .gemms import GemmSite, OtherOp, register_gemm_handler
+from .llm_report import LlmPlan, LlmPlanRow
+from .plan import plan_llm
 from .predict.collectives import predict_collective_ms
 from .predict.estimates import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
@@ -22,6 +24,8 @@ __all__ = [
     "DeviceSpec",
     "GemmEstimate",
     "GemmSite",
+    "LlmPlan",
+    "LlmPlanRow",
     "OpEstimate",
     "OtherOp",
     "PaddingAdvice",
@@ -33,6 +37,7 @@ __all__ = [
     "format_comparison",
     "get_device",
     "list_devices",
+    "plan_llm",
     "predict_collective_ms",
     "predict_gemm_ms",
     "register_gemm_handler",
