@@ -563,7 +563,7 @@ def decode_contexts(prompt: int, gen: int, points: int = DECODE_POINTS
     >>> decode_contexts(2048, 3)
     [(2049, 0.5), (2050, 0.5)]
     >>> [(c, round(w, 4)) for c, w in decode_contexts(2048, 257)]
-    [(2049, 0.0833), (2113, 0.3333), (2177, 0.1667), (2241, 0.3333), (2304, 0.0833)]
+    [(2049, 0.0833), (2113, 0.3333), (2176, 0.1667), (2240, 0.3333), (2304, 0.0833)]
     """
     steps = gen - 1
     if steps <= points:
