@@ -238,6 +238,10 @@ def test_kv_heads_replicate_where_tp_exceeds_them():
     assert shard_config(config, 4).num_key_value_heads == 1  # 2 KV heads on 4 GPUs
     with pytest.raises(ValueError, match="does not divide the 8 attention heads; nearest"):
         shard_config(config, 3)
+    # GPT-2 names no MLP width (n_inner is None: 4 x hidden), so nothing says what to split
+    gpt2 = config_of({"model_type": "gpt2", "n_embd": 256, "n_head": 8, "n_layer": 2})
+    with pytest.raises(ValueError, match="tp=2 needs a config that names its MLP width"):
+        shard_config(gpt2, 2)
 
 
 def test_tp_beyond_the_node_is_refused_before_any_capture():

@@ -178,6 +178,11 @@ def shard_config(config: Any, tp: int) -> Any:
         raise ValueError(f"tp={tp} does not divide the MLP's intermediate size "
                          f"{shape.intermediate}; nearest good tp: "
                          f"{' or '.join(map(str, _divisors_near(shape.intermediate, tp)))}")
+    if tp > 1 and not any(isinstance(getattr(config, name, None), int) for name in (
+            "intermediate_size", "moe_intermediate_size")):
+        raise ValueError(f"tp={tp} needs a config that names its MLP width "
+                         f"(intermediate_size, as Llama-style models do); "
+                         f"{type(config).__name__} does not: use tp=1")
     out = copy.deepcopy(config)
     out.num_attention_heads = shape.heads // tp
     if hasattr(config, "num_key_value_heads"):
@@ -188,6 +193,10 @@ def shard_config(config: Any, tp: int) -> Any:
         if isinstance(value, int) and value % tp == 0:
             setattr(out, name, value // tp)
     out.vocab_size = -(-padded_vocab(shape.vocab) // tp)
+    if tp > 1:  # token ids index the whole vocabulary, not one GPU's shard of it
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if hasattr(out, name):
+                setattr(out, name, None)
     return out
 
 
@@ -391,7 +400,7 @@ def _attention_output_copies(others: Sequence[OtherOp], nodes: Mapping[str, Any]
 def _is_weight_gemm(site: GemmSite, step: _Step) -> bool:
     """A forward GEMM whose B is a quantizable weight: the decoder's Linear layers and experts,
     not the lm_head nor an MoE router (vLLM keeps both unquantized)."""
-    if site.phase != "forward" or site.op not in ("linear", "addmm", "grouped_mm"):
+    if site.phase != "forward" or site.op not in ("linear", "addmm", "conv1d", "grouped_mm"):
         return False
     if site.module == step.lm_head:
         return False
