@@ -652,8 +652,11 @@ def _check_choice(name: str, value: str, good: Sequence[str]) -> str:
 
 
 def _serving_dtype(dtype: Any, config: Any) -> ComputeDtype:
+    """The activations' dtype; None as vLLM's ``--dtype auto``: bf16 for a bf16 checkpoint,
+    fp16 for an fp16 or fp32 one, bf16 where the config names none."""
     if dtype is None:
-        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "bf16"
+        own = getattr(config, "dtype", None)
+        dtype = "bf16" if own is None or resolve_dtype(own).name == "bfloat16" else "fp16"
     cd = resolve_dtype(dtype)
     if cd.name not in ("bfloat16", "float16"):
         raise ValueError(f"dtype {cd.name!r}: serving runs 16-bit activations; use 'bf16' or "
