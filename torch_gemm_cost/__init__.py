@@ -11,6 +11,8 @@ from .datasheet import load_spec_file
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
 from .gemms import GemmSite, OtherOp, register_gemm_handler
+from .llm_report import LlmPlan, LlmPlanRow
+from .plan import plan_llm
 from .predict.collectives import predict_collective_ms
 from .predict.estimates import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
@@ -23,6 +25,8 @@ __all__ = [
     "DeviceSpec",
     "GemmEstimate",
     "GemmSite",
+    "LlmPlan",
+    "LlmPlanRow",
     "OpEstimate",
     "OtherOp",
     "PaddingAdvice",
@@ -35,6 +39,7 @@ __all__ = [
     "get_device",
     "list_devices",
     "load_spec_file",
+    "plan_llm",
     "predict_collective_ms",
     "predict_gemm_ms",
     "register_gemm_handler",

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 __all__ = ["UsageError", "main"]
 
 # module name in this package -> registered in this order
-SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "predict_csv", "train", "calibrate")
+SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "llm", "predict_csv", "train", "calibrate")
 
 
 class UsageError(Exception):

@@ -127,6 +127,13 @@ class GemmSite:
     # a convolution's kernel taps: its unfolded dim (k forward: C_in/groups·taps; n forward for a
     # transposed one: C_out/groups·taps) holds this many elements per channel; 1 elsewhere
     taps: int = 1
+    # bytes per element of B as stored, where it differs from the compute dtype's: a weight
+    # quantized to int4 or int8 with its group scales (0.5 + 2/128 for int4 in groups of 128),
+    # dequantized in the GEMM's main loop; None: the compute dtype's
+    b_bytes: float | None = None
+    # elements of A cast to the compute dtype by a kernel of its own before the GEMM (vLLM's
+    # fp8 Linear quantizes its bf16 input first); 0: none
+    quantized_elements: int = 0
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -226,17 +233,30 @@ class GemmBatch:
     # keeps the score matrix on chip, so its records bring their own, smaller count.
     dram_bytes: torch.Tensor = None  # type: ignore[assignment]
     b_transposed: torch.Tensor = None  # type: ignore[assignment]
+    # bytes per element of B as stored (a quantized weight with its scales); ``in_bytes`` when
+    # omitted. Tile traffic, the compulsory bytes and the DRAM roof read B at this size.
+    b_bytes: torch.Tensor = None  # type: ignore[assignment]
+    # elements of A a cast kernel of its own converts before the GEMM (GemmSite's); zeros
+    # when omitted
+    quantized_elements: torch.Tensor = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.b_transposed is None:
             object.__setattr__(self, "b_transposed", torch.zeros_like(self.m))
         if self.kept_fraction is None:
             object.__setattr__(self, "kept_fraction", torch.ones_like(self.m))
+        if self.quantized_elements is None:
+            object.__setattr__(self, "quantized_elements", torch.zeros_like(self.m))
         if self.dram_bytes is None:
-            ab = self.batch * (self.m * self.k + self.k * self.n) * self.in_bytes
+            if self.b_bytes is None:
+                ab = self.batch * (self.m * self.k + self.k * self.n) * self.in_bytes
+            else:
+                ab = self.batch * (self.m * self.k * self.in_bytes + self.k * self.n * self.b_bytes)
             object.__setattr__(
                 self, "dram_bytes", ab + self.batch * self.m * self.n * self.out_bytes
             )
+        if self.b_bytes is None:
+            object.__setattr__(self, "b_bytes", self.in_bytes.clone())
 
     def __len__(self) -> int:
         return int(self.m.shape[0])
@@ -286,6 +306,9 @@ class GemmBatch:
                                 for s in sites]),
             dram_bytes=col([s.dram_bytes for s in sites]),
             b_transposed=col([float(s.b_transposed) for s in sites]),
+            b_bytes=col([DTYPES[s.dtype].in_bytes if s.b_bytes is None else s.b_bytes
+                         for s in sites]),
+            quantized_elements=col([s.quantized_elements for s in sites]),
         )
 
     @classmethod

@@ -233,9 +233,19 @@ class HybridPredictor(Estimator):
         grid = tile_grid(b, m, n, k, x.engine, x.sm_count, x.regfile_bytes, self._table)
         l2 = l2_geometry(grid, b, m, n, k, g.in_bytes)
         traffic = tile_traffic(grid, g.in_bytes, g.out_bytes, g.a_align_bytes, g.b_align_bytes,
-                               g.c_align_bytes)
+                               g.c_align_bytes, g.b_bytes)
         narrowest = library_vector_bytes(torch.minimum(torch.minimum(
             g.a_align_bytes, g.b_align_bytes), g.c_align_bytes))
+        work = grid.waves * grid.ops_per_wave
+        mixed = g.b_bytes < g.in_bytes  # a quantized weight, dequantized in the main loop
+        if bool(mixed.any()):
+            # mixed-input kernels run the activations in 16-row MMA steps, not a whole tile's
+            # rows: Marlin's m16n8k16, Machete's 16-token tiles for batches of 1-16
+            # (vLLM csrc/quantization/machete/generate.py, tile_shape_mn=(128, 16))
+            rows_run = (torch.ceil(m / 16.0) * 16.0).unsqueeze(1)  # (N, 1)
+            rows_tiled = torch.ceil(m.unsqueeze(1) / grid.tile_m) * grid.tile_m  # (N, C)
+            work = torch.where(mixed.unsqueeze(1),
+                               work * torch.clamp(rows_run / rows_tiled, max=1.0), work)
         return {
             # per row
             "nonempty": (g.batch > 0) & (g.m > 0) & (g.n > 0) & (g.k > 0),
@@ -244,7 +254,7 @@ class HybridPredictor(Estimator):
             # per candidate
             "tile_m": grid.tile_m, "tile_n": grid.tile_n, "split_k": grid.split_k,
             "tiles": grid.tiles, "waves": grid.waves, "last_wave_fill": grid.last_wave_fill,
-            "work": grid.waves * grid.ops_per_wave, "valid": grid.valid,
+            "work": work, "valid": grid.valid,
             "cand": torch.arange(grid.tiles.shape[1]).expand(grid.tiles.shape),
             "reuse": torch.log2(grid.tile_m * grid.tile_n / (grid.tile_m + grid.tile_n)) / 8.0,
             "requested": l2.requested, "unique_wave": l2.unique_wave,
@@ -555,8 +565,11 @@ class HybridPredictor(Estimator):
         src = SOURCES.index(source) if source in SOURCES else -1
         with torch.no_grad():
             # NB: float32 inside (twice as fast); times come back as float64
+            cast = gemms.quantized_elements
             out = self._forward(rows.to(torch.float32),
-                                torch.full((size,), src, dtype=torch.long), soft=False)
+                                torch.full((size,), src, dtype=torch.long), soft=False,
+                                quantized=cast.to(torch.float32) if bool((cast > 0).any())
+                                else None)
         details = {k: v.double() for k, v in out.items()
                    if k not in ("time_ms", "compute_bound", "score")}
         # the physical floor again in float64, so float32 rounding never undercuts it

@@ -61,10 +61,15 @@ def tile_traffic(
     a_align: torch.Tensor,
     b_align: torch.Tensor,
     c_align: torch.Tensor,
+    b_elem_bytes: torch.Tensor | None = None,
 ) -> TileTraffic:
+    """A tile's operand traffic and load/store instructions, (N, C). ``b_elem_bytes`` (N,):
+    B's stored element size where it differs from A's (a quantized weight, its scales
+    included); ``in_bytes`` when None."""
     eb, ob = in_bytes.unsqueeze(1), out_bytes.unsqueeze(1)
+    bb = eb if b_elem_bytes is None else b_elem_bytes.unsqueeze(1)
     a_bytes = grid.tile_m * grid.k_slice * eb
-    b_bytes = grid.tile_n * grid.k_slice * eb
+    b_bytes = grid.tile_n * grid.k_slice * bb
     # NB: split-K partials are written in fp32 and reduced later; the reduce kernel is not modelled.
     c_elem = torch.where(grid.split_k > 1.0, torch.clamp(ob, min=4.0), ob)
     c_bytes = grid.tile_m * grid.tile_n * c_elem

@@ -1,0 +1,110 @@
+"""``torch-gemm-cost llm``: a serving plan of a causal LM, per batch size.
+
+    torch-gemm-cost llm --hf-config llama3_8b.json --device h100_sxm5_80gb --dtype bf16 \\
+        --prompt 2048 --gen 256 --batch 1,8,64 [--tp 2] [--weights int4] [--kv-dtype fp8]
+
+The model is built on the meta device from its config: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from . import UsageError
+
+WEIGHTS = ("int8", "int4", "fp8")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "llm",
+        help="plan serving an LLM: TTFT, TPOT, throughput and memory per batch size",
+        description="Plan serving a causal LM as vLLM serves it: per batch size, the time to "
+        "first token (chunked prefill), the time per output token (decode with a growing KV "
+        "cache), tokens per second, and whether weights, KV cache and activations fit; the "
+        "largest batch that fits; the roofline limits beside.",
+    )
+    p.add_argument("--hf-config", required=True, metavar="PATH",
+                   help="an HF config.json of a causal LM (needs model_type)")
+    p.add_argument("--device", default="h100_sxm5_80gb", metavar="ID",
+                   help="catalog id, GPU name, spec file or calibration profile (see `devices`; "
+                        "default h100_sxm5_80gb)")
+    p.add_argument("--dtype", default="bf16", help="activations: bf16 (default) or fp16")
+    p.add_argument("--prompt", type=int, default=2048, help="prompt tokens (default 2048)")
+    p.add_argument("--gen", type=int, default=256, help="generated tokens (default 256)")
+    p.add_argument("--batch", default="1,8,64", metavar="B[,B...]",
+                   help="batch sizes, comma separated (default 1,8,64)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--weights", choices=WEIGHTS, default=None,
+                   help="weight format of the linear layers (default: the dtype)")
+    p.add_argument("--kv-dtype", choices=("fp8",), default=None,
+                   help="KV cache dtype (default: the dtype)")
+    p.add_argument("--token-budget", type=int, default=8192,
+                   help="tokens a forward pass holds, chunked prefill (default 8192)")
+    p.add_argument("--memory-utilization", type=float, default=0.9,
+                   help="share of GPU memory the engine uses (default 0.9, vLLM's)")
+    p.add_argument("--predictor", choices=("default", "roofline"), default="default",
+                   help="GEMM predictor: the package's default, or the pure roofline")
+    p.add_argument("--layers", nargs="?", type=int, const=2, default=None, metavar="DEPTH",
+                   help="also print each batch's decode step by module, DEPTH levels deep "
+                   "(default 2; 0: one row per GEMM)")
+    p.add_argument("--assumptions", action="store_true", help="print what the plan assumes")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="write the plan as JSON (to stdout without PATH)")
+    p.set_defaults(run=run)
+
+    def error(message: str) -> NoReturn:  # one line, exit code 2, no usage dump
+        print(f"torch-gemm-cost llm: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    p.error = error  # type: ignore[method-assign]
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        values = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise UsageError(f"--batch {text!r}: give batch sizes as integers, e.g. 1,8,64"
+                         ) from None
+    if not values:
+        raise UsageError(f"--batch {text!r}: give at least one batch size, e.g. 1,8,64")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plan import plan_llm
+    from ..predict import RooflinePredictor
+
+    if not Path(args.hf_config).exists():
+        raise UsageError(f"--hf-config {args.hf_config}: no such file")
+    if args.layers is not None and args.layers < 0:
+        raise UsageError(f"--layers must be 0 or more, got {args.layers}; try --layers 2")
+    if args.json and args.json != "-" and not Path(args.json).parent.exists():
+        raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} does not exist")
+    plan = plan_llm(args.hf_config, device=args.device, dtype=args.dtype, prompt=args.prompt,
+                    gen=args.gen, batches=_batches(args.batch), tp=args.tp,
+                    weights=args.weights, kv_dtype=args.kv_dtype,
+                    token_budget=args.token_budget,
+                    memory_utilization=args.memory_utilization,
+                    predictor=RooflinePredictor() if args.predictor == "roofline" else None)
+    if args.json:
+        text = json.dumps(plan.to_dict(), indent=2)
+        if args.json == "-":
+            print(text)
+            return 0
+        Path(args.json).write_text(text + "\n")
+        print(f"written to {args.json}", file=sys.stderr)
+    print(plan)
+    if args.layers is not None:
+        for row in plan.rows:
+            print()
+            print(plan.layer_table(row.batch, depth=args.layers or None))
+    if args.assumptions:
+        print("\nassumptions:")
+        for line in plan.assumptions:
+            print(f"- {line}")
+    return 0

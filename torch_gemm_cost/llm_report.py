@@ -1,0 +1,161 @@
+"""LLM serving plans as records: one ``LlmPlanRow`` per batch size and the ``LlmPlan`` that holds
+them, with the plan's table, its JSON and the decode step's layer table.
+
+Like ``report.CostReport``, a plan renders what it is handed (``plan.plan_llm`` computes it) and
+predicts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .devices import DeviceSpec
+from .report import CostReport
+
+__all__ = ["LlmPlan", "LlmPlanRow"]
+
+
+@dataclass(frozen=True)
+class LlmPlanRow:
+    """One batch size of a serving plan: its latencies, throughput and memory, per GPU.
+
+    ``ttft_ms`` is the prefill of the batch's prompts, chunked under the token budget: the time
+    until the last request's first token. ``tpot_ms`` is one decode step averaged over the
+    ``gen - 1`` steps after the first token, as the KV cache grows from ``prompt`` to
+    ``prompt + gen`` tokens; ``request_ms`` = ttft + (gen − 1)·tpot, and ``tokens_per_s`` is
+    the batch's generated tokens over it. Memory is per GPU: the weights (quantized sizes, group
+    scales included), the KV cache at ``prompt + gen`` tokens, and the activation workspace;
+    ``fits`` compares their sum with the usable share of the GPU's memory.
+    """
+
+    batch: int
+    ttft_ms: float
+    tpot_ms: float
+    tokens_per_s: float
+    request_ms: float
+    weights_bytes: int
+    kv_cache_bytes: int
+    activation_bytes: int
+    fits: bool
+    prefill_steps: int  # forward passes of at most the token budget each
+    prefill_attention_ms: float  # of ttft_ms
+    prefill_comm_ms: float  # of ttft_ms: the tensor-parallel all-reduces and logit gathers
+    decode_attention_ms: float  # of tpot_ms, averaged over the decode steps
+    decode_comm_ms: float  # of tpot_ms
+    prefill_flops: float  # per GPU: the GEMMs' and the attention's
+    decode_bytes: float  # per GPU and decode step: weights read, KV cache read at mid context
+    roofline_ttft_ms: float  # prefill FLOPs over the dense peak of each GEMM's dtype
+    roofline_tpot_ms: float  # decode bytes over the DRAM bandwidth
+
+    @property
+    def memory_bytes(self) -> int:
+        """Weights, KV cache and activations on one GPU."""
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
+
+
+@dataclass(frozen=True)
+class LlmPlan:
+    """A serving plan of one model on one device: a row per batch size, ``max_batch`` (the
+    largest batch whose memory fits, from the HBM arithmetic), and what the plan assumes.
+
+    ``decode_reports`` holds each row's decode step (mid context) as a ``CostReport`` of one
+    GPU: its layer table is ``layer_table(batch)``.
+    """
+
+    model: str
+    device: DeviceSpec
+    dtype: str  # activations and unquantized weights
+    weights: str  # the linear layers' weight format: the dtype's name, int8, int4 or fp8
+    kv_dtype: str
+    tp: int
+    prompt: int
+    gen: int
+    token_budget: int
+    memory_utilization: float
+    usable_bytes: float  # per GPU: memory_utilization × the device's memory
+    max_batch: int
+    rows: tuple[LlmPlanRow, ...]
+    attention_kernel: str  # the attention kernel structure the plan prices (vLLM's choice)
+    predictor: str
+    assumptions: tuple[str, ...] = ()
+    decode_reports: tuple[CostReport, ...] = field(default=(), compare=False, repr=False)
+
+    def row(self, batch: int) -> LlmPlanRow:
+        """The row of ``batch``."""
+        for r in self.rows:
+            if r.batch == batch:
+                return r
+        have = [r.batch for r in self.rows]
+        near = min(have, key=lambda b: abs(b - batch))
+        raise ValueError(f"no row for batch {batch}; the plan has {have} (nearest {near})")
+
+    def table(self) -> str:
+        """One line per batch size: latencies, throughput, memory and the roofline limits."""
+        from tabulate import tabulate
+
+        body = [[r.batch, r.ttft_ms, r.tpot_ms, r.tokens_per_s, r.request_ms,
+                 r.roofline_ttft_ms, r.roofline_tpot_ms, r.weights_bytes / 1e9,
+                 r.kv_cache_bytes / 1e9, r.activation_bytes / 1e9,
+                 "yes" if r.fits else "NO"] for r in self.rows]
+        headers = ["batch", "TTFT ms", "TPOT ms", "tokens/s", "request ms", "roof TTFT",
+                   "roof TPOT", "weights GB", "KV GB", "act GB", "fits"]
+        fmt = ("", ".2f", ".3f", ".0f", ".1f", ".2f", ".3f", ".2f", ".2f", ".2f", "")
+        return tabulate(body, headers=headers, floatfmt=fmt)
+
+    def footer(self) -> str:
+        tp = f", tensor parallel {self.tp}" if self.tp > 1 else ""
+        gpu = " per GPU" if self.tp > 1 else ""
+        return (
+            f"{self.model} on {self.device.name} ({self.device.id}){tp}: {self.dtype} "
+            f"activations, {self.weights} weights, {self.kv_dtype} KV cache; prompt "
+            f"{self.prompt} + {self.gen} generated tokens, token budget {self.token_budget}\n"
+            f"max batch {self.max_batch} (usable memory{gpu} {self.usable_bytes / 1e9:.2f} GB "
+            f"= {self.memory_utilization:g} of {(self.device.mem_bytes or 0) / 1e9:.1f} GB); "
+            f"attention as {self.attention_kernel}; GEMMs by {self.predictor}; roof TTFT: "
+            f"FLOPs / dense peak, roof TPOT: bytes read / DRAM bandwidth"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.table()}\n{self.footer()}"
+
+    def layer_table(self, batch: int | None = None, depth: int | None = 2) -> str:
+        """The decode step's cost table at ``batch`` (default: the largest), by module at
+        ``depth`` levels (None: one row per GEMM), with its totals."""
+        if not self.decode_reports:
+            raise ValueError("this plan holds no decode reports")
+        i = len(self.rows) - 1 if batch is None else self.rows.index(self.row(batch))
+        r, report = self.rows[i], self.decode_reports[i]
+        comm = f" + {r.decode_comm_ms:.3f} ms of all-reduces" if self.tp > 1 else ""
+        return (f"decode step at batch {r.batch}, context {self.prompt + self.gen // 2} "
+                f"(one GPU{comm}):\n{report.table(depth=depth)}\n{report.footer()}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data: ``{"rows": [...], "max_batch": ..., "device": ...}``."""
+        return {
+            "model": self.model,
+            "device": self.device.id,
+            "device_name": self.device.name,
+            "dtype": self.dtype,
+            "weights": self.weights,
+            "kv_dtype": self.kv_dtype,
+            "tp": self.tp,
+            "prompt": self.prompt,
+            "gen": self.gen,
+            "token_budget": self.token_budget,
+            "memory_utilization": self.memory_utilization,
+            "usable_bytes": self.usable_bytes,
+            "max_batch": self.max_batch,
+            "attention_kernel": self.attention_kernel,
+            "predictor": self.predictor,
+            "rows": [{**asdict(r), "memory_bytes": r.memory_bytes} for r in self.rows],
+            "assumptions": list(self.assumptions),
+        }
+
+    def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
