@@ -25,7 +25,15 @@ from .devices import DeviceLike, DeviceSpec, check_dtype_on_device, device_or_pr
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract, optimizer_ops
 from .predict import Predictor, default_predictor
-from .predict.estimates import GemmEstimate, OpEstimate, estimate_gemms, estimate_ops, total_ms
+from .predict.estimates import (
+    GemmEstimate,
+    OpEstimate,
+    estimate_gemms,
+    estimate_ops,
+    gemm_uncertainty,
+    total_ms,
+)
+from .predict.intervals import ReportUncertainty
 from .predict.profile import load_profile
 from .report import Comparison, CostReport
 
@@ -116,14 +124,16 @@ def compare(
     runs = [_Run(spec, _predictor_of(predictor, own), cd)
             for (spec, own), cd in itertools.product(plan.targets, plan.dtypes)]
     priced = [_price(run, *records[run.cd.name], optimizer_records) for run in runs]
+    spans = [gemm_uncertainty(gemms, run.spec, run.predictor)  # what the intervals need
+             for run, (gemms, _) in zip(runs, priced)]
     advice = [tuple(padding_advice(gemms, run.predictor, run.spec, model_ms=total_ms(gemms, ops),
                                    config=captured.config))
               for run, (gemms, ops) in zip(runs, priced)]
     _warn_unmodelled(captured.model_name, priced[0][1])
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
-    return Comparison(_report(captured, run, gemms, ops, mode, adv)
-                      for run, (gemms, ops), adv in zip(runs, priced, advice))
+    return Comparison(_report(captured, run, gemms, ops, mode, adv, span)
+                      for run, (gemms, ops), adv, span in zip(runs, priced, advice, spans))
 
 
 @dataclass(frozen=True)
@@ -188,7 +198,8 @@ def _price(run: _Run, sites: Sequence[GemmSite], others: Sequence[OtherOp],
 
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
             ops: tuple[OpEstimate, ...], mode: str,
-            advice: tuple[PaddingAdvice, ...]) -> CostReport:
+            advice: tuple[PaddingAdvice, ...],
+            uncertainty: ReportUncertainty | None = None) -> CostReport:
     return CostReport(
         model=captured.model_name,
         device=run.spec,
@@ -201,6 +212,7 @@ def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
         config=captured.config,
         module_types=captured.module_types,
         advice=advice,
+        uncertainty=uncertainty,
     )
 
 
