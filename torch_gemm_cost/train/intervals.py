@@ -23,6 +23,7 @@ chip, so those scores are held out too.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
@@ -507,7 +508,7 @@ def fit_interval_calibration(
 def load_predictions(path: str | Path, rows: int) -> torch.Tensor:
     """The hybrid's held-out predictions from a ``torch.save`` file: accuracy.py's
     ``{"predictions": {"hybrid": ...}}`` or a ``{"pred": ...}`` of the same rows."""
-    doc = torch.load(path, map_location="cpu", weights_only=False)
+    doc = torch.load(path, map_location="cpu", weights_only=True)
     pred = doc["predictions"]["hybrid"] if "predictions" in doc else doc["pred"]
     pred = torch.as_tensor(pred, dtype=torch.float64)
     if pred.shape != (rows,):
@@ -551,6 +552,15 @@ def held_out_residuals(data: str | Path, gemm_predictions: str | Path | None = N
             gemm_residuals(measured, board_pred, "board"))
 
 
+def _provenance(path: str | Path | None) -> dict[str, Any]:
+    """A file's name, size and SHA-256 (or that the input was computed here)."""
+    if not path:
+        return {"computed": "here, seed 0"}
+    data = Path(path).read_bytes()
+    return {"file": Path(path).name, "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data")
@@ -563,6 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--whole-models", required=True,
                     help="whole-model rows, each chip held out (benchmarks/intervals.py)")
     ap.add_argument("--out", default="torch_gemm_cost/data/gemm_intervals.json")
+    ap.add_argument("--note", default="", help="what the input files are, for the metadata")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -576,9 +587,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "description": "torch_gemm_cost interval calibration of the hybrid GEMM predictor",
             "training_command": "python -m torch_gemm_cost.train.intervals "
                                 + " ".join(sys.argv[1:] if argv is None else argv),
-            "gemm_residuals": {"chip_held_out": args.gemm_predictions or "computed",
-                               "board_held_out": args.board_predictions or "computed"},
-            "whole_models": args.whole_models,
+            "inputs": {"chip_held_out_gemms": _provenance(args.gemm_predictions),
+                       "board_held_out_gemms": _provenance(args.board_predictions),
+                       "whole_models": _provenance(args.whole_models),
+                       "note": args.note},
+            "gemm_residual_rows": {"chip_held_out": len(chip_res),
+                                   "board_held_out": len(board_res)},
             "measured_rows": len(measured),
             "gpus": sorted(set(measured.gpu)),
             "seconds": round(time.perf_counter() - t0, 1),
