@@ -141,9 +141,11 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def run(data_dir: Path, predictor: Any, op_costs: Any = None,
-        own_dirs: Sequence[Path] = DEFAULT_OWN_DIRS) -> tuple[list[dict[str, Any]], float]:
+        own_dirs: Sequence[Path] = DEFAULT_OWN_DIRS, keep_estimates: bool = False
+        ) -> tuple[list[dict[str, Any]], float]:
     """Every label row predicted. ``op_costs(device)`` gives the non-GEMM op cost model for a
-    device (None: the shipped one, as ``estimate`` prices them)."""
+    device (None: the shipped one, as ``estimate`` prices them). ``keep_estimates`` adds each
+    row's device and GEMM estimates (``device``, ``gemms``: not JSON) for the intervals."""
     rows = load_rows(data_dir, own_dirs)
     groups: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     for r in rows:
@@ -199,6 +201,7 @@ def run(data_dir: Path, predictor: Any, op_costs: Any = None,
                     "measured_bwd_ms": float(r["measured_bwall_ms"]),
                     "n_gemms": len(rep.gemms),
                     "n_others": len(rep.others),
+                    **({"device": rep.device, "gemms": rep.gemms} if keep_estimates else {}),
                 }
             )
     return out, time.perf_counter() - start

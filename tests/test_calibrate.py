@@ -250,6 +250,27 @@ def test_profile_round_trips(tmp_path: Path, profile_doc: dict) -> None:
                                                   "calibrated_n32"}
 
 
+def test_a_profile_narrows_its_own_intervals(tmp_path: Path, profile_doc: dict) -> None:
+    """The profile keeps the chosen candidate's residuals on the rows it was not fitted on (24
+    of 120) as its device's own interval calibration: its 80% interval is narrower than the
+    catalog's for an architecture no fit has seen."""
+    from torch_gemm_cost.predict import default_predictor
+    from torch_gemm_cost.predict.intervals import default_calibration, uncertainty_of
+
+    assert profile_doc["intervals"]["buckets"][0]["rows"] == 24
+    path = save_profile(tmp_path / "profile.json", profile_doc)
+    spec, predictor = load_profile(path)
+    assert predictor.own_intervals_ is not None
+    t, lo, hi, _ = predict_gemm_ms(path, m=512, n=512, k=512, interval=0.8)
+    assert lo <= t <= hi
+    if default_calibration() is not None:
+        g = GemmBatch.from_dims(m=[512], n=[512], k=[512])
+        unc = uncertainty_of(g, spec, default_predictor())
+        assert unc is not None and unc.novelty == "family_unseen"
+        lo_c, hi_c = unc.gemm_bounds(torch.tensor([t], dtype=torch.float64), 0.8)
+        assert hi / lo < float(hi_c[0] / lo_c[0])
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [

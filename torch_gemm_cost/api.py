@@ -30,7 +30,15 @@ from .gemms import GemmSite, OtherOp, extract, optimizer_ops
 from .gemms.fusion import fuse_kernels
 from .gemms.records import FusedKernel
 from .predict import Predictor, default_predictor
-from .predict.estimates import GemmEstimate, OpEstimate, estimate_gemms, estimate_ops, total_ms
+from .predict.estimates import (
+    GemmEstimate,
+    OpEstimate,
+    estimate_gemms,
+    estimate_ops,
+    gemm_uncertainty,
+    total_ms,
+)
+from .predict.intervals import ReportUncertainty
 from .predict.profile import load_profile
 from .report import Comparison, CostReport
 
@@ -149,6 +157,8 @@ def compare(
     priced = [_step(bar, _price(run, *records[run.cd.name], optimizer_records,
                                 kernels[run.cd.name]))
               for run in runs]
+    spans = [gemm_uncertainty(gemms, run.spec, run.predictor)  # what the intervals need
+             for run, (gemms, _) in zip(runs, priced)]
     advice = [_step(bar, tuple(padding_advice(gemms, run.predictor, run.spec,
                                               model_ms=total_ms(gemms, ops),
                                               config=captured.config)))
@@ -157,8 +167,8 @@ def compare(
     _warn_unmodelled(captured.model_name, priced[0][1])
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
-    return Comparison(_report(captured, run, gemms, ops, mode, adv, compiled)
-                      for run, (gemms, ops), adv in zip(runs, priced, advice))
+    return Comparison(_report(captured, run, gemms, ops, mode, adv, compiled, span)
+                      for run, (gemms, ops), adv, span in zip(runs, priced, advice, spans))
 
 
 def _step(bar: tqdm, result: _T) -> _T:
@@ -231,7 +241,8 @@ def _price(run: _Run, sites: Sequence[GemmSite], others: Sequence[OtherOp],
 
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
             ops: tuple[OpEstimate, ...], mode: str,
-            advice: tuple[PaddingAdvice, ...], compiled: bool = False) -> CostReport:
+            advice: tuple[PaddingAdvice, ...], compiled: bool = False,
+            uncertainty: ReportUncertainty | None = None) -> CostReport:
     return CostReport(
         model=captured.model_name,
         device=run.spec,
@@ -245,6 +256,7 @@ def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
         module_types=captured.module_types,
         advice=advice,
         compiled=compiled,
+        uncertainty=uncertainty,
     )
 
 

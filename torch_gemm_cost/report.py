@@ -18,12 +18,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .advise import PaddingAdvice
 from .capture import module_template
 from .devices import DeviceSpec
 from .dtypes import resolve_dtype
 from .gemms.records import GemmSite
 from .predict.estimates import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
+from .predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
 
 __all__ = [
     "Comparison",
@@ -32,6 +35,7 @@ __all__ = [
     "format_advice",
     "format_comparison",
     "format_device_table",
+    "intervals_overlap",
 ]
 
 
@@ -62,6 +66,18 @@ class GemmExplanation:
 
 
 _INDEX = re.compile(r"^\d+$")
+
+# how the report names each novelty class of predict/intervals.py
+NOVELTY_TEXT = {
+    "calibrated": "from this device's own calibration",
+    "chip_seen": "its chip was in the fit",
+    "family_seen": "its architecture family was in the fit, its chip was not",
+    "family_unseen": "neither its chip nor its family was in the fit",
+}
+
+
+def _span(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None or hi is None else f"{lo:.4g}-{hi:.4g}"
 
 
 def _levels(module: str) -> list[str]:
@@ -101,6 +117,7 @@ class _Row:
     compute_ms: float = 0.0
     unmodelled: int = 0
     sig: list[Any] = field(default_factory=list)
+    gemm_index: list[int] = field(default_factory=list)  # positions in the report's gemms
 
     @property
     def time_ms(self) -> float:
@@ -117,6 +134,8 @@ class CostReport:
     ``advice`` is the padding advice (``advise.padding_advice``); None where none was made.
     ``compiled``: the non-GEMM ops were fused as ``torch.compile`` runs them; each op's
     ``OpEstimate.kernel`` names its kernel (``kernels()``, ``kernel_table()``).
+    ``uncertainty`` holds what the intervals need (``predict/intervals.py``); None where no
+    calibration covers the predictor, and then no interval is shown.
     """
 
     model: str  # class name of the estimated model
@@ -131,6 +150,7 @@ class CostReport:
     module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     advice: tuple[PaddingAdvice, ...] | None = field(default=None, compare=False, repr=False)
     compiled: bool = field(default=False, compare=False)
+    uncertainty: ReportUncertainty | None = field(default=None, compare=False, repr=False)
 
     # ------------------------------------------------------------------ totals
 
@@ -159,6 +179,38 @@ class CostReport:
     def unmodelled(self) -> tuple[OpEstimate, ...]:
         return tuple(o for o in self.others if o.time_ms is None)
 
+    # ------------------------------------------------------------------ intervals
+
+    @property
+    def total_interval_ms(self) -> tuple[float, float] | None:
+        """(lo, hi) of the whole model's time at 80%; None without a calibration."""
+        return None if self.uncertainty is None else self.interval(DEFAULT_LEVEL)
+
+    def interval(self, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+        """(lo, hi) of the whole model's time: the measured time falls inside with probability
+        ``level`` (calibrated on GPUs held out of the fit; see ``predict/intervals.py``)."""
+        level = check_level(level, "level")
+        unc = self._uncertainty()
+        times = torch.tensor([g.time_ms for g in self.gemms], dtype=torch.float64)
+        return unc.total_bounds(times, self.other_ms, level)
+
+    def _uncertainty(self) -> ReportUncertainty:
+        if self.uncertainty is None:
+            raise ValueError(
+                f"this report holds no intervals: predictor {self.predictor} "
+                f"v{self.predictor_version} has no interval calibration (the shipped hybrid "
+                "predictor and calibration profiles have one)")
+        return self.uncertainty
+
+    def _rows_interval(self, index: Sequence[int], other: float,
+                       level: float = DEFAULT_LEVEL) -> tuple[float, float] | None:
+        """(lo, hi) of the GEMMs at ``index`` and ``other`` ms of ops; None without intervals."""
+        if self.uncertainty is None:
+            return None
+        idx = torch.tensor(list(index), dtype=torch.long)
+        times = torch.tensor([self.gemms[i].time_ms for i in index], dtype=torch.float64)
+        return self.uncertainty.total_bounds(times, other, level, idx)
+
     # ------------------------------------------------------------------ rows and exports
 
     def rows(self) -> list[dict[str, Any]]:
@@ -182,6 +234,8 @@ class CostReport:
                 "time_ms": g.time_ms,
                 "pct_of_total": 100.0 * g.time_ms / total,
                 "bound": g.bound,
+                "lo_ms": g.lo_ms,
+                "hi_ms": g.hi_ms,
             }
             for g in self.gemms
         ]
@@ -254,6 +308,10 @@ class CostReport:
             out["compiled"] = True
         if any(o.kernel for o in self.others):
             out["kernels"] = self.kernels()
+        if self.uncertainty is not None:
+            lo, hi = self.interval(DEFAULT_LEVEL)
+            out.update(interval_level=DEFAULT_LEVEL, total_lo_ms=lo, total_hi_ms=hi,
+                       novelty=self.uncertainty.novelty)
         if advice and self.advice is not None:
             out["padding_advice"] = [
                 {**asdict(a), "saving_ms": a.saving_ms, "saving_pct": a.saving_pct}
@@ -355,6 +413,7 @@ class CostReport:
             else:
                 row = add(".".join(_levels(s.module)[:depth]), None, i)
             row.gemms += 1
+            row.gemm_index.append(i)
             row.flops += s.flops
             row.gemm_ms += g.time_ms
             row.compute_ms += g.time_ms if g.bound == "compute" else 0.0
@@ -383,6 +442,7 @@ class CostReport:
         gemm_ms = sum(r.gemm_ms for r in rows)
         other_ms = sum(r.other_ms for r in rows)
         compute_ms = sum(r.compute_ms for r in rows)
+        span = self._rows_interval([i for r in rows for i in r.gemm_index], other_ms)
         return {
             "module": name or "(top)",
             "module_type": self._type_of(paths[0]) if paths[0] != "(non-GEMM ops)" else "",
@@ -396,24 +456,28 @@ class CostReport:
             "bound": "-" if not rows[0].gemms else (
                 "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
             ),
+            "lo_ms": None if span is None else span[0],
+            "hi_ms": None if span is None else span[1],
         }
 
     def top(self, k: int = 10, depth: int | None = None) -> list[dict[str, Any]]:
         """The ``k`` costliest rows of ``module_rows(depth)``."""
         return sorted(self.module_rows(depth), key=lambda r: -r["time_ms"])[:k]
 
-    def table(self, depth: int | None = None, top: int | None = None) -> str:
+    def table(self, depth: int | None = None, top: int | None = None,
+              intervals: bool = False) -> str:
         """The cost table: one row per GEMM (``depth=None``) or per module at ``depth`` levels.
 
         Repeated blocks collapse into one row (``GPT2Block × 12``) holding the time of all repeats.
-        ``top`` keeps the costliest rows only, sorted by time.
+        ``top`` keeps the costliest rows only, sorted by time. ``intervals`` adds each row's 80%
+        interval (where the report has them).
         """
         from tabulate import tabulate
 
-        headers, body, fmt, _ = self._table_cells(depth, top)
+        headers, body, fmt, _ = self._table_cells(depth, top, intervals)
         return tabulate(body, headers=headers, floatfmt=fmt)
 
-    def _table_cells(self, depth: int | None, top: int | None
+    def _table_cells(self, depth: int | None, top: int | None, intervals: bool = False
                      ) -> tuple[list[str], list[list[Any]], tuple[str, ...], list[dict[str, Any]]]:
         """The columns of ``table(depth, top)``: headers, cells, each column's number format,
         and the rows the cells come from."""
@@ -446,6 +510,11 @@ class CostReport:
             ]
             headers = ["module", "type", "GEMMs", "GFLOP", "time ms", "% total", "bound"]
             fmt = ("", "", "", ".2f", ".4f", ".1f", "")
+        if intervals and self.uncertainty is not None:
+            for line, r in zip(body, rows):
+                line.append(_span(r["lo_ms"], r["hi_ms"]))
+            headers.append(f"{DEFAULT_LEVEL:.0%} interval ms")
+            fmt = (*fmt, "")
         return headers, body, fmt, rows
 
     def footer(self) -> str:
@@ -461,9 +530,15 @@ class CostReport:
                       f"{sum(len(k['ops']) for k in fused)} ops")
         if flash:
             notes += f"; {flash} SDPA calls as flash attention kernels"
+        span = ""
+        if self.uncertainty is not None:
+            lo, hi = self.interval(DEFAULT_LEVEL)
+            span = (f" [{DEFAULT_LEVEL:.0%} interval {lo:.3f}-{hi:.3f} ms, "
+                    f"{NOVELTY_TEXT[self.uncertainty.novelty]}]")
         return (
             f"{self.model} on {self.device.name} ({self.device.id}), {self.dtype}, {self.mode}: "
-            f"total {self.total_ms:.3f} ms (GEMM {self.gemm_ms:.3f} ms in {len(self.gemms)} GEMMs, "
+            f"total {self.total_ms:.3f} ms{span} (GEMM {self.gemm_ms:.3f} ms in "
+            f"{len(self.gemms)} GEMMs, "
             f"other {self.other_ms:.3f} ms), {self.achieved_tflops:.1f} TFLOP/s achieved\n"
             f"predictor {self.predictor} v{self.predictor_version}; "
             f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "") + notes
@@ -633,6 +708,11 @@ class Comparison(list):  # type: ignore[type-arg]
     def table(self, top: int = 5, depth: int | None = None) -> str:
         return format_comparison(self, top=top, depth=depth)
 
+    def overlaps(self, i: int, j: int, level: float = DEFAULT_LEVEL) -> bool | None:
+        """Whether reports ``i`` and ``j`` have overlapping intervals at ``level``, so neither
+        is certainly the faster; None where either has no interval."""
+        return intervals_overlap(self[i], self[j], level)
+
     def __str__(self) -> str:
         return self.table()
 
@@ -652,12 +732,20 @@ def format_comparison(reports: Sequence[CostReport], top: int = 5, depth: int | 
          base / r.total_ms if r.total_ms else float("nan"), len(r.unmodelled)]
         for r in reports
     ]
-    totals = tabulate(
-        body,
-        headers=["device", "dtype", "total ms", "GEMM ms", "other ms", "TFLOP/s",
-                 "speedup", "unmodelled"],
-        floatfmt=("", "", ".3f", ".3f", ".3f", ".1f", ".2f", ""),
-    )
+    headers = ["device", "dtype", "total ms", "GEMM ms", "other ms", "TFLOP/s", "speedup",
+               "unmodelled"]
+    fmt: tuple[str, ...] = ("", "", ".3f", ".3f", ".3f", ".1f", ".2f", "")
+    if any(r.uncertainty is not None for r in reports):
+        # an overlap means the speedup may go either way: the intervals do not exclude it
+        for line, r in zip(body, reports):
+            span = r.total_interval_ms
+            line.append(_span(*span) if span else "-")
+            overlap = intervals_overlap(reports[0], r)
+            line.append("-" if r is reports[0] or overlap is None else
+                        "intervals overlap" if overlap else "apart")
+        headers += [f"{DEFAULT_LEVEL:.0%} interval ms", "vs first"]
+        fmt = (*fmt, "", "")
+    totals = tabulate(body, headers=headers, floatfmt=fmt)
     per = [{_row_key(row): row for row in r.module_rows(depth)} for r in reports]
     ranked = sorted(per[0].values(), key=lambda row: -row["time_ms"])[:top]
     layer_body = []
@@ -673,6 +761,16 @@ def format_comparison(reports: Sequence[CostReport], top: int = 5, depth: int | 
         missingval="-",
     )
     return f"{totals}\n\n{layers}"
+
+
+def intervals_overlap(a: CostReport, b: CostReport, level: float = DEFAULT_LEVEL) -> bool | None:
+    """Whether two reports' whole-model intervals at ``level`` overlap; None where either has
+    none."""
+    if a.uncertainty is None or b.uncertainty is None:
+        return None
+    lo_a, hi_a = a.interval(level)
+    lo_b, hi_b = b.interval(level)
+    return lo_a <= hi_b and lo_b <= hi_a
 
 
 _SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}

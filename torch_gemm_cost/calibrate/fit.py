@@ -16,6 +16,7 @@ from ..gemms.measured import MeasuredGemms
 from ..predict import shipped_weights_path
 from ..predict.calibrated import CalibratedPredictor
 from ..predict.hybrid import HybridPredictor
+from ..predict.intervals import default_calibration, own_calibration
 from ..predict.profile import make_profile
 from ..predict.score import summarize_errors
 from .timing import PREDICTOR_TIMING, SOURCE
@@ -102,7 +103,8 @@ def fit_profile(spec: DeviceSpec, data: MeasuredGemms, *, seed: int = 0, holdout
     predictor fine-tuned from the shipped weights (``hybrid_steps`` Adam steps; skipped where
     no weights ship) and ``CalibratedPredictor`` at each register/CTA tile (``steps``). The
     candidate with the lowest held-out median APE is fine-tuned on all rows (a third of its
-    steps) and kept.
+    steps) and kept. Its residuals on the held-out rows set the device's own intervals
+    (``predict/intervals.own_calibration``), narrower than a catalog device's where it fits well.
     """
     spec = _measured_spec(spec, data)
     rows = _on_device(data, spec)
@@ -111,11 +113,13 @@ def fit_profile(spec: DeviceSpec, data: MeasuredGemms, *, seed: int = 0, holdout
     val = rows.select(val_idx) if len(val_idx) else train
     candidates = _candidates(spec, seed, steps, hybrid_steps)
     scores: dict[str, dict[str, float]] = {}
+    held_out: dict[str, torch.Tensor] = {}  # name -> log(measured / predicted) on val
     for name, candidate in candidates.items():
         # warm: the hybrid starts from the shipped weights, a calibrated candidate from nothing
         candidate.fit(train, warm_start=True)
-        scores[name] = summarize_errors(candidate.predict(val.gemms, spec).time_ms,
-                                        val.latency_ms).in_percent()
+        pred_ms = candidate.predict(val.gemms, spec).time_ms
+        held_out[name] = torch.log(val.latency_ms / pred_ms)
+        scores[name] = summarize_errors(pred_ms, val.latency_ms).in_percent()
         log.info("%s: held-out MAPE %.1f%%, median %.1f%%", name, scores[name]["mape"],
                  scores[name]["median_ape"])
     # by median APE: a mean would rank candidates on the few rows that other jobs stalled
@@ -124,7 +128,14 @@ def fit_profile(spec: DeviceSpec, data: MeasuredGemms, *, seed: int = 0, holdout
     full_steps = model.get_params()["steps"]
     model.set_params(steps=max(1, full_steps // 3)).fit(rows, warm_start=True)
     model.set_params(steps=full_steps)
-    return make_profile(spec, model, fit={
+    shipped = default_calibration()
+    intervals = own_calibration(
+        held_out[chosen], None if shipped is None else shipped.total_z,
+        metadata={"residuals": f"{chosen} fitted on {len(train_idx)} rows, scored on the "
+                               f"{len(val_idx) or len(rows)} held out"
+                               + ("" if len(val_idx) else " (too few rows to hold any out: "
+                                  "in-sample)")})
+    return make_profile(spec, model, intervals=intervals.to_dict(), fit={
         "rows": len(rows), "holdout_rows": len(val_idx), "timing": ", ".join(sorted(
             set(data.timing))), "holdout": scores, "chosen": chosen,
         "train_all": summarize_errors(model.predict(rows.gemms, spec).time_ms,

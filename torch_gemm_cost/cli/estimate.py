@@ -79,6 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--depth", type=int, default=None,
                    help="aggregate the table by the module tree, cut at this many levels")
     p.add_argument("--top", type=int, default=None, help="show only the costliest rows")
+    p.add_argument("--intervals", action="store_true",
+                   help="show each row's 80%% interval (the totals line always has one)")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="write the report as JSON (to stdout without PATH)")
     p.add_argument("--csv", nargs="?", const="-", metavar="PATH",
@@ -331,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_comparison(reports, top=args.top or 5, depth=args.depth))
         return 0
     r = reports[0]
-    print(r.table(depth=args.depth, top=args.top))
+    print(r.table(depth=args.depth, top=args.top, intervals=args.intervals))
     print(r.footer())
     if r.advice is not None:
         print(format_advice(r.advice[:5]))

@@ -82,6 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--skip-bad", action="store_true",
         help="write an error column for malformed rows instead of stopping",
     )
+    p.add_argument(
+        "--interval", type=float, default=None, metavar="LEVEL",
+        help="also write predicted_lo_ms and predicted_hi_ms, the bounds the measured time "
+             "falls between with probability LEVEL (e.g. 0.8)",
+    )
     p.set_defaults(run=run)
 
 
@@ -287,9 +292,13 @@ def _good_rows(
 
 def _predict_groups(
     table: _Table, targets: _Targets, weights_predictor: Predictor | None, skip_bad: bool,
-    path: Path,
+    path: Path, interval: float | None = None,
+    spans: dict[int, tuple[float, float]] | None = None,
 ) -> tuple[list[float | None], dict[int, str]]:
+    """Each row's predicted time and each malformed row's error; with ``interval``, each
+    row's (lo, hi) at that level goes to ``spans`` (rows no calibration covers are left out)."""
     from ..predict import default_predictor
+    from ..predict.intervals import uncertainty_of
 
     errors: dict[int, str] = {}
     times: list[float | None] = [None] * len(table.rows)
@@ -323,6 +332,16 @@ def _predict_groups(
             )
         for i, t in zip(idx, time_ms.tolist()):
             times[i] = t
+        if interval is not None and spans is not None:
+            unc = uncertainty_of(gemms, spec, predictor)
+            if unc is None:
+                logger.warning("no interval calibration covers predictor %s v%s; its rows get "
+                               "no predicted_lo_ms/predicted_hi_ms", predictor.name,
+                               predictor.version)
+                continue
+            lo, hi = unc.gemm_bounds(time_ms, interval)
+            for i, a, b in zip(idx, lo.tolist(), hi.tolist()):
+                spans[i] = (a, b)
     return times, errors
 
 
@@ -433,10 +452,13 @@ def _predict_attention(table: _Table, targets: _Targets
 
 
 def _rows_out(
-    table: _Table, times: list[float | None], errors: dict[int, str], skip_bad: bool
+    table: _Table, times: list[float | None], errors: dict[int, str], skip_bad: bool,
+    spans: dict[int, tuple[float, float]] | None = None,
 ) -> Iterator[list[str]]:
     header = list(table.header)
     extra = ["predicted_ms"] + (["error"] if skip_bad else [])
+    if spans is not None:
+        extra += ["predicted_lo_ms", "predicted_hi_ms"]
     slots = []
     for name in extra:
         if name not in header:
@@ -448,6 +470,10 @@ def _rows_out(
         out[slots[0]] = "" if times[i] is None else f"{times[i]:.6g}"
         if skip_bad:
             out[slots[1]] = errors.get(i, "")
+        if spans is not None:
+            span = spans.get(i)
+            out[slots[-2]] = "" if span is None else f"{span[0]:.6g}"
+            out[slots[-1]] = "" if span is None else f"{span[1]:.6g}"
         yield out
 
 
@@ -465,13 +491,25 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--device-profile {args.device_profile}: no such file")
     if args.device_spec is not None and not Path(args.device_spec).is_file():
         raise UsageError(f"--device-spec {args.device_spec}: no such file")
+    spans: dict[int, tuple[float, float]] | None = None
+    if args.interval is not None:
+        from ..predict.intervals import check_level
+
+        try:
+            check_level(args.interval, "--interval")
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        spans = {}
     table = _read(path)
+    if spans is not None and table.schema != "gemm":
+        raise UsageError(f"--interval: intervals are calibrated for GEMM rows only; {path} "
+                         f"holds {table.schema} rows")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         targets = _Targets(args.device_profile, args.device_spec)
         if table.schema == "gemm":
             times, errors = _predict_groups(table, targets, weights_predictor, args.skip_bad,
-                                            path)
+                                            path, args.interval, spans)
         else:
             predict = _predict_vec if table.schema == "vec" else _predict_attention
             times, errors = predict(table, targets)
@@ -486,7 +524,7 @@ def run(args: argparse.Namespace) -> int:
     tmp = out_path.with_name(out_path.name + ".tmp")
     try:
         with _open_text(tmp, "w", out_path.name.endswith(".gz")) as fh:
-            rows = _rows_out(table, times, errors, args.skip_bad)
+            rows = _rows_out(table, times, errors, args.skip_bad, spans)
             csv.writer(fh, lineterminator="\n").writerows(rows)
         os.replace(tmp, out_path)
     except OSError as e:

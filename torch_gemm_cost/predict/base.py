@@ -59,6 +59,10 @@ class Estimator:
     """The fitting half of the contract (see the module docstring); subclasses implement
     ``fit(measured, *, warm_start=False) -> self``."""
 
+    # the interval calibration of the one device it was fitted to (a calibration profile's,
+    # ``predict/intervals.py``); None for a predictor of many devices
+    own_intervals_: Any = None
+
     def get_params(self) -> dict[str, Any]:
         """The hyperparameters: every keyword of ``__init__``, as stored."""
         return {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}

@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from ..devices import DeviceSpec
 from ..gemms.records import FusedKernel, GemmBatch, GemmSite, OtherOp
 from .base import Predictor
+from .intervals import DEFAULT_LEVEL, ReportUncertainty, uncertainty_of
 from .ops import OpCostModel, op_times_ms
 from .sdpa import runs_fused_attention, sdpa_times_ms
 
@@ -25,6 +28,7 @@ __all__ = [
     "estimate_gemms",
     "estimate_ops",
     "gemm_ms",
+    "gemm_uncertainty",
     "other_ms",
     "total_ms",
 ]
@@ -39,6 +43,10 @@ class GemmEstimate:
     bound: str  # "compute", "memory", or "fused" (its time is its fused attention kernel's)
     # the predictor's intermediates for this GEMM (waves, hit rates, ...), when it gives them
     details: Mapping[str, float] = field(default_factory=dict, compare=False)
+    # the 80% interval of the measured time (predict/intervals.py); None where no calibration
+    # covers the predictor
+    lo_ms: float | None = None
+    hi_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -56,13 +64,20 @@ def estimate_gemms(sites: Sequence[GemmSite], device: DeviceSpec,
     details."""
     if not sites:
         return ()
-    pred = predictor.predict(GemmBatch.from_sites(sites), device)
+    batch = GemmBatch.from_sites(sites)
+    pred = predictor.predict(batch, device)
     details = {name: values.tolist() for name, values in pred.details.items()}  # name -> (N,)
     fused = runs_fused_attention(device)
+    unc = uncertainty_of(batch, device, predictor)
+    lo, hi = ([None] * len(sites), [None] * len(sites)) if unc is None else (
+        t.tolist() for t in unc.gemm_bounds(pred.time_ms.to(torch.float64), DEFAULT_LEVEL))
     return tuple(
         GemmEstimate(site, float(t), "compute" if bound else "memory",
-                     {name: float(values[i]) for name, values in details.items()})
-        if not (fused and _in_attention_kernel(site)) else GemmEstimate(site, 0.0, "fused")
+                     {name: float(values[i]) for name, values in details.items()},
+                     lo_ms=lo[i], hi_ms=hi[i])
+        if not (fused and _in_attention_kernel(site))
+        else GemmEstimate(site, 0.0, "fused", lo_ms=None if unc is None else 0.0,
+                          hi_ms=None if unc is None else 0.0)
         for i, (site, t, bound) in enumerate(zip(sites, pred.time_ms.tolist(),
                                                  pred.compute_bound.tolist()))
     )
@@ -71,6 +86,15 @@ def estimate_gemms(sites: Sequence[GemmSite], device: DeviceSpec,
 def _in_attention_kernel(site: GemmSite) -> bool:
     """A forward GEMM of an SDPA call, which a GPU runs inside one attention kernel."""
     return site.phase == "forward" and site.op in ("sdpa_qk", "sdpa_pv")
+
+
+def gemm_uncertainty(gemms: Sequence[GemmEstimate], device: DeviceSpec,
+                     predictor: Predictor) -> ReportUncertainty | None:
+    """What a report needs for intervals at any level over these GEMMs (None where no
+    calibration covers ``predictor``; see ``predict/intervals.py``)."""
+    if not gemms:
+        return None
+    return uncertainty_of(GemmBatch.from_sites([g.site for g in gemms]), device, predictor)
 
 
 def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,

@@ -13,9 +13,10 @@ from typing import Any
 
 from ..datasheet import PROFILE_FORMAT
 from ..devices import DeviceSpec, spec_from_record, spec_to_record
-from .base import Predictor
+from .base import Estimator, Predictor
 from .calibrated import CalibratedPredictor
 from .hybrid import HybridPredictor
+from .intervals import IntervalCalibration
 
 __all__ = ["FORMAT", "PREDICTOR_KINDS", "VERSION", "load_profile", "make_profile",
            "save_profile"]
@@ -87,7 +88,11 @@ def load_profile(path: str | Path) -> tuple[DeviceSpec, Predictor]:
         for key in ("device", "predictor"):
             if key not in doc:
                 raise ValueError(f"missing {key!r}")
-        return spec_from_record(doc["device"]), _predictor_from_record(doc["predictor"])
+        predictor = _predictor_from_record(doc["predictor"])
+        if "intervals" in doc and isinstance(predictor, Estimator):
+            # the device's own cross-validated residuals set its intervals
+            predictor.own_intervals_ = IntervalCalibration.from_dict(doc["intervals"])
+        return spec_from_record(doc["device"]), predictor
     except (KeyError, TypeError, ValueError) as e:
         detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
         raise ValueError(f"calibration profile {str(path)!r} is invalid: {detail}") from None

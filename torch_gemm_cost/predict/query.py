@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -22,9 +22,11 @@ from ..dtypes import resolve_dtype
 from ..gemms.records import GemmBatch
 from .base import GemmPrediction, Predictor
 from .hybrid import HybridPredictor
+from .intervals import check_level, uncertainty_of
 from .profile import load_profile
 
-__all__ = ["check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms", "resolve_target"]
+__all__ = ["GemmInterval", "check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms",
+           "resolve_target"]
 
 DimLike = int | float | torch.Tensor | Any  # also lists and NumPy arrays
 
@@ -81,11 +83,23 @@ def _dim(name: str, value: DimLike, minimum: int) -> torch.Tensor:
     return t64
 
 
+class GemmInterval(NamedTuple):
+    """A predicted time with the bounds the measured time falls between with probability
+    ``level`` (floats for scalar dims, else (N,) float64 tensors)."""
+
+    time_ms: float | torch.Tensor
+    lo_ms: float | torch.Tensor
+    hi_ms: float | torch.Tensor
+    level: float
+
+
 def _run(
     device: DeviceLike, m: DimLike, n: DimLike, k: DimLike, batch: DimLike,
     dtype: str | torch.dtype, op: str, bias: bool, predictor: Predictor | None,
-) -> tuple[GemmBatch, GemmPrediction | None, torch.Tensor, bool]:
-    """Validate, predict the non-empty GEMMs; returns (gemms, prediction, nonempty mask, scalar)."""
+) -> tuple[GemmBatch, GemmPrediction | None, torch.Tensor, bool,
+           tuple[DeviceSpec, Predictor]]:
+    """Validate, predict the non-empty GEMMs; returns (gemms, prediction, nonempty mask, scalar,
+    (device, predictor))."""
     spec, profile_predictor = resolve_target(device)
     cd = resolve_dtype(dtype)
     check_dtype_on_device(spec, cd)
@@ -104,9 +118,9 @@ def _run(
 
         chosen = default_predictor()
     if not bool(live.any()):
-        return gemms, None, live, scalar
+        return gemms, None, live, scalar, (spec, chosen)
     sub = gemms if bool(live.all()) else gemms.select(live)
-    return gemms, chosen.predict(sub, spec), live, scalar
+    return gemms, chosen.predict(sub, spec), live, scalar, (spec, chosen)
 
 
 def predict_gemm_ms(
@@ -120,7 +134,8 @@ def predict_gemm_ms(
     op: str = "matmul",
     bias: bool = False,
     predictor: Predictor | None = None,
-) -> float | torch.Tensor:
+    interval: float | None = None,
+) -> float | torch.Tensor | GemmInterval:
     """Predicted time in ms of ``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]`` on ``device``.
 
     Dims are scalars or arrays (lists, tensors, NumPy) that broadcast together. Scalar dims give
@@ -128,12 +143,32 @@ def predict_gemm_ms(
     ``matmul``/``mm``/``bmm`` (A @ B), ``linear``/``addmm`` (x @ Wᵀ) or a DATA.md layout; it
     sets which dims decide each operand's alignment and whether B is read transposed (libraries
     run other kernels for a Linear than for a matmul). A zero-size batch costs 0 ms.
+
+    ``interval`` (a coverage such as 0.8) returns a ``GemmInterval`` (time_ms, lo_ms, hi_ms,
+    level) instead: the measured time falls between lo and hi with that probability, as
+    calibrated on GPUs held out of the fit (``predict/intervals.py``).
     """
-    gemms, pred, live, scalar = _run(device, m, n, k, batch, dtype, op, bias, predictor)
+    level = None if interval is None else check_level(interval)
+    gemms, pred, live, scalar, (spec, chosen) = _run(device, m, n, k, batch, dtype, op, bias,
+                                                     predictor)
     time_ms = torch.zeros(len(gemms), dtype=torch.float64)
     if pred is not None:
         time_ms[live] = pred.time_ms.to(torch.float64)
-    return float(time_ms[0]) if scalar else time_ms
+    if level is None:
+        return float(time_ms[0]) if scalar else time_ms
+    lo, hi = time_ms.clone(), time_ms.clone()
+    if pred is not None:
+        sub = gemms if bool(live.all()) else gemms.select(live)
+        unc = uncertainty_of(sub, spec, chosen)
+        if unc is None:
+            raise ValueError(
+                f"no interval calibration covers predictor {getattr(chosen, 'name', chosen)!r} "
+                f"v{getattr(chosen, 'version', '?')}; the shipped hybrid and calibration "
+                "profiles have one")
+        lo[live], hi[live] = unc.gemm_bounds(time_ms[live], level)
+    if scalar:
+        return GemmInterval(float(time_ms[0]), float(lo[0]), float(hi[0]), level)
+    return GemmInterval(time_ms, lo, hi, level)
 
 
 def explain(
@@ -157,7 +192,7 @@ def explain(
     other details it reports; keys a predictor does not report are left out. NB: the tile is the envelope's pick, the candidate that minimizes the
     predicted time, not necessarily the kernel cuBLAS would choose.
     """
-    gemms, pred, live, _ = _run(device, m, n, k, batch, dtype, op, bias, predictor)
+    gemms, pred, live, _, _ = _run(device, m, n, k, batch, dtype, op, bias, predictor)
     dtype_name = resolve_dtype(dtype).name
     out: list[dict[str, Any]] = []
     details = {} if pred is None else {

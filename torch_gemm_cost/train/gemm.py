@@ -107,12 +107,15 @@ def leave_one_chip_out(
     *,
     chips: Iterable[str] | None = None,
     seeds: Sequence[int] = (0,),
+    unit: Callable[[str], str] = chip_of,
 ) -> torch.Tensor:
     """Predicted ms for every row, each chip's rows from models fitted without any board of
     that chip (the A100 PCIe and SXM boards leave together, as do the two V100s), averaged
     over ``seeds`` (geometric mean). ``make(seed)`` returns an unfitted predictor with ``fit``
-    and ``predict_measured``. Rows of chips not in ``chips`` stay NaN."""
-    row_chip = [chip_of(g) for g in measured.gpu]
+    and ``predict_measured``. Rows of chips not in ``chips`` stay NaN. ``unit(gpu)`` names
+    what leaves together: the chip by default; ``str`` leaves each board out alone, so the
+    other boards of its chip stay in the fit."""
+    row_chip = [unit(g) for g in measured.gpu]
     pred = torch.full((len(measured),), float("nan"), dtype=torch.float64)
     for chip in sorted(set(row_chip) if chips is None else chips):
         held = torch.tensor([c == chip for c in row_chip], dtype=torch.bool)
