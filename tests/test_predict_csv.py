@@ -386,3 +386,11 @@ def test_schema_is_told_by_its_columns(tmp_path, capsys):
     assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
     assert "line 1: missing column(s) cols; required: gpu, op, dtype, rows, cols" in (
         capsys.readouterr().err)
+
+
+def test_interval_on_vec_rows_is_refused_by_name(tmp_path, capsys):
+    src = _write(tmp_path / "vec.csv", VEC_HEADER, VEC_ROWS)
+    assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv"),
+                 "--interval", "0.8"]) == 2
+    err = capsys.readouterr().err
+    assert "GEMM rows only" in err and "vec rows" in err
