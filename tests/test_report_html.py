@@ -127,3 +127,20 @@ def test_a_report_with_no_advice_says_so() -> None:
     r: Any = make_report(gpt2_sites(layers=1))
     page = Page(replace(r, advice=()).to_html(depth=1))
     assert "none: the predictor finds no padding that saves time" in page.text["p"]
+
+
+def test_the_page_carries_the_intervals_the_text_report_prints() -> None:
+    from torch_gemm_cost.predict import default_predictor
+    from torch_gemm_cost.predict.estimates import gemm_uncertainty
+
+    predictor = default_predictor()
+    hybrid = make_report(gpt2_sites(layers=2), others=gpt2_others(), predictor=predictor)
+    hybrid = replace(hybrid, uncertainty=gemm_uncertainty(hybrid.gemms, hybrid.device, predictor))
+    assert hybrid.uncertainty is not None  # the shipped calibration covers the hybrid
+    page = Page(hybrid.to_html(depth=2))
+    lo, hi = hybrid.interval(0.8)
+    assert "80% interval" in page.text["th"]
+    assert f"{lo:.3f}-{hi:.3f} ms, its chip was in the fit" in page.text["td"]
+    # each layer row's interval cell is the text table's last column
+    table = hybrid.table(depth=2, intervals=True).splitlines()[2:]
+    assert [r[-2] for r in page.rows] == [line.split()[-1] for line in table]  # then the bar

@@ -629,11 +629,11 @@ class CostReport:
                 top: int | None = None) -> str:
         """The report as one self-contained HTML page: totals, the roofline plot (inline SVG,
         where matplotlib is installed), the padding advice and the layer table of
-        ``table(depth, top)`` with a bar per row for its time. No script and no network: any
+        ``table(depth, top, intervals=True)`` with a bar per row for its time. No script and no network: any
         browser opens the file. Also written to ``path`` when given."""
         from .report_html import HtmlRow, render_html
 
-        headers, body, fmt, rows = self._table_cells(depth, top)
+        headers, body, fmt, rows = self._table_cells(depth, top, intervals=True)
         longest = max((r["time_ms"] for r in rows), default=0.0) or 1.0
         table = [HtmlRow(tuple(format(c, f) if f else str(c) for c, f in zip(cells, fmt)),
                          bound=r["bound"], bar_pct=100.0 * r["time_ms"] / longest)
@@ -641,6 +641,10 @@ class CostReport:
         unmod = sorted({o.op.op for o in self.unmodelled})
         totals = [
             ("total", f"{self.total_ms:.3f} ms"),
+            *([] if self.uncertainty is None else [(
+                f"{DEFAULT_LEVEL:.0%} interval",
+                "{:.3f}-{:.3f} ms, ".format(*self.interval(DEFAULT_LEVEL))
+                + NOVELTY_TEXT[self.uncertainty.novelty])]),
             ("GEMMs", (f"{self.gemm_ms:.3f} ms in {len(self.gemms)} GEMMs, "
                        f"{self.total_flops / 1e9:.2f} GFLOP")),
             ("other ops", f"{self.other_ms:.3f} ms in {len(self.others)} ops"),
