@@ -6,7 +6,7 @@
 measurements, one seed, about 6 minutes on two cores:
 
 1. Fit and transfer. Per GPU: MAPE of the hybrid fitted on every GPU (in-sample) and of the
-   hybrid fitted without that GPU (leave one GPU out). A GPU the model cannot fit in-sample
+   hybrid fitted without any board of its chip (leave one chip out). A GPU the model cannot fit in-sample
    cannot be predicted better held out.
 2. Oracle levels. The held-out predictions rescaled per (gpu, dtype) by their median
    pred/meas ratio: the error left if a held-out model knew each GPU's overall speed per
@@ -151,11 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         "Produced by `" + " ".join(["python benchmarks/ceiling.py",
                                     *(argv if argv is not None else sys.argv[1:])]) + "`. "
         f"Hybrid seed {args.seed}; {len(data)} rows (impossible rows dropped); fit on every GPU "
-        f"{t_fit:.0f} s, leave-one-GPU-out {t_logo:.0f} s. Data: NeuSight (MIT), vidur (MIT), "
-        "LLMCompass (BSD-3), DeepBench (Apache-2.0), XLA performance tables (Apache-2.0).",
+        f"{t_fit:.0f} s, leave-one-chip-out {t_logo:.0f} s. Data: NeuSight (MIT), vidur (MIT), "
+        "LLMCompass (BSD-3), DeepBench (Apache-2.0), XLA performance tables (Apache-2.0), aiconfigurator (Apache-2.0), this project's H200 rows.",
         "",
         ("MAPE per GPU; the last row averages the GPUs, each counting once, as `accuracy.py` "
-        "does. `in-sample`: the hybrid fitted on every GPU. `held out`: fitted without the GPU "
+        "does. `in-sample`: the hybrid fitted on every GPU. `held out`: fitted without any board of the GPU's chip "
         f"(median APE over all rows {median_ape:.1%}). `oracle levels`: the held-out "
         "predictions rescaled per (gpu, dtype) by their median pred/meas, which no held-out "
         "model knows. `own-rows kNN`: 5-fold nearest neighbours within one GPU's own rows, "
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Reading it",
         "",
-        (f"- The hybrid fits the twelve GPUs to {means['in-sample']:.1%} in-sample and transfers "
+        (f"- The hybrid fits the {len(rows) - 1} GPUs to {means['in-sample']:.1%} in-sample and transfers "
         f"at {means['held out']:.1%}. A held-out mean under a target needs an in-sample mean "
         "under it by at least the transfer gap."),
         (f"- Knowing every held-out GPU's level per precision would only bring the held-out "
