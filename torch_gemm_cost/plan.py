@@ -814,21 +814,9 @@ def plan_llm(
     cd = _serving_dtype(dtype, config)
     fmt = _check_weights(weights, spec, cd)
     kv = _kv_dtype(kv_dtype, cd)
-    _check_int("prompt", prompt, 1)
-    _check_int("gen", gen, 2)
-    _check_int("token_budget", token_budget, 1)
-    if isinstance(memory_utilization, bool) or not isinstance(memory_utilization, (int, float)) \
-            or not 0 < memory_utilization <= 1:
-        raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization!r}; "
-                         f"nearest good: {MEMORY_UTILIZATION}")
-    sizes = _check_batches(batches, token_budget)
     full = _Shape.of(config)
-    if full.max_positions and prompt + gen > full.max_positions:
-        raise ValueError(f"prompt + gen = {prompt + gen} exceeds the model's "
-                         f"{full.max_positions} positions; nearest good gen: "
-                         f"{max(full.max_positions - prompt, 2)}")
+    sizes = _check_serving(full, prompt, gen, batches, token_budget, memory_utilization)
     gpu_config = shard_config(config, tp)
-    shape = _Shape.of(gpu_config)
     if tp > 1:  # fail before any capture if the node cannot hold the tensor-parallel group
         try:
             predict_collective_ms(spec, "all_reduce", size_bytes=2.0, num_gpus=tp)
@@ -836,27 +824,9 @@ def plan_llm(
             raise ValueError(f"tp={tp} on {spec.id}: {e}") from e
     key = _config_key(gpu_config)
     model = _model(key, cd.name)
-    predictor = predictor or own or default_predictor()
-    costs = load_op_costs()
-    attention = _Attention(spec, shape, cd, kv)
-    priced: dict[tuple[int, int], _Priced] = {}
-
-    def dense(tokens: int, sampled: int) -> tuple[_Step, _Priced]:
-        step = _captured_step(key, cd.name, tokens, sampled)
-        if (tokens, sampled) not in priced:
-            priced[(tokens, sampled)] = _price(step, spec, predictor, fmt, kv, costs)
-        return step, priced[(tokens, sampled)]
-
-    def comm_ms(tokens: int, sampled: int) -> float:
-        if tp == 1:
-            return 0.0
-        act = cd.in_bytes
-        reduce = predict_collective_ms(spec, "all_reduce", size_bytes=float(
-            tokens * shape.hidden * act), num_gpus=tp)
-        gather = predict_collective_ms(spec, "all_gather", size_bytes=float(
-            sampled * padded_vocab(full.vocab) * act), num_gpus=tp)
-        return (2 * shape.layers + 1) * reduce + gather
-
+    pricer = _StepPricer(key, spec, cd, kv, fmt, tp, full, _Shape.of(gpu_config),
+                         predictor or own or default_predictor())
+    shape = pricer.shape
     weights_bytes = _weights_bytes(model, full.experts, fmt)
     vocab = padded_vocab(full.vocab)
     kv_seq = kv_cache_bytes(shape.windows, shape.kv_heads, shape.head_dim, prompt + gen, 1,
@@ -866,35 +836,28 @@ def plan_llm(
     mid = prompt + gen // 2
     rows, reports = [], []
     for b in sizes:
-        ttft = attn_pre = comm_pre = flops = roof_ttft = 0.0
-        steps = prefill_steps(b, prompt, token_budget)
-        for (tokens, sampled, chunks), count in steps.items():
-            _, p = dense(tokens, sampled)
-            a_ms, a_flops = attention.prefill(chunks)
-            c_ms = comm_ms(tokens, sampled)
-            ttft += count * (p.dense_ms + a_ms + c_ms)
-            attn_pre += count * a_ms
-            comm_pre += count * c_ms
-            flops += count * (p.flops + a_flops)
-            roof_ttft += count * (p.roofline_ms + a_flops / spec.peak_flops_per_s(cd) * 1e3)
-        step, p = dense(b, b)
-        attn_dec = sum(w * attention.decode(b, ctx)[0] for ctx, w in decode_contexts(prompt, gen))
-        comm_dec = comm_ms(b, b)
+        pre = pricer.prefill(b, prompt, token_budget)
+        step, p = pricer.dense(b, b)
+        attn_dec = sum(w * pricer.attention.decode(b, ctx)[0]
+                       for ctx, w in decode_contexts(prompt, gen))
+        comm_dec = pricer.comm_ms(b, b)
         tpot = p.dense_ms + attn_dec + comm_dec
-        request = ttft + (gen - 1) * tpot
+        request = pre.ttft_ms + (gen - 1) * tpot
         kv_bytes = kv_seq * b
         act = fixed + b * vocab * LOGIT_BYTES
         decode_bytes = p.weight_read_bytes + kv_cache_bytes(
             shape.windows, shape.kv_heads, shape.head_dim, mid, b, kv.in_bytes)
         rows.append(LlmPlanRow(
-            batch=b, ttft_ms=ttft, tpot_ms=tpot, tokens_per_s=b * gen / request * 1e3,
+            batch=b, ttft_ms=pre.ttft_ms, tpot_ms=tpot, tokens_per_s=b * gen / request * 1e3,
             request_ms=request, weights_bytes=weights_bytes, kv_cache_bytes=kv_bytes,
             activation_bytes=act, fits=weights_bytes + kv_bytes + act <= usable,
-            prefill_steps=sum(steps.values()), prefill_attention_ms=attn_pre,
-            prefill_comm_ms=comm_pre, decode_attention_ms=attn_dec, decode_comm_ms=comm_dec,
-            prefill_flops=flops, decode_bytes=decode_bytes, roofline_ttft_ms=roof_ttft,
+            prefill_steps=pre.steps, prefill_attention_ms=pre.attention_ms,
+            prefill_comm_ms=pre.comm_ms, decode_attention_ms=attn_dec, decode_comm_ms=comm_dec,
+            prefill_flops=pre.flops, decode_bytes=decode_bytes,
+            roofline_ttft_ms=pre.roofline_ms,
             roofline_tpot_ms=decode_bytes / spec.dram_bw_bytes_per_s * 1e3))
-        reports.append(_decode_report(step, p, spec, predictor, cd, attention, b, mid))
+        reports.append(_decode_report(step, p, spec, pricer.predictor, cd, pricer.attention, b,
+                                      mid))
     return LlmPlan(
         model=type(model).__name__, device=spec, dtype=cd.name,
         weights=fmt or cd.name, kv_dtype=kv.name, tp=tp, prompt=prompt, gen=gen,
@@ -902,11 +865,90 @@ def plan_llm(
         usable_bytes=usable,
         max_batch=max_batch_fitting(usable, weights_bytes, fixed, kv_seq + vocab * LOGIT_BYTES,
                                     token_budget),
-        rows=tuple(rows), attention_kernel=attention.kernel,
-        predictor=f"{getattr(predictor, 'name', type(predictor).__name__)} "
-                  f"v{getattr(predictor, 'version', '')}",
-        assumptions=assumptions(tp, fmt, attention.kernel, token_budget, memory_utilization),
+        rows=tuple(rows), attention_kernel=pricer.attention.kernel,
+        predictor=f"{getattr(pricer.predictor, 'name', type(pricer.predictor).__name__)} "
+                  f"v{getattr(pricer.predictor, 'version', '')}",
+        assumptions=assumptions(tp, fmt, pricer.attention.kernel, token_budget,
+                                memory_utilization),
         decode_reports=tuple(reports))
+
+
+def _check_serving(full: _Shape, prompt: int, gen: int, batches: Iterable[int] | int,
+                   token_budget: int, memory_utilization: float) -> tuple[int, ...]:
+    """The request sizes, the token budget and the memory share checked (each bad value named
+    with the nearest good one); the batch sizes to plan."""
+    _check_int("prompt", prompt, 1)
+    _check_int("gen", gen, 2)
+    _check_int("token_budget", token_budget, 1)
+    if isinstance(memory_utilization, bool) or not isinstance(memory_utilization, (int, float)) \
+            or not 0 < memory_utilization <= 1:
+        raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization!r}; "
+                         f"nearest good: {MEMORY_UTILIZATION}")
+    sizes = _check_batches(batches, token_budget)
+    if full.max_positions and prompt + gen > full.max_positions:
+        raise ValueError(f"prompt + gen = {prompt + gen} exceeds the model's "
+                         f"{full.max_positions} positions; nearest good gen: "
+                         f"{max(full.max_positions - prompt, 2)}")
+    return sizes
+
+
+@dataclass(frozen=True)
+class _Prefill:
+    """A batch's prompts prefilled: the time to the first token and what it is made of."""
+
+    ttft_ms: float
+    attention_ms: float
+    comm_ms: float
+    flops: float
+    roofline_ms: float
+    steps: int
+
+
+class _StepPricer:
+    """One plan's forward passes priced: each distinct (tokens, sampled) dense step captured and
+    priced once, attention per layer kind, and the tensor-parallel collectives."""
+
+    def __init__(self, key: str, spec: DeviceSpec, cd: ComputeDtype, kv: ComputeDtype,
+                 fmt: str | None, tp: int, full: _Shape, shape: _Shape,
+                 predictor: Predictor) -> None:
+        self.key, self.spec, self.cd, self.kv, self.fmt, self.tp = key, spec, cd, kv, fmt, tp
+        self.full, self.shape, self.predictor = full, shape, predictor
+        self.costs = load_op_costs()
+        self.attention = _Attention(spec, shape, cd, kv)
+        self._priced: dict[tuple[int, int], _Priced] = {}
+
+    def dense(self, tokens: int, sampled: int) -> tuple[_Step, _Priced]:
+        step = _captured_step(self.key, self.cd.name, tokens, sampled)
+        if (tokens, sampled) not in self._priced:
+            self._priced[(tokens, sampled)] = _price(step, self.spec, self.predictor, self.fmt,
+                                                     self.kv, self.costs)
+        return step, self._priced[(tokens, sampled)]
+
+    def comm_ms(self, tokens: int, sampled: int) -> float:
+        """Two all-reduces a layer and one after the embedding, and the logits' all-gather."""
+        if self.tp == 1:
+            return 0.0
+        act = self.cd.in_bytes
+        reduce = predict_collective_ms(self.spec, "all_reduce", size_bytes=float(
+            tokens * self.shape.hidden * act), num_gpus=self.tp)
+        gather = predict_collective_ms(self.spec, "all_gather", size_bytes=float(
+            sampled * padded_vocab(self.full.vocab) * act), num_gpus=self.tp)
+        return (2 * self.shape.layers + 1) * reduce + gather
+
+    def prefill(self, batch: int, prompt: int, token_budget: int) -> _Prefill:
+        ttft = attn = comm = flops = roof = 0.0
+        steps = prefill_steps(batch, prompt, token_budget)
+        peak = self.spec.peak_flops_per_s(self.cd)
+        for (tokens, sampled, chunks), count in steps.items():
+            _, p = self.dense(tokens, sampled)
+            a_ms, a_flops = self.attention.prefill(chunks)
+            c_ms = self.comm_ms(tokens, sampled)
+            ttft += count * (p.dense_ms + a_ms + c_ms)
+            attn += count * a_ms
+            comm += count * c_ms
+            flops += count * (p.flops + a_flops)
+            roof += count * (p.roofline_ms + a_flops / peak * 1e3)
+        return _Prefill(ttft, attn, comm, flops, roof, sum(steps.values()))
 
 
 class _Attention:
