@@ -17,7 +17,7 @@ from torch_gemm_cost.cli import main
 from torch_gemm_cost.gemms import alignment_bytes
 from torch_gemm_cost.gemms.records import GemmBatch
 from torch_gemm_cost.predict import RooflinePredictor, default_predictor
-from torch_gemm_cost.predict.estimates import estimate_gemms, gemm_uncertainty
+from torch_gemm_cost.predict.estimates import price_gemms
 from torch_gemm_cost.predict.intervals import (
     ENGINE_CLASSES,
     NOVELTY,
@@ -327,10 +327,10 @@ def report_on(device_id: str, predictor=None) -> CostReport:  # type: ignore[no-
     predictor = predictor or default_predictor()
     sites = [site(f"layers.{i}.{p}", 2048, n, k) for i in range(4)
              for p, n, k in (("q", 4096, 4096), ("up", 11008, 4096), ("down", 4096, 11008))]
-    gemms = estimate_gemms(sites, device, predictor)
+    gemms, uncertainty = price_gemms(sites, device, predictor)
     return CostReport(model="Toy", device=device, dtype="float16", mode="inference",
                       predictor=predictor.name, predictor_version=predictor.version, gemms=gemms,
-                      uncertainty=gemm_uncertainty(gemms, device, predictor))
+                      uncertainty=uncertainty)
 
 
 @needs_shipped

@@ -131,11 +131,12 @@ def test_a_report_with_no_advice_says_so() -> None:
 
 def test_the_page_carries_the_intervals_the_text_report_prints() -> None:
     from torch_gemm_cost.predict import default_predictor
-    from torch_gemm_cost.predict.estimates import gemm_uncertainty
+    from torch_gemm_cost.predict.estimates import price_gemms
 
     predictor = default_predictor()
-    hybrid = make_report(gpt2_sites(layers=2), others=gpt2_others(), predictor=predictor)
-    hybrid = replace(hybrid, uncertainty=gemm_uncertainty(hybrid.gemms, hybrid.device, predictor))
+    sites = gpt2_sites(layers=2)
+    hybrid = make_report(sites, others=gpt2_others(), predictor=predictor)
+    hybrid = replace(hybrid, uncertainty=price_gemms(sites, hybrid.device, predictor)[1])
     assert hybrid.uncertainty is not None  # the shipped calibration covers the hybrid
     page = Page(hybrid.to_html(depth=2))
     lo, hi = hybrid.interval(0.8)

@@ -33,9 +33,8 @@ from .predict import Predictor, default_predictor
 from .predict.estimates import (
     GemmEstimate,
     OpEstimate,
-    estimate_gemms,
     estimate_ops,
-    gemm_uncertainty,
+    price_gemms,
     total_ms,
 )
 from .predict.intervals import ReportUncertainty
@@ -157,18 +156,16 @@ def compare(
     priced = [_step(bar, _price(run, *records[run.cd.name], optimizer_records,
                                 kernels[run.cd.name]))
               for run in runs]
-    spans = [gemm_uncertainty(gemms, run.spec, run.predictor)  # what the intervals need
-             for run, (gemms, _) in zip(runs, priced)]
     advice = [_step(bar, tuple(padding_advice(gemms, run.predictor, run.spec,
                                               model_ms=total_ms(gemms, ops),
                                               config=captured.config)))
-              for run, (gemms, ops) in zip(runs, priced)]
+              for run, (gemms, ops, _) in zip(runs, priced)]
     bar.close()
     _warn_unmodelled(captured.model_name, priced[0][1])
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
     return Comparison(_report(captured, run, gemms, ops, mode, adv, compiled, span)
-                      for run, (gemms, ops), adv, span in zip(runs, priced, advice, spans))
+                      for run, (gemms, ops, span), adv in zip(runs, priced, advice))
 
 
 def _step(bar: tqdm, result: _T) -> _T:
@@ -232,11 +229,13 @@ def _predictor_of(given: Predictor | None, own: Predictor | None) -> Predictor:
 
 def _price(run: _Run, sites: Sequence[GemmSite], others: Sequence[OtherOp],
            optimizer_records: Sequence[OtherOp], kernels: Sequence[FusedKernel] = ()
-           ) -> tuple[tuple[GemmEstimate, ...], tuple[OpEstimate, ...]]:
-    """The run's GEMMs (one batched call of its predictor) and other ops, with their times;
-    ``kernels`` hold the ops ``torch.compile`` fuses (positions in ``others``)."""
-    return (estimate_gemms(sites, run.spec, run.predictor),
-            estimate_ops((*others, *optimizer_records), run.spec, kernels=kernels))
+           ) -> tuple[tuple[GemmEstimate, ...], tuple[OpEstimate, ...], ReportUncertainty | None]:
+    """The run's GEMMs (one batched call of its predictor) and other ops, with their times, and
+    what the report's intervals need; ``kernels`` hold the ops ``torch.compile`` fuses
+    (positions in ``others``)."""
+    gemms, uncertainty = price_gemms(sites, run.spec, run.predictor)
+    return (gemms, estimate_ops((*others, *optimizer_records), run.spec, kernels=kernels),
+            uncertainty)
 
 
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],

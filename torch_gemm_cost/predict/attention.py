@@ -83,6 +83,7 @@ import torch
 
 from ..devices import DeviceSpec, get_device
 from ..dtypes import resolve_dtype
+from .base import read_fitted
 
 __all__ = [
     "KERNELS",
@@ -892,18 +893,7 @@ class AttentionPredictor:
     def load(cls, path: str | Path) -> AttentionPredictor:
         """Weights written by ``save``; a missing, corrupt or mismatched file raises an error
         that names it."""
-        path = Path(path)
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"attention weights file {path} does not exist") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"attention weights file {path} is not valid JSON: {e}") from None
-        try:
-            return cls.from_dict(doc)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"attention weights file {path} is not a {FORMAT} file: {e}"
-                             ) from None
+        return read_fitted(path, "attention weights file", FORMAT, cls.from_dict)
 
     @classmethod
     def shipped(cls) -> AttentionPredictor:

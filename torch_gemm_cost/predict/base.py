@@ -13,10 +13,13 @@ a ``seed`` hyperparameter.
 from __future__ import annotations
 
 import inspect
+import json
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -89,3 +92,24 @@ def inv_softplus(x: float) -> float:
     2.0
     """
     return math.log(math.expm1(x))
+
+
+_Fitted = TypeVar("_Fitted")
+
+
+def read_fitted(path: str | os.PathLike[str], what: str, fmt: str,
+                from_dict: Callable[[Any], _Fitted]) -> _Fitted:
+    """A fitted model from the JSON file ``save`` wrote, through ``from_dict``. A missing file
+    raises FileNotFoundError, a corrupt or mismatched one a ValueError; both name the file as
+    ``what`` (e.g. "weights file") and, for a mismatch, the ``fmt`` expected."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{what} {path} is not valid JSON: {e}") from None
+    try:
+        return from_dict(doc)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{what} {path} is not a {fmt} file: {e}") from None

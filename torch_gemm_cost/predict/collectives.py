@@ -75,6 +75,7 @@ from typing import Any
 import torch
 
 from ..devices import DeviceSpec, get_device
+from .base import read_fitted
 
 __all__ = [
     "ALGORITHMS",
@@ -518,18 +519,7 @@ class CollectivePredictor:
     def load(cls, path: str | os.PathLike[str]) -> CollectivePredictor:
         """Weights written by ``save``. A missing, corrupt or mismatched file raises an error
         that names the file."""
-        path = Path(path)
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"collective weights file {path} does not exist") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"collective weights file {path} is not valid JSON: {e}") from None
-        try:
-            return cls.from_dict(doc)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"collective weights file {path} is not a {FORMAT} file: {e}"
-                             ) from None
+        return read_fitted(path, "collective weights file", FORMAT, cls.from_dict)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> CollectivePredictor:

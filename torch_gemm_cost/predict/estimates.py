@@ -28,8 +28,8 @@ __all__ = [
     "estimate_gemms",
     "estimate_ops",
     "gemm_ms",
-    "gemm_uncertainty",
     "other_ms",
+    "price_gemms",
     "total_ms",
 ]
 
@@ -61,9 +61,16 @@ class OpEstimate:
 def estimate_gemms(sites: Sequence[GemmSite], device: DeviceSpec,
                    predictor: Predictor) -> tuple[GemmEstimate, ...]:
     """Every GEMM's time on ``device`` from one batched call of ``predictor``, with its
-    details."""
+    details and its 80% interval."""
+    return price_gemms(sites, device, predictor)[0]
+
+
+def price_gemms(sites: Sequence[GemmSite], device: DeviceSpec, predictor: Predictor
+                ) -> tuple[tuple[GemmEstimate, ...], ReportUncertainty | None]:
+    """``estimate_gemms``, and what a report needs for intervals at any level over these GEMMs
+    (None where no calibration covers ``predictor``; see ``predict/intervals.py``)."""
     if not sites:
-        return ()
+        return (), None
     batch = GemmBatch.from_sites(sites)
     pred = predictor.predict(batch, device)
     details = {name: values.tolist() for name, values in pred.details.items()}  # name -> (N,)
@@ -80,21 +87,12 @@ def estimate_gemms(sites: Sequence[GemmSite], device: DeviceSpec,
                           hi_ms=None if unc is None else 0.0)
         for i, (site, t, bound) in enumerate(zip(sites, pred.time_ms.tolist(),
                                                  pred.compute_bound.tolist()))
-    )
+    ), unc
 
 
 def _in_attention_kernel(site: GemmSite) -> bool:
     """A forward GEMM of an SDPA call, which a GPU runs inside one attention kernel."""
     return site.phase == "forward" and site.op in ("sdpa_qk", "sdpa_pv")
-
-
-def gemm_uncertainty(gemms: Sequence[GemmEstimate], device: DeviceSpec,
-                     predictor: Predictor) -> ReportUncertainty | None:
-    """What a report needs for intervals at any level over these GEMMs (None where no
-    calibration covers ``predictor``; see ``predict/intervals.py``)."""
-    if not gemms:
-        return None
-    return uncertainty_of(GemmBatch.from_sites([g.site for g in gemms]), device, predictor)
 
 
 def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,

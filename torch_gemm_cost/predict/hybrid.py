@@ -39,7 +39,7 @@ import torch
 
 from ..devices import DeviceSpec, get_device
 from ..gemms.measured import impossible_rows
-from .base import Estimator, GemmBatch, GemmPrediction
+from .base import Estimator, GemmBatch, GemmPrediction, read_fitted
 from .base import inv_softplus as _inv_softplus
 from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
@@ -716,17 +716,7 @@ class HybridPredictor(Estimator):
     def load(cls, path: str | Path) -> HybridPredictor:
         """Load weights saved by ``save``. A missing, corrupt or mismatched file raises a
         ValueError (FileNotFoundError when absent) that names the file."""
-        path = Path(path)
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"weights file {path} does not exist") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"weights file {path} is not valid JSON: {e}") from None
-        try:
-            return cls.from_dict(doc)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"weights file {path} is not a {FORMAT} file: {e}") from None
+        return read_fitted(path, "weights file", FORMAT, cls.from_dict)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> HybridPredictor:
