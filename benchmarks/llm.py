@@ -266,8 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (f"What the H100 decode step at batch 1 (context {PROMPT + GEN // 2}) is made of: GEMMs "
         f"{gemm:.3f} ms reading {r1.decode_bytes / 1e9:.2f} GB ({r1.decode_bytes / bw * 1e3 / gemm:.0%}"
         f" of the DRAM bandwidth, weights and KV cache over the GEMMs' time), attention "
-        f"{attention:.3f} ms, the other kernels {other:.3f} ms (two RMSNorms, SiLU-mul, two "
-        "rotary kernels and the KV-cache write a layer, each at least its floor). How the GEMM "
+        f"{attention:.3f} ms, the other kernels {other:.3f} ms (two RMSNorms, SiLU-mul, one "
+        "rotary kernel for q and k and the KV-cache write a layer, each at least its floor). How the GEMM "
         "predictor prices vLLM's own decode GEMMs (aiconfigurator's bf16 `F.linear` rows, m <= "
         "64, weights of 4096 x 4096 or more, kernel-timed in CUDA graphs; every GPU here is in "
         "the predictor's fit):"),

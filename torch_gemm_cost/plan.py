@@ -329,7 +329,7 @@ def _captured_step(key: str, dtype: str, tokens: int, sampled: int) -> _Step:
     nodes = {n.name: n for n in captured.graph_module.graph.nodes}
     return _Step(
         model_name=captured.model_name, sites=_serving_sites(sites, nodes), others=others,
-        kernels=kernels, dropped=_attention_output_copies(others, nodes),
+        kernels=_serving_kernels(kernels), dropped=_attention_output_copies(others, nodes),
         module_types=captured.module_types, config=captured.config, lm_head=lm_head,
         experts=_Shape.of(model.config).experts)
 
@@ -374,6 +374,25 @@ def _merged(parts: Sequence[GemmSite]) -> GemmSite:
                    module_type="MergedLinear", n=n, flops=sum(p.flops for p in parts),
                    dram_bytes=sum(p.dram_bytes for p in parts) - (len(parts) - 1) * a_bytes,
                    c_align_bytes=alignment_bytes(n, DTYPES[first.out_dtype].in_bytes))
+
+
+def _serving_kernels(kernels: Sequence[FusedKernel]) -> tuple[FusedKernel, ...]:
+    """The kernels as a serving engine runs them: a layer's rotary embeddings of q and of k,
+    two kernels where inductor fuses them (their element counts differ), are one kernel, as
+    vLLM's ``rotary_embedding`` op rotates both in place in one launch
+    (csrc/pos_encoding_kernels.cu) and as vidur timed it (``rope_fused``, cols = (heads +
+    kv heads) · head_dim)."""
+    out: list[FusedKernel] = []
+    for k in kernels:
+        last = out[-1] if out else None
+        if (last is not None and k.op_class == last.op_class == "rope_fused"
+                and k.phase == last.phase and last.launches == k.launches == 1):
+            out[-1] = replace(last, name=f"{last.name}+{k.name}",
+                              ops=tuple(sorted({*last.ops, *k.ops})),
+                              dram_bytes=last.dram_bytes + k.dram_bytes)
+        else:
+            out.append(k)
+    return tuple(out)
 
 
 def _attention_output_copies(others: Sequence[OtherOp], nodes: Mapping[str, Any]
@@ -730,8 +749,9 @@ def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization:
         f"{DECODE_POINTS} KV lengths from prompt + 1 to prompt + gen - 1 and integrated by "
         "Simpson's rule."),
         ("Kernels: the model as torch.compile (inductor) fuses it, the residual add with "
-        "RMSNorm, SiLU with mul, the rotary embedding, priced with the fused-op constants "
-        "fitted on vLLM's kernels (vidur); q/k/v and gate/up, which read one input, as one GEMM "
+        "RMSNorm, SiLU with mul, the rotary embedding of q and k in one kernel (vLLM's "
+        "rotary_embedding op), priced with the fused-op constants fitted on vLLM's kernels "
+        "(vidur); q/k/v and gate/up, which read one input, as one GEMM "
         "each (vLLM's QKVParallelLinear, MergedColumnParallelLinear); one KV-cache write kernel "
         "a layer (reshape_and_cache_flash); no copy of the attention output (FlashAttention "
         "writes the token-major layout o_proj reads); the lm_head on the sampled tokens only."),
