@@ -321,11 +321,12 @@ def test_vec_schema_gets_predicted_ms_as_measured(tmp_path):
     assert got[0] == [*VEC_HEADER, "predicted_ms"]
     assert [r[:-1] for r in got[1:]] == VEC_ROWS  # every column and the row order kept
     pred = [float(r[-1]) for r in got[1:]]
-    # NeuSight's add on a V100: 3 passes of 4096·1024·4 B = 50,331,648 B at its class's η, plus
-    # the class's event-timed floor
+    # NeuSight's add on a V100: 3 passes of 4096·1024·4 B = 50,331,648 B at its class's η on
+    # Volta, plus the class's event-timed floor
     table = load_op_costs()
     i = OP_CLASSES.index("elementwise")
-    expected = table.floor_ms[i] + 50_331_648 / (table.eta[i] * 900e9) * 1e3
+    eta = table.eta_on(get_device("tesla_v100_pcie_32gb"))[i]
+    expected = table.floor_ms[i] + 50_331_648 / (eta * 900e9) * 1e3
     assert pred[0] == pytest.approx(expected, rel=1e-5)
     # vidur's ops are fused kernels (an fp16 add without a source too); add3 is two adds
     fused = [False, True, True, True, False, True]

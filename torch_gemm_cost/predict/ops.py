@@ -1,10 +1,11 @@
 """The non-GEMM op cost model: a time for every other op, as bytes / (η·DRAM bandwidth) + launches.
 
-Per op class (elementwise, norm, softmax, ...) two constants are fitted on measured ops
+Per op class (elementwise, norm, softmax, ...) constants are fitted on measured ops
 (``train/ops.py``, shipped in ``data/op_costs.json``): η, the fraction of the datasheet DRAM
-bandwidth the class's kernels reach, and the event-timed floor of one isolated kernel. Inside a
-model, kernels run back to back on one stream, so each pays ``launch_ms``, the gap between
-consecutive kernels, instead of that floor.
+bandwidth the class's kernels reach, one per measured architecture (a device of an architecture
+nobody measured takes their geometric mean), and the event-timed floor of one isolated kernel.
+Inside a model, kernels run back to back on one stream, so each pays ``launch_ms``, the gap
+between consecutive kernels, instead of that floor.
 
 - Views and metadata ops cost nothing; ops of class ``other`` are unmodelled (time None).
 - Backward ops are priced from the forward op of the same node, with the traffic of the
@@ -155,10 +156,12 @@ class FusedOpCost:
 class OpCostModel:
     """Fitted constants per op class, in ``OP_CLASSES`` order, and per fused op (``FUSED_OPS``).
 
-    ``eta``: fraction of datasheet DRAM bandwidth (NaN: unmodelled). ``floor_ms``: event-timed
-    floor of one isolated kernel (used to score the fit on measured ops). ``launch_ms``: the
-    cost of one kernel in a stream of back-to-back kernels. ``fused``: the fused ops' constants
-    (empty in a table without them), joined by the soft maximum of exponent ``roof_p``.
+    ``eta``: fraction of datasheet DRAM bandwidth (NaN: unmodelled) on an architecture no
+    measurement covers; ``eta_by_architecture``: the same per measured architecture (``eta_on``
+    picks a device's). ``floor_ms``: event-timed floor of one isolated kernel (used to score
+    the fit on measured ops). ``launch_ms``: the cost of one kernel in a stream of back-to-back
+    kernels. ``fused``: the fused ops' constants (empty in a table without them), joined by the
+    soft maximum of exponent ``roof_p``.
     """
 
     eta: tuple[float, ...]
@@ -167,6 +170,11 @@ class OpCostModel:
     provenance: Mapping[str, Any]
     fused: Mapping[str, FusedOpCost] = field(default_factory=dict)
     roof_p: float = 4.0
+    eta_by_architecture: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def eta_on(self, device: DeviceSpec) -> tuple[float, ...]:
+        """η per class on ``device``: its architecture's where one was measured, else ``eta``."""
+        return self.eta_by_architecture.get(device.architecture, self.eta)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> OpCostModel:
@@ -182,6 +190,12 @@ class OpCostModel:
                 return float("nan")
             return float(classes[c][key])
 
+        archs = sorted({a for c in OP_CLASSES if c in classes
+                        for a in classes[c].get("eta_by_architecture", {})})
+        by_arch = {a: tuple(float(classes[c]["eta_by_architecture"].get(a, classes[c]["eta"]))
+                            if c in classes and "eta_by_architecture" in classes[c]
+                            else get(c, "eta") for c in OP_CLASSES)
+                   for a in archs}
         fused = d.get("fused_ops", {})
         unknown = sorted(set(fused.get("ops", {})) - set(FUSED_OPS))
         if unknown:
@@ -196,6 +210,7 @@ class OpCostModel:
                                      float(v["floor_ms"]))
                    for name, v in fused.get("ops", {}).items()},
             roof_p=float(fused.get("roof_p", 4.0)),
+            eta_by_architecture=by_arch,
         )
 
     @classmethod
@@ -274,7 +289,8 @@ def measured_op_times_ms(
             cls, passes = VEC_OPS[op]
             i = OP_CLASSES.index(cls)
             t = memory_time_ms(torch.tensor([float(passes * r * c * e)], dtype=torch.float64),
-                               torch.ones(1, dtype=torch.float64), torch.tensor(model.eta[i]),
+                               torch.ones(1, dtype=torch.float64),
+                               torch.tensor(model.eta_on(device)[i]),
                                model.floor_ms[i], device.dram_bw_bytes_per_s)
         out.append(float(t[0]))
     return out
@@ -369,7 +385,7 @@ def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
         if cost is not None:
             t = fused_time_ms(nbytes, launches, cost, device, model.launch_ms, model.roof_p)
         else:
-            eta = model.eta[_class_index(_FUSED_CLASS.get(k.op_class, k.op_class))]
+            eta = model.eta_on(device)[_class_index(_FUSED_CLASS.get(k.op_class, k.op_class))]
             t = memory_time_ms(nbytes, launches, torch.tensor(eta), model.launch_ms,
                                device.dram_bw_bytes_per_s)
         out.append(float(t[0]))
@@ -409,7 +425,7 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
     dram = torch.tensor([r[1] for r in rows], dtype=torch.float64)
     kernels = torch.tensor([r[2] for r in rows], dtype=torch.float64)
     on_chip_flops = torch.tensor([r[3] for r in rows], dtype=torch.float64)
-    eta = torch.tensor(model.eta, dtype=torch.float64)[cls]
+    eta = torch.tensor(model.eta_on(device), dtype=torch.float64)[cls]
     time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s)
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3

@@ -72,7 +72,7 @@ def sdpa_times_ms(ops: Sequence[OtherOp], device: DeviceSpec,
     predictor = predictor or _shipped()
     costs = op_costs or load_op_costs()
     pred = predictor.predict(sdpa_calls(ops, device), device, warm_l2=False)
-    eta = costs.eta[OP_CLASSES.index("elementwise")]
+    eta = costs.eta_on(device)[OP_CLASSES.index("elementwise")]
     times = [float(t) + (op.attention.mask_bytes if op.attention else 0)
              / (eta * device.dram_bw_bytes_per_s) * 1e3
              for t, op in zip(pred.time_ms.tolist(), ops)]
