@@ -101,6 +101,104 @@ def _open_text(path: Path) -> io.TextIOBase:
     return open(path, newline="", encoding="utf-8")
 
 
+_SIZES = ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim", "window")
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One checked data row."""
+
+    sizes: tuple[int, ...]  # in ``_SIZES`` order
+    decode: bool
+    latency_ms: float
+    gpu: str  # the catalog id
+    kernel: str  # the data's ``kernel`` column
+    dtype: str  # resolved
+    in_bytes: int
+    kv_dtype: str  # as written
+    kv_bytes: int
+
+
+class _RowChecker:
+    """Checks the rows of one attention file, naming the line, the column and the nearest good
+    value of anything bad; keeps the devices and dtypes it has resolved."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.gpus: dict[str, str] = {}
+        self.dtypes: dict[str, tuple[str, int]] = {}
+
+    def bad(self, line: int, col: str, msg: str) -> ValueError:
+        return ValueError(f"{self.path}: line {line}: column {col!r}: {msg}")
+
+    def row(self, rec: dict[str, str], line: int) -> _Row:
+        gpu = self._gpu(rec["gpu"] or "", line)
+        phase = rec["phase"] or ""
+        if phase not in PHASES:
+            raise self.bad(line, "phase", f"{phase!r} is not one of {PHASES}; did you mean "
+                                          f"{_closest(phase, PHASES)!r}?")
+        kernel = rec["kernel"] or ""
+        if kernel not in KERNEL_OF:
+            raise self.bad(line, "kernel", f"unknown kernel {kernel!r}; did you mean "
+                                           f"{_closest(kernel, sorted(KERNEL_OF))!r}?")
+        sizes = self._sizes(rec, line, phase)
+        dtype, in_bytes = self._dtype(rec, "dtype", line)
+        _, kv_bytes = self._dtype(rec, "kv_dtype", line)
+        return _Row(sizes=tuple(sizes[c] for c in _SIZES), decode=phase == "decode",
+                    latency_ms=self._latency(rec, line), gpu=gpu, kernel=kernel, dtype=dtype,
+                    in_bytes=in_bytes, kv_dtype=rec["kv_dtype"], kv_bytes=kv_bytes)
+
+    def _gpu(self, name: str, line: int) -> str:
+        if name not in self.gpus:
+            try:
+                self.gpus[name] = get_device(name).id
+            except ValueError as e:
+                raise self.bad(line, "gpu", str(e)) from None
+        return self.gpus[name]
+
+    def _sizes(self, rec: dict[str, str], line: int, phase: str) -> dict[str, int]:
+        values: dict[str, int] = {}
+        for c in _SIZES:
+            text = (rec[c] or "").strip()
+            try:
+                v = int(text)
+            except ValueError:
+                raise self.bad(line, c, f"expected an integer, got {text!r}") from None
+            lowest = 0 if c == "window" else 1
+            if v < lowest:
+                raise self.bad(line, c, f"expected an integer ≥ {lowest}, got {v}")
+            values[c] = v
+        if values["q_len"] > values["kv_len"]:
+            raise self.bad(line, "q_len", f"{values['q_len']} exceeds kv_len {values['kv_len']}")
+        if phase == "decode" and values["q_len"] != 1:
+            raise self.bad(line, "q_len",
+                           f"decode rows carry one new token, got {values['q_len']}")
+        if values["heads"] % values["kv_heads"]:
+            raise self.bad(line, "kv_heads", f"{values['kv_heads']} does not divide heads "
+                                             f"{values['heads']}")
+        return values
+
+    def _dtype(self, rec: dict[str, str], col: str, line: int) -> tuple[str, int]:
+        name = rec[col] or ""
+        if name not in self.dtypes:
+            try:
+                cd = resolve_dtype(name)
+            except ValueError as e:
+                raise self.bad(line, col, str(e)) from None
+            self.dtypes[name] = (cd.name, cd.in_bytes)
+        return self.dtypes[name]
+
+    def _latency(self, rec: dict[str, str], line: int) -> float:
+        text = (rec["latency_ms"] or "").strip()
+        try:
+            ms = float(text)
+        except ValueError:
+            raise self.bad(line, "latency_ms", f"expected a number, got {text!r}") from None
+        if not (math.isfinite(ms) and ms > 0):
+            raise self.bad(line, "latency_ms", f"expected a positive time, got {text!r}")
+        return ms
+
+
 def load_attention(path: str | Path) -> MeasuredAttention:
     """Read and check an attention CSV (``.csv`` or ``.csv.gz``) in DATA.md's schema.
 
@@ -115,20 +213,7 @@ def load_attention(path: str | Path) -> MeasuredAttention:
     if not path.is_file():
         raise FileNotFoundError(f"attention data not found at {path} (expected "
                                 "../shared/data/attention/aiconfigurator.csv.gz)")
-    ints = ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim", "window")
-    cols: dict[str, list[float]] = {c: [] for c in ints}
-    decode: list[float] = []
-    latency: list[float] = []
-    gpus: list[str] = []
-    kernels: list[str] = []
-    kv_names: list[str] = []
-    dtypes: list[str] = []
-    in_bytes: list[float] = []
-    kv_bytes: list[float] = []
-    kernel_names: list[str] = []
-    known_gpu: dict[str, str] = {}
-    dtype_cache: dict[str, tuple[str, int]] = {}
-
+    checker = _RowChecker(path)
     with _open_text(path) as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
@@ -136,83 +221,21 @@ def load_attention(path: str | Path) -> MeasuredAttention:
         if missing:
             raise ValueError(f"{path}: line 1: missing columns {missing}; the attention schema "
                              f"is {', '.join(ATTENTION_COLUMNS)}")
-        for line, rec in enumerate(reader, start=2):
-            def bad(col: str, msg: str, line: int = line) -> ValueError:
-                return ValueError(f"{path}: line {line}: column {col!r}: {msg}")
-
-            gpu = rec["gpu"] or ""
-            if gpu not in known_gpu:
-                try:
-                    known_gpu[gpu] = get_device(gpu).id
-                except ValueError as e:
-                    raise bad("gpu", str(e)) from None
-            phase = rec["phase"] or ""
-            if phase not in PHASES:
-                raise bad("phase", f"{phase!r} is not one of {PHASES}; did you mean "
-                                   f"{_closest(phase, PHASES)!r}?")
-            kernel = rec["kernel"] or ""
-            if kernel not in KERNEL_OF:
-                raise bad("kernel", f"unknown kernel {kernel!r}; did you mean "
-                                    f"{_closest(kernel, sorted(KERNEL_OF))!r}?")
-            values: dict[str, int] = {}
-            for c in ints:
-                text = (rec[c] or "").strip()
-                try:
-                    v = int(text)
-                except ValueError:
-                    raise bad(c, f"expected an integer, got {text!r}") from None
-                if v < (0 if c == "window" else 1):
-                    lowest = 0 if c == "window" else 1
-                    raise bad(c, f"expected an integer ≥ {lowest}, got {v}")
-                values[c] = v
-            if values["q_len"] > values["kv_len"]:
-                raise bad("q_len", f"{values['q_len']} exceeds kv_len {values['kv_len']}")
-            if phase == "decode" and values["q_len"] != 1:
-                raise bad("q_len", f"decode rows carry one new token, got {values['q_len']}")
-            if values["heads"] % values["kv_heads"]:
-                raise bad("kv_heads", f"{values['kv_heads']} does not divide heads "
-                                      f"{values['heads']}")
-            for c in ("dtype", "kv_dtype"):
-                name = rec[c] or ""
-                if name not in dtype_cache:
-                    try:
-                        cd = resolve_dtype(name)
-                    except ValueError as e:
-                        raise bad(c, str(e)) from None
-                    dtype_cache[name] = (cd.name, cd.in_bytes)
-            text = (rec["latency_ms"] or "").strip()
-            try:
-                ms = float(text)
-            except ValueError:
-                raise bad("latency_ms", f"expected a number, got {text!r}") from None
-            if not (math.isfinite(ms) and ms > 0):
-                raise bad("latency_ms", f"expected a positive time, got {text!r}")
-
-            for c in ints:
-                cols[c].append(float(values[c]))
-            decode.append(float(phase == "decode"))
-            latency.append(ms)
-            gpus.append(known_gpu[gpu])
-            kernels.append(kernel)
-            kv_names.append(rec["kv_dtype"])
-            dname, dbytes = dtype_cache[rec["dtype"]]
-            dtypes.append(dname)
-            in_bytes.append(float(dbytes))
-            kv_bytes.append(float(dtype_cache[rec["kv_dtype"]][1]))
-            kernel_names.append(KERNEL_OF[kernel])
-    if not latency:
+        rows = [checker.row(rec, line) for line, rec in enumerate(reader, start=2)]
+    if not rows:
         raise ValueError(f"{path}: no data rows")
 
-    def t(xs: list[float]) -> torch.Tensor:
-        return torch.tensor(xs, dtype=torch.float64)
+    def t(xs: Iterable[float]) -> torch.Tensor:
+        return torch.tensor(list(xs), dtype=torch.float64)
 
+    sizes = {c: t(r.sizes[i] for r in rows) for i, c in enumerate(_SIZES)}
     calls = AttentionBatch(
-        decode=t(decode), batch=t(cols["batch"]), q_len=t(cols["q_len"]),
-        kv_len=t(cols["kv_len"]), heads=t(cols["heads"]), kv_heads=t(cols["kv_heads"]),
-        head_dim=t(cols["head_dim"]), window=t(cols["window"]),
-        causal=torch.ones(len(latency), dtype=torch.float64),  # prefill is causal; decode: q = 1
-        in_bytes=t(in_bytes), kv_bytes=t(kv_bytes),
-        dtype=tuple(dtypes), kernel=tuple(kernel_names),
+        decode=t(float(r.decode) for r in rows), **sizes,
+        causal=torch.ones(len(rows), dtype=torch.float64),  # prefill is causal; decode: q = 1
+        in_bytes=t(r.in_bytes for r in rows), kv_bytes=t(r.kv_bytes for r in rows),
+        dtype=tuple(r.dtype for r in rows), kernel=tuple(KERNEL_OF[r.kernel] for r in rows),
     )
-    return MeasuredAttention(calls=calls, gpu=tuple(gpus), kernel=tuple(kernels),
-                             kv_dtype=tuple(kv_names), latency_ms=t(latency))
+    return MeasuredAttention(calls=calls, gpu=tuple(r.gpu for r in rows),
+                             kernel=tuple(r.kernel for r in rows),
+                             kv_dtype=tuple(r.kv_dtype for r in rows),
+                             latency_ms=t(r.latency_ms for r in rows))
