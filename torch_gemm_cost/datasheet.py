@@ -572,69 +572,18 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
     ``"field -> what was used"`` line; scripts/build_catalog.py and spec files both call this.
     """
     rec = _check(rec, where)
-    nvidia = rec["vendor"] == "NVIDIA"
     cc = rec["compute_capability"]
     chip = chip_of(rec.get("chip"))
     fallbacks: list[str] = []
-    major = cc.split(".")[0]
-    cc_major = int(major) if nvidia and major.isdigit() else None
-
-    def fell_back(field: str, used: str) -> None:
-        fallbacks.append(f"{field} -> {used}")
-
-    peaks: dict[str, float | None] = {}
-    for key, field in PEAK_FIELDS.items():
-        dense, sparse = rec.get(field), rec.get(f"{field}_sparse")
-        if dense is None and sparse is not None:
-            dense = float(sparse) / 2
-            fell_back(field, f"half of {field}_sparse ({_fmt(dense)})")
-        peaks[key] = _scaled(dense, TFLOPS)
-    if cc_major is not None and cc_major >= 8:
-        for key in ("tf32", "bf16") + (("fp8",) if cc in ("8.9",) or cc_major >= 9 else ()):
-            if peaks[key] is None:
-                fell_back(PEAK_FIELDS[key], f"none given: {key} GEMMs "
-                          + ("are refused" if key == "fp8" else "run at the fp32 rate")
-                          + f"; every catalog GPU of compute capability {cc} has a {key} rate")
-
-    tensor_cores = rec.get("tensor_cores_per_sm")
-    if tensor_cores is None:
-        tensor_cores = 0
-        if cc_major is not None:
-            tensor_cores = 0 if cc_major < 7 else 8 if cc_major == 7 else 4
-            fell_back("tensor_cores_per_sm", f"{tensor_cores} (compute capability {cc})")
-
-    fp32_lanes = rec.get("cuda_cores_per_sm")
-    if fp32_lanes is None and nvidia:
-        per_sm = rec["peak_tflops_fp32"] * 1e6 / (2 * rec["sm_count"] * rec["boost_clock_mhz"])
-        fp32_lanes = max(32, 32 * round(per_sm / 32))
-        fell_back("cuda_cores_per_sm", f"{fp32_lanes} (peak_tflops_fp32 / (2 x sm_count x "
-                  "boost clock))")
-
-    issue = rec.get("issue_lanes_per_sm")
-    if issue is None:
-        issue, from_cc = _issue_lanes(chip, cc, nvidia)
-        if from_cc:
-            fell_back("issue_lanes_per_sm", f"{issue} (compute capability {cc}; chip "
-                      f"{chip or 'not given'} not in the whitepaper table)" if issue else
-                      f"none (compute capability {cc} unknown: issue never binds)")
-
-    l1_kb = rec.get("l1_smem_per_sm_kb") or rec.get("l1_vector_cache_per_cu_kb")
-    if l1_kb is None and not (cc_major is not None and cc_major < 7):  # Pascal: separate L1
-        l1_kb = (L1_SMEM_KB_BY_CC if nvidia else L1_KB_BY_GFX).get(cc)
-        fell_back("l1_smem_per_sm_kb" if nvidia else "l1_vector_cache_per_cu_kb",
-                  f"{_fmt(l1_kb)} KiB (compute capability {cc})" if l1_kb is not None
-                  else "none: the predictor assumes 24 KiB")
+    peaks = _peaks(rec, fallbacks)
+    units = _compute_units(rec, chip, fallbacks)
+    l1_kb = _l1_kb(rec, fallbacks)
     if rec.get("regfile_per_sm_kb") is None:
-        fell_back("regfile_per_sm_kb", "none: the predictor assumes 256 KiB")
+        fallbacks.append("regfile_per_sm_kb -> none: the predictor assumes 256 KiB")
     if rec.get("base_clock_mhz") is None:
-        fell_back("base_clock_mhz", "none: no clock drop under the power limit"
-                  + ("" if nvidia else " (AMD publishes none; neither do the catalog's AMD GPUs)"))
-
-    generation = rec.get("pcie_generation")
-    lanes = rec.get("pcie_lanes") or (16 if generation is not None else None)
-    if all(rec.get(k) is None for k in ("node_fabric", "node_gpus", "pcie_generation")):
-        fell_back("interconnect", "none given: one GPU on PCIe of unknown generation "
-                  "(collectives need node_fabric, node_gpus, pcie_generation)")
+        fallbacks.append("base_clock_mhz -> none: no clock drop under the power limit" + (
+            "" if rec["vendor"] == "NVIDIA"
+            else " (AMD publishes none; neither do the catalog's AMD GPUs)"))
     out = {
         "id": rec["id"],
         "name": rec["name"],
@@ -644,7 +593,7 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
         "compute_capability": cc,
         "sm_count": rec["sm_count"],
         "boost_clock_mhz": rec["boost_clock_mhz"],
-        "tensor_cores_per_sm": tensor_cores,
+        "tensor_cores_per_sm": units["tensor_cores_per_sm"],
         "tdp_w": _board_power_w(rec),
         "mem_bytes": _scaled(rec.get("mem_gb"), GB),
         "dram_bw_bytes_per_s": _scaled(rec["mem_bw_gbps"], GB),
@@ -657,9 +606,95 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
         "uncertain": list(rec.get("_uncertain") or []),
         "notes": list(rec.get("notes") or []),
         "chip": chip,
-        "fp32_lanes_per_sm": fp32_lanes,
+        "fp32_lanes_per_sm": units["fp32_lanes_per_sm"],
         "base_clock_mhz": rec.get("base_clock_mhz"),
-        "issue_lanes_per_sm": issue,
+        "issue_lanes_per_sm": units["issue_lanes_per_sm"],
+        **_interconnect(rec, fallbacks),
+    }
+    return out, fallbacks
+
+
+def _cc_major(rec: Mapping[str, Any]) -> int | None:
+    """An NVIDIA record's compute capability major, None for any other."""
+    major = rec["compute_capability"].split(".")[0]
+    return int(major) if rec["vendor"] == "NVIDIA" and major.isdigit() else None
+
+
+def _peaks(rec: Mapping[str, Any], fallbacks: list[str]) -> dict[str, float | None]:
+    """Dense peaks in FLOP/s by catalog key: half the sparse figure where only that is given;
+    a missing tf32/bf16 (and fp8 from Ada on) rate on a GPU that has one is named."""
+    cc, cc_major = rec["compute_capability"], _cc_major(rec)
+    peaks: dict[str, float | None] = {}
+    for key, field in PEAK_FIELDS.items():
+        dense, sparse = rec.get(field), rec.get(f"{field}_sparse")
+        if dense is None and sparse is not None:
+            dense = float(sparse) / 2
+            fallbacks.append(f"{field} -> half of {field}_sparse ({_fmt(dense)})")
+        peaks[key] = _scaled(dense, TFLOPS)
+    if cc_major is not None and cc_major >= 8:
+        for key in ("tf32", "bf16") + (("fp8",) if cc in ("8.9",) or cc_major >= 9 else ()):
+            if peaks[key] is None:
+                fallbacks.append(
+                    f"{PEAK_FIELDS[key]} -> none given: {key} GEMMs "
+                    + ("are refused" if key == "fp8" else "run at the fp32 rate")
+                    + f"; every catalog GPU of compute capability {cc} has a {key} rate")
+    return peaks
+
+
+def _compute_units(rec: Mapping[str, Any], chip: str, fallbacks: list[str]
+                   ) -> dict[str, Any]:
+    """Tensor cores, FP32 lanes and issue lanes per SM, each from the record or, failing it,
+    from the compute capability, the peak or the whitepaper table."""
+    cc, cc_major = rec["compute_capability"], _cc_major(rec)
+    nvidia = rec["vendor"] == "NVIDIA"
+    tensor_cores = rec.get("tensor_cores_per_sm")
+    if tensor_cores is None:
+        tensor_cores = 0
+        if cc_major is not None:
+            tensor_cores = 0 if cc_major < 7 else 8 if cc_major == 7 else 4
+            fallbacks.append(f"tensor_cores_per_sm -> {tensor_cores} (compute capability {cc})")
+    fp32_lanes = rec.get("cuda_cores_per_sm")
+    if fp32_lanes is None and nvidia:
+        per_sm = rec["peak_tflops_fp32"] * 1e6 / (2 * rec["sm_count"] * rec["boost_clock_mhz"])
+        fp32_lanes = max(32, 32 * round(per_sm / 32))
+        fallbacks.append(f"cuda_cores_per_sm -> {fp32_lanes} (peak_tflops_fp32 / (2 x "
+                         "sm_count x boost clock))")
+    issue = rec.get("issue_lanes_per_sm")
+    if issue is None:
+        issue, from_cc = _issue_lanes(chip, cc, nvidia)
+        if from_cc:
+            fallbacks.append(
+                f"issue_lanes_per_sm -> {issue} (compute capability {cc}; chip "
+                f"{chip or 'not given'} not in the whitepaper table)" if issue else
+                f"issue_lanes_per_sm -> none (compute capability {cc} unknown: issue never "
+                "binds)")
+    return {"tensor_cores_per_sm": tensor_cores, "fp32_lanes_per_sm": fp32_lanes,
+            "issue_lanes_per_sm": issue}
+
+
+def _l1_kb(rec: Mapping[str, Any], fallbacks: list[str]) -> float | None:
+    """L1 (with shared memory) per SM in KiB: the record's, else its compute capability's
+    (Pascal's separate L1 stays None)."""
+    cc, cc_major = rec["compute_capability"], _cc_major(rec)
+    nvidia = rec["vendor"] == "NVIDIA"
+    l1_kb = rec.get("l1_smem_per_sm_kb") or rec.get("l1_vector_cache_per_cu_kb")
+    if l1_kb is None and not (cc_major is not None and cc_major < 7):  # Pascal: separate L1
+        l1_kb = (L1_SMEM_KB_BY_CC if nvidia else L1_KB_BY_GFX).get(cc)
+        field = "l1_smem_per_sm_kb" if nvidia else "l1_vector_cache_per_cu_kb"
+        fallbacks.append(f"{field} -> " + (f"{_fmt(l1_kb)} KiB (compute capability {cc})"
+                                           if l1_kb is not None
+                                           else "none: the predictor assumes 24 KiB"))
+    return l1_kb
+
+
+def _interconnect(rec: Mapping[str, Any], fallbacks: list[str]) -> dict[str, Any]:
+    """The catalog's interconnect fields: peer links, the node, PCIe and the network."""
+    generation = rec.get("pcie_generation")
+    lanes = rec.get("pcie_lanes") or (16 if generation is not None else None)
+    if all(rec.get(k) is None for k in ("node_fabric", "node_gpus", "pcie_generation")):
+        fallbacks.append("interconnect -> none given: one GPU on PCIe of unknown generation "
+                         "(collectives need node_fabric, node_gpus, pcie_generation)")
+    return {
         "peer_link": rec.get("peer_link"),
         "peer_links": rec.get("peer_links") or 0,
         "peer_link_bw_bytes_per_s": _scaled(rec.get("peer_link_bw_gbps"), GB),
@@ -674,7 +709,6 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
         "interconnect_uncertain": list(rec.get("interconnect_uncertain") or []),
         "interconnect_sources": list(rec.get("interconnect_sources") or []),
     }
-    return out, fallbacks
 
 
 def spec_from_datasheet(rec: Mapping[str, Any], where: str = "spec record"
