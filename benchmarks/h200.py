@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import logging
 import statistics
 import sys
@@ -130,24 +129,20 @@ def padding_section(h200: MeasuredGemms, preds: dict[str, torch.Tensor]) -> str:
 def vec_section(path: Path, held_costs: Any) -> str:
     """DATA.md's vec ops on the H200 against the op costs, shipped (H200 in the fit) and fitted
     without the H200."""
-    from torch_gemm_cost.devices import get_device
     from torch_gemm_cost.predict import ops as memory
-    from torch_gemm_cost.train.ops import VEC_OPS, VecRow, _score
+    from torch_gemm_cost.train.ops import _read_vec, _score
 
-    bw = get_device(GPU).dram_bw_bytes_per_s
-    with gzip.open(path, "rt", newline="") as f:
-        rows = [VecRow(GPU, r["source"], r["op"], VEC_OPS[r["op"]][0], int(r["rows"]),
-                       int(r["cols"]), float(VEC_OPS[r["op"]][1] * int(r["rows"]) * int(r["cols"])
-                                         * 4), bw, float(r["latency_ms"]))
-                for r in csv.DictReader(f)]
+    rows = _read_vec(path)
+    h200 = get_device(GPU)
     body = []
     for cls in sorted({r.op_class for r in rows}):
         i = memory.OP_CLASSES.index(cls)
         of_class = [r for r in rows if r.op_class == cls]
         line: list[Any] = [cls, len(of_class)]
         for costs in (memory.load_op_costs(), held_costs):
-            sc = _score(of_class, costs.eta[i], costs.floor_ms[i])
-            line += [sc["mape_pct"], sc["mape_ge_0.1ms_pct"], costs.eta[i]]
+            eta = costs.eta_on(h200)[i]  # Hopper's own where a Hopper chip was in the fit
+            sc = _score(of_class, eta, costs.floor_ms[i])
+            line += [sc["mape_pct"], sc["mape_ge_0.1ms_pct"], eta]
         body.append(line)
     head = ["op class", "rows"]
     for name in (SHIPPED, HELD):

@@ -306,7 +306,8 @@ def test_calibration_round_trips_and_names_bad_files(tmp_path: Path) -> None:
     doc = cal.to_dict()
     doc["buckets"][0]["regime"] = "warp"
     path.write_text(__import__("json").dumps(doc))
-    with pytest.raises(ValueError, match=r"cal.json is invalid: bucket field regime = 'warp'"):
+    with pytest.raises(ValueError, match=r"cal.json is not a torch_gemm_cost.intervals file: "
+                       r"bucket field regime = 'warp'"):
         IntervalCalibration.load(path)
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import sys
 import typing
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 __all__ = ["UsageError", "main"]
 
@@ -18,6 +21,28 @@ SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "llm", "predict_csv", "tr
 
 class UsageError(Exception):
     """Bad arguments or input files: exit code 2, one line on stderr, no traceback."""
+
+
+def config_file(flag: str, path: str) -> Path:
+    """The config JSON that ``flag`` names: the file, or ``config.json`` in the directory."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "config.json"
+    if not file.is_file():
+        raise UsageError(f"{flag} {path}: no such file")
+    return file
+
+
+def read_config(flag: str, path: str) -> dict[str, Any]:
+    """The JSON object of the config that ``flag`` names (``config_file``)."""
+    file = config_file(flag, path)
+    try:
+        raw = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{flag} {path}: not valid JSON ({e.msg} at line {e.lineno})") from e
+    if not isinstance(raw, dict):
+        raise UsageError(f"{flag} {path}: not a JSON object")
+    return raw
 
 
 class _Parser(argparse.ArgumentParser):

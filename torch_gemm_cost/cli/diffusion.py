@@ -14,11 +14,9 @@ Needs diffusers: ``pip install 'torch-gemm-cost[diffusion]'`` (imported only her
 from __future__ import annotations
 
 import difflib
-import json
-from pathlib import Path
 from typing import Any
 
-from . import UsageError
+from . import UsageError, read_config
 from .tasks import Sizes
 
 __all__ = ["CLASSES", "DEFAULT_TEXT_TOKENS", "VAE_FACTOR", "build"]
@@ -42,19 +40,7 @@ def _diffusers() -> Any:
 def load_config(path: str) -> dict[str, Any]:
     """The config JSON that --diffusers-config names (a file, or a directory holding
     config.json)."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "config.json"
-    if not file.is_file():
-        raise UsageError(f"--diffusers-config {path}: no such file")
-    try:
-        raw = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--diffusers-config {path}: not valid JSON ({e.msg} at line "
-                         f"{e.lineno})") from e
-    if not isinstance(raw, dict):
-        raise UsageError(f"--diffusers-config {path}: not a JSON object")
-    return raw
+    return read_config("--diffusers-config", path)
 
 
 def _latent_side(config: Any, sizes: Sizes, vae_factor: int) -> int:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import UsageError, tasks
+from . import UsageError, config_file, read_config, tasks
 from .tasks import AUTO, DEFAULT_SEQ, TASKS, Sizes, check_task
 
 logger = logging.getLogger(__name__)
@@ -161,31 +161,18 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.top is not None and args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}; try --top 10")
     if args.hf_config is not None:
-        _hf_config_file(args.hf_config)  # before any slow stage, so the error is its only line
+        # before any slow stage, so the error is its only line
+        config_file("--hf-config", args.hf_config)
     if args.plot and args.plot != "-" and not Path(args.plot).parent.exists():
         raise UsageError(f"--plot {args.plot}: directory {Path(args.plot).parent} does not exist")
     if args.html and not Path(args.html).parent.exists():
         raise UsageError(f"--html {args.html}: directory {Path(args.html).parent} does not exist")
 
 
-def _hf_config_file(path: str) -> Path:
-    """The config JSON that --hf-config names (a file, or a directory holding config.json)."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "config.json"
-    if not file.is_file():
-        raise UsageError(f"--hf-config {path}: no such file")
-    return file
-
-
 def _load_hf_config(path: str) -> tuple[Any, str]:
     """The config object and the model_type of an HF config JSON."""
-    file = _hf_config_file(path)
-    try:
-        raw = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--hf-config {path}: not valid JSON ({e.msg} at line {e.lineno})") from e
-    if not isinstance(raw, dict) or "model_type" not in raw:
+    raw = read_config("--hf-config", path)
+    if "model_type" not in raw:
         raise UsageError(f"--hf-config {path}: needs a \"model_type\" field, e.g. \"gpt2\"")
     from transformers import AutoConfig
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from . import UsageError
+from . import UsageError, config_file
 
 WEIGHTS = ("int8", "int4", "fp8")
 
@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from ..plan import plan_llm
     from ..predict import RooflinePredictor
 
-    if not Path(args.hf_config).exists():
-        raise UsageError(f"--hf-config {args.hf_config}: no such file")
+    config_file("--hf-config", args.hf_config)
     if args.layers is not None and args.layers < 0:
         raise UsageError(f"--layers must be 0 or more, got {args.layers}; try --layers 2")
     if args.json and args.json != "-" and not Path(args.json).parent.exists():

@@ -278,14 +278,6 @@ class _BufferGraph:
             return None
         return None
 
-    def _add_read(self, buf: _Buf, arg: Any, val: Any) -> None:
-        src = self._source(arg)
-        if src is None:
-            return
-        size = sum(self.ctx.tensor_bytes(t) for t in _tensors(val))
-        buf.reads[(src, arg)] = size
-        buf.read_bufs.add(src)
-
     def _build(self, nodes: Sequence[Any]) -> None:
         """Buffer nodes for every realised op; inlined pointwise ops folded into readers."""
         consumers: dict[Any, set[Any]] = {}  # source node -> consuming compute nodes

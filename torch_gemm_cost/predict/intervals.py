@@ -68,6 +68,7 @@ import torch
 from ..devices import DeviceSpec, get_device
 from ..dtypes import DTYPES
 from ..gemms.records import DTYPE_NAMES, GemmBatch
+from .base import read_fitted
 from .features import DeviceTable, library_family
 from .roofline import peak_flops_per_s
 from .tiles import ENGINES
@@ -459,13 +460,7 @@ class IntervalCalibration:
     @classmethod
     def load(cls, path: str | Path) -> IntervalCalibration:
         """Read a calibration written by ``save``; a bad file raises a ValueError naming it."""
-        path = Path(path)
-        try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"interval calibration {path} does not exist") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"interval calibration {path} is invalid: {e}") from None
+        return read_fitted(path, "interval calibration", FORMAT, cls.from_dict)
 
 
 CALIBRATION_FILE = "data/gemm_intervals.json"

@@ -295,8 +295,9 @@ def fit_class(rows: Sequence[VecRow], steps: int = 400, lr: float = 0.05
     if not rows:
         raise ValueError("no measured rows to fit")
     dram, bw, y = _tensors(rows)  # (N,) each
-    archs = sorted({_architecture(r.gpu) for r in rows})
-    index = torch.tensor([archs.index(_architecture(r.gpu)) for r in rows], dtype=torch.long)
+    arch_of = {g: _architecture(g) for g in {r.gpu for r in rows}}
+    archs = sorted(set(arch_of.values()))
+    index = torch.tensor([archs.index(arch_of[r.gpu]) for r in rows], dtype=torch.long)
     raw = torch.tensor([1.0] * len(archs) + [math.log(0.02)], dtype=torch.float64,
                        requires_grad=True)
     opt = torch.optim.Adam([raw], lr=lr)
