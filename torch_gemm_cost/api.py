@@ -27,6 +27,7 @@ from .datasheet import device_or_profile
 from .devices import DeviceLike, DeviceSpec, check_dtype_on_device
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract, optimizer_ops
+from .gemms.attention_rewrite import rewrite_attention
 from .gemms.fusion import fuse_kernels
 from .gemms.records import FusedKernel
 from .predict import Predictor, default_predictor
@@ -79,8 +80,9 @@ def estimate(
     ``compiled=True`` prices the model as ``torch.compile`` (inductor, default mode) runs it:
     the non-GEMM ops fused into kernels by inductor's scheduler rules (``gemms.fusion``), each
     kernel one launch moving what it reads from outside and what it writes for outside; each
-    op's ``OpEstimate.kernel`` names its kernel. On a GPU, SDPA is one FlashAttention-class
-    kernel whether compiled or not (``predict.sdpa``).
+    op's ``OpEstimate.kernel`` names its kernel. Hand-written attention that inductor replaces
+    with SDPA (``gemms.attention_rewrite``) is priced as that SDPA call. On a GPU, SDPA is one
+    FlashAttention-class kernel whether compiled or not (``predict.sdpa``).
     """
     return compare(
         model,
@@ -144,10 +146,11 @@ def compare(
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
     for cd in plan.dtypes:  # fusion reads the records extract has just put on the graph
-        sites, others = extract(captured, cd, mode=mode, native_dtype=plan.native)
+        graph = rewrite_attention(captured, cd.name)[0] if compiled else captured
+        sites, others = extract(graph, cd, mode=mode, native_dtype=plan.native)
         kernels[cd.name] = ()
         if compiled:
-            others, kernels[cd.name] = fuse_kernels(captured, others, cd, mode=mode,
+            others, kernels[cd.name] = fuse_kernels(graph, others, cd, mode=mode,
                                                     native_dtype=plan.native)
         records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()

@@ -49,11 +49,11 @@ kernels for norms and softmax; a reused result holding ``exp``, ``log``, ``sigmo
 pointwise into ``mm`` plus a bias add that fuses into them: one kernel count either way, the
 bias read moving from the GEMM into its consumer's kernel.
 
-NB: not modelled are inductor's pattern rewrites (``fx_passes/fuse_attention.py`` turns some
-spellings of eager attention into SDPA; the transformers releases this was checked with do
-not match them), split reductions (``Reduction.num_splits``: a reduction to a few outputs
-runs as two kernels), mix-order and nested reductions, ``can_fusion_increase_peak_memory``,
-and loop reordering. A training step's backward kernels follow AOTAutograd's min-cut
+Inductor's attention rewrite (``fx_passes/fuse_attention.py``) runs before this stage, on the
+captured graph (``attention_rewrite``). NB: not modelled are inductor's other pattern
+rewrites, split reductions (``Reduction.num_splits``: a reduction to a few outputs runs as two
+kernels), mix-order and nested reductions, ``can_fusion_increase_peak_memory``, and loop
+reordering. A training step's backward kernels follow AOTAutograd's min-cut
 partition, which recomputes a fused chain's elementwise intermediates rather than saving them:
 one backward kernel per forward kernel (``_backward_kernels``), not checked against a compiled
 backward.
