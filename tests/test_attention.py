@@ -21,6 +21,7 @@ from torch_gemm_cost.predict.attention import (
     attention_bytes,
     attention_flops,
     attention_geometry,
+    kernel_tiles,
     pack_gqa,
     split_kv_splits,
     vllm_kernel,
@@ -209,6 +210,35 @@ def test_vllm_kernel_follows_the_architecture() -> None:
     assert vllm_kernel(get_device("l40s"), 192, "fp8") == "triton"
     assert vllm_kernel(get_device("h200_sxm_141gb"), 192, "fp8") == "fa3"
     assert vllm_kernel(get_device("b200"), 128, "fp8") == "trtllm"
+
+
+def test_kernel_tiles_follow_the_kernels_sources() -> None:
+    def tiles(kernel: str, d: int, kv_bytes: int = 2, causal: bool = True,
+              windowed: bool = False, single: bool = False) -> tuple[int, int, int]:
+        return kernel_tiles(kernel, d, kv_bytes, causal=causal, windowed=windowed,
+                            single=single)
+
+    # FlashAttention 2's split-KV kernel: 64 rows; 256 keys to d = 64, 128 to 128, 64 beyond;
+    # a one-token query still runs all 64 rows
+    assert [tiles("fa2", d) for d in (64, 128, 256)] == [(64, 256, 64), (64, 128, 64),
+                                                         (64, 64, 64)]
+    assert tiles("fa2", 128, single=True)[2] == 64
+    # FlashAttention 3, paged KV without TMA: 16-bit 192 x 128 (causal) / 160 at d = 64,
+    # 128 x 128 at 128, 128 x 96 at 192, 128 x 80 at 256 (64 with a window); fp8 128 x 160 at
+    # 128; decode of up to 64 packed rows runs one warpgroup: 64 x 128 (16-bit), 64 x 96 (fp8)
+    assert tiles("fa3", 64)[:2] == (192, 128)
+    assert tiles("fa3", 64, causal=False)[:2] == (192, 160)
+    assert tiles("fa3", 128) == (128, 128, 128)
+    assert tiles("fa3", 192)[:2] == (128, 96)
+    assert tiles("fa3", 256)[:2] == (128, 80)
+    assert tiles("fa3", 256, windowed=True)[:2] == (128, 64)
+    assert tiles("fa3", 128, kv_bytes=1)[:2] == (128, 160)
+    assert tiles("fa3", 128, single=True) == (64, 128, 64)
+    assert tiles("fa3", 128, kv_bytes=1, single=True) == (64, 96, 64)
+    # a kernel whose source is not public takes the predictor's tiles
+    assert tiles("trtllm", 128) == (128, 128, 16)
+    assert kernel_tiles("triton", 64, 2, causal=True, windowed=False, single=True,
+                        default=(32, 64, 8)) == (32, 64, 8)
 
 
 def test_bad_calls_name_the_value_and_a_good_one() -> None:

@@ -20,6 +20,7 @@ from torch_gemm_cost.predict.attention import (
     AttentionPredictor,
     attention_bytes,
     attention_geometry,
+    kernel_tiles,
     pack_gqa,
 )
 from torch_gemm_cost.predict.ops import OP_CLASSES, OpCostModel, kernel_times_ms, op_times_ms
@@ -253,13 +254,17 @@ def test_sdpa_on_a_gpu_is_one_flash_kernel_of_hand_worked_bytes(causal: bool):
     assert traffic["q_bytes"].item() == traffic["o_bytes"].item() == 4_194_304
     assert traffic["k_bytes"].item() == traffic["v_bytes"].item() == 1_048_576
     assert traffic["compulsory_bytes"].item() == 10_485_760
-    # the tiles re-read K/V from the L2: 8 query tiles of 128 rows per head, each running 8
-    # key blocks (64 per head) or, causal, the 1 + 2 + … + 8 = 36 its mask reaches; a block
-    # holds K and V of 128 keys, 2·128·128·2 = 65,536 B; FlashAttention 2 does not pack GQA
-    # heads in prefill: 2·8 heads · blocks · 65,536 B
+    # the tiles re-read K/V from the L2: FlashAttention 2's split-KV kernel (vLLM's paged
+    # cache) tiles d = 128 as 64 rows by 128 keys: 16 query tiles per head, each running 8 key
+    # blocks (128 per head) or, causal, the ⌈(t + 1) / 2⌉ its mask reaches, 2·(1 + 2 + … + 8)
+    # = 72; a block holds K and V of 128 keys, 2·128·128·2 = 65,536 B; FlashAttention 2 does
+    # not pack GQA heads in prefill: 2·8 heads · blocks · 65,536 B
+    q_tile, kv_tile, _ = kernel_tiles("fa2", 128, 2, causal=causal, windowed=False,
+                                      single=False)
+    assert (q_tile, kv_tile) == (64, 128)
     geo = attention_geometry(calls, torch.tensor([108.0], dtype=torch.float64),
-                             pack_gqa(calls, ("fa2",)))
-    blocks = 36 if causal else 64
+                             pack_gqa(calls, ("fa2",)), q_tile=q_tile, kv_tile=kv_tile)
+    blocks = 72 if causal else 128
     assert geo.requested_kv_bytes.item() == 2 * 8 * blocks * 65_536
     # priced by the attention model, cold L2, as the kernel PyTorch runs (FlashAttention 2)
     pred = AttentionPredictor.shipped().predict(sdpa_calls([rec.op], A100), A100, warm_l2=False)

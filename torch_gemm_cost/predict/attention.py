@@ -26,15 +26,18 @@ lo(p) ≤ j < hi(p): hi = p + 1 when causal (else kv_len), lo = p − window + 1
 0), i.e. ``window`` keys including its own, as vLLM sets FlashAttention's
 ``window_size = (window − 1, 0)``.
 
-**Grid.** A CTA holds ``q_tile`` query rows of one head and runs the key blocks of its rows. Where
+**Grid.** A CTA holds a tile of query rows of one head and runs the key blocks of its rows. The
+tile's rows and a key block's keys are the kernel's own for the head size (``kernel_tiles``:
+FlashAttention 2 and 3 as their sources pick them; 128 × 128 for kernels whose source is not
+public). Where
 a kernel packs GQA (``KERNELS``), the query heads of one KV head share a tile, interleaved per
 position, so K/V are loaded once for the group: FA3 always does (``pack_gqa`` in its varlen
 path), FlashInfer and vLLM's Triton kernel do, FlashAttention 2 only for one-token queries without
 a window (``seqlenq_ngroups_swapped`` requires ``window_size_left < 0``), TensorRT-LLM only in
-decode. A tile's MMAs step through its rows ``decode_q_tile`` (16, the MMA's M) at a time, so a
-prefill shorter than a tile runs the steps its rows fill. Single-query calls (decode, and
-one-token prefill, which vLLM sends to its decode kernel) pad a packed tile to
-``decode_q_tile`` rows and split the key blocks of each (sequence, KV head) over several CTAs
+decode. A tile's MMAs step through its rows 16 (``MMA_M``) at a time, so a prefill shorter
+than a tile runs the steps its rows fill. Single-query calls (decode, and one-token prefill,
+which vLLM sends to its decode kernel) run the rows their kernel's tile holds, whether the
+packed heads fill them or not (16 where the source is not public), and split the key blocks of each (sequence, KV head) over several CTAs
 when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
 heuristic; FlashAttention 3's never splits 4 blocks or fewer), adding a combine kernel.
 
@@ -100,6 +103,7 @@ __all__ = [
     "attention_flops",
     "attention_geometry",
     "attention_time",
+    "kernel_tiles",
     "pack_gqa",
     "sdpa_kernel",
     "single_query",
@@ -179,6 +183,44 @@ def sdpa_kernel(device: DeviceSpec) -> str:
     Triton kernels ("triton"). NB: the memory-efficient kernel's own speed was not measured.
     """
     return "triton" if device.vendor == "AMD" else "fa2"
+
+
+MMA_M = 16  # rows of one tensor-core MMA step (mma.sync m16n8k16; a wgmma's 64 is 4 of them)
+
+
+def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, windowed: bool,
+                 single: bool, default: tuple[int, int, int] = (128, 128, 16)
+                 ) -> tuple[int, int, int]:
+    """(query rows, keys) of one CTA's tile, and the rows a single-query tile runs, as the
+    kernel's source picks them for this head size; ``default`` where the source is not public.
+
+    - ``fa2``: vLLM's FlashAttention 2 reads a paged KV cache, which ``mha_varlen_fwd`` sends
+      to the split-KV kernel whatever the split count (``run_mha_fwd(params, stream,
+      /*force_split_kernel=*/paged_KV)``); ``run_mha_fwd_splitkv_dispatch`` tiles it 64 rows by
+      256 keys up to d = 64, 128 up to d = 128, 64 beyond. A one-token query runs all 64 rows:
+      each of the 4 warps' MMAs covers 16 of them, empty or not.
+    - ``fa3``: ``tile_size_fwd_sm90`` (hopper/tile_size.h), with a paged KV cache that TMA does
+      not load (vLLM's 16-token pages): 16-bit, 192 × 128 (causal) or 160 up to d = 64, 192 ×
+      128 up to 96, 128 × 128 up to 128, 128 × 96 up to 192, 128 × 80 (64 with a window)
+      beyond; fp8, 192 × 160, 192 × 128, 128 × 160, 128 × 160, 128 × 128 (64 with a window).
+      A query of at most 64 packed rows runs one MMA warpgroup (``use_one_mma_wg``): 64 × 192
+      (16-bit) or 64 × 128 (fp8) up to d = 64, 64 × 128 or 64 × 96 up to 128.
+    """
+    if kernel == "fa2":
+        return 64, 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64, 64
+    if kernel != "fa3":
+        return default
+    fp8 = kv_bytes == 1
+    if single and head_dim <= 128:
+        return 64, (128 if fp8 else 192) if head_dim <= 64 else (96 if fp8 else 128), 64
+    if fp8:
+        rows, keys = ((192, 160) if head_dim <= 64 else (192, 128) if head_dim <= 96
+                      else (128, 160) if head_dim <= 192 else (128, 64 if windowed else 128))
+    else:
+        rows, keys = ((192, 128 if causal else 160) if head_dim <= 64
+                      else (192, 128) if head_dim <= 96 else (128, 128) if head_dim <= 128
+                      else (128, 96) if head_dim <= 192 else (128, 64 if windowed else 80))
+    return rows, keys, rows
 
 
 def _closest(value: str, options: Sequence[str]) -> str:
@@ -340,7 +382,8 @@ def _key_range(q_len: torch.Tensor, kv_len: torch.Tensor, causal: torch.Tensor,
     return lo, hi
 
 
-def _tiles_over(lo: torch.Tensor, hi: torch.Tensor, kv_tile: float) -> torch.Tensor:
+def _tiles_over(lo: torch.Tensor, hi: torch.Tensor, kv_tile: torch.Tensor | float
+                ) -> torch.Tensor:
     """Key blocks of ``kv_tile`` (aligned at key 0) that intersect [lo, hi)."""
     return (torch.ceil(hi / kv_tile) - torch.floor(lo / kv_tile)).clamp(min=0)
 
@@ -357,7 +400,7 @@ class AttentionGeometry:
     executed_pairs: torch.Tensor  # (query row, key) pairs the MMAs run, per call (padding in)
     requested_kv_bytes: torch.Tensor  # K and V bytes the CTAs load (L2 or DRAM), per call
     packed: torch.Tensor  # 1 where the query heads of a KV head share tiles (GQA packing)
-    kv_tile: float
+    kv_tile: torch.Tensor  # keys per block
 
 
 def split_kv_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: torch.Tensor,
@@ -407,17 +450,19 @@ def pack_gqa(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
 
 
 def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.Tensor, *,
-                       q_tile: int = 128, kv_tile: int = 128, decode_q_tile: int = 16,
+                       q_tile: torch.Tensor | float = 128, kv_tile: torch.Tensor | float = 128,
+                       decode_q_tile: torch.Tensor | float = 16,
                        max_splits: int = 128, min_split_blocks: torch.Tensor | float = 2.0,
                        exact_tiles: int = 256) -> AttentionGeometry:
     """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
 
     A tile holds ``q_tile`` query rows of one query head, or, where ``packed`` (N,) is 1, of
     the heads / kv_heads query heads that share a KV head, interleaved per position, so one
-    tile spans q_tile / group positions and K/V are loaded once for the group. Tile t runs the
-    key blocks between lo of its first position and hi of its last. Single-query calls
-    (``single_query``) use ``decode_q_tile`` rows and split the key blocks over
-    ``split_kv_splits`` CTAs (never fewer than ``min_split_blocks`` (N,) blocks).
+    tile spans q_tile / group positions and K/V are loaded once for the group; its key blocks
+    hold ``kv_tile`` keys. Tile t runs the key blocks between lo of its first position and hi of
+    its last. Single-query calls (``single_query``) run ``decode_q_tile`` rows and split the key
+    blocks over ``split_kv_splits`` CTAs (never fewer than ``min_split_blocks`` (N,) blocks).
+    The three tile sizes are numbers or (N,) tensors (``kernel_tiles``).
 
     Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
     ``exact_tiles`` tiles at the midpoints of equal strata, each standing for its stratum (the
@@ -426,11 +471,12 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     single = single_query(b) > 0
     group = b.heads / b.kv_heads
     g = torch.where(packed > 0, group, torch.ones_like(group))  # query heads per tile (N,)
-    # a tile's MMA runs its rows in steps of the MMA's M (decode_q_tile): a prefill shorter
-    # than a tile runs the steps its rows fill, not the whole tile
-    steps = torch.ceil(g * b.q_len / decode_q_tile) * decode_q_tile
-    rows = torch.where(single, torch.full_like(g, float(decode_q_tile)),
-                       steps.clamp(max=float(q_tile)))
+    # a tile's MMA runs its rows in steps of the MMA's M (16): a prefill shorter than a tile
+    # runs the steps its rows fill, not the whole tile
+    q_tile, kv_tile, decode_q_tile = (torch.as_tensor(t, dtype=torch.float64).expand(len(g))
+                                      for t in (q_tile, kv_tile, decode_q_tile))
+    steps = torch.ceil(g * b.q_len / MMA_M) * MMA_M
+    rows = torch.where(single, decode_q_tile, torch.minimum(steps, q_tile))
     positions = rows / g  # query positions per tile, fractional when a group spills over
     n_t = torch.ceil(g * b.q_len / rows)  # tiles per (sequence, head group)
     units = b.batch * (b.heads / g) * n_t  # CTAs before any split
@@ -442,12 +488,13 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     order = torch.argsort(n_eff, descending=True)
     q, kv, causal, window = (x[order] for x in (b.q_len, b.kv_len, b.causal, b.window))
     pos_s, w_s, samp_s, n_t_s = positions[order], weight[order], sampled[order], n_t[order]
+    kv_tile_s = kv_tile[order]
 
     def blocks_of(t: torch.Tensor, n: int) -> torch.Tensor:  # key blocks of tile t, (n,)
         first = torch.minimum(torch.floor(t * pos_s[:n]), q[:n] - 1)
         last = torch.minimum(torch.ceil((t + 1) * pos_s[:n]), q[:n]) - 1
         lo, hi = _key_range(q[:n], kv[:n], causal[:n], window[:n], first, last)
-        return _tiles_over(lo, hi, kv_tile)
+        return _tiles_over(lo, hi, kv_tile_s[:n])
 
     blocks_sum = torch.zeros_like(n_t)
     blocks_max = blocks_of(n_t_s - 1, len(n_t_s))  # the last tile sees the most keys if causal
@@ -475,7 +522,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
         executed_pairs=b.batch * (b.heads / g) * blocks_sum * rows * kv_tile,
         requested_kv_bytes=b.batch * (b.heads / g) * blocks_sum * bytes_per_block,
         packed=(packed > 0).double(),
-        kv_tile=float(kv_tile),
+        kv_tile=kv_tile.clone(),
     )
 
 
@@ -697,8 +744,9 @@ class AttentionPredictor:
     """The fitted fused-attention model (see the module docstring): physical constants shared
     by every GPU, fitted on measured calls.
 
-    Hyperparameters: the kernels' tile sizes (``q_tile`` query rows, ``kv_tile`` keys,
-    ``decode_q_tile`` rows of a packed single-query tile), FlashAttention 2's ``max_splits``,
+    Hyperparameters: the tile sizes of kernels whose source is not public (``q_tile`` query
+    rows, ``kv_tile`` keys, ``decode_q_tile`` rows of a packed single-query tile; FlashAttention
+    2 and 3 run their own, ``kernel_tiles``), FlashAttention 2's ``max_splits``,
     the resident share of the L2 and the steepness of its fall-off for a warm working set, and
     the fit's ``steps``, ``lr``, ``rows_per_group`` (seeded sample per gpu × phase × KV dtype)
     and ``seed``.
@@ -742,12 +790,33 @@ class AttentionPredictor:
         dev = DeviceColumns.of(devices, b.dtype)
         min_split = torch.tensor([float(KERNELS[k].min_split_blocks) for k in kernels],
                                  dtype=torch.float64)
-        geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=self.q_tile,
-                                 kv_tile=self.kv_tile, decode_q_tile=self.decode_q_tile,
+        q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels)
+        geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=q_tile,
+                                 kv_tile=kv_tile, decode_q_tile=decode_q_tile,
                                  max_splits=self.max_splits, min_split_blocks=min_split)
         family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
                               dtype=torch.long)
         return geo, dev, family, kernels
+
+    def _tiles(self, b: AttentionBatch, kernels: Sequence[str]
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each call's (q_tile, kv_tile, decode_q_tile) (``kernel_tiles``), (N,) each; the
+        hyperparameters where a kernel's source is not public."""
+        default = (self.q_tile, self.kv_tile, self.decode_q_tile)
+        single = (single_query(b) > 0).tolist()
+        keys = zip(kernels, b.head_dim.tolist(), b.kv_bytes.tolist(), b.causal.tolist(),
+                   (b.window > 0).tolist(), single)
+        memo: dict[tuple[Any, ...], tuple[int, int, int]] = {}
+        rows = []
+        for key in keys:
+            if key not in memo:
+                k, d, kv, causal, windowed, one = key
+                memo[key] = kernel_tiles(k, int(d), int(kv), causal=bool(causal),
+                                         windowed=bool(windowed), single=bool(one),
+                                         default=default)
+            rows.append(memo[key])
+        t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)
+        return t[:, 0], t[:, 1], t[:, 2]
 
     def _check_fitted(self) -> dict[str, torch.Tensor]:
         raw = getattr(self, "params_", None)
