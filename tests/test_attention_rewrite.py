@@ -122,6 +122,46 @@ def test_rewrites_match_what_inductor_rewrites_on_the_cpu(spelling: type[nn.Modu
     assert theirs == (0 if spelling in (BertToday, MaskThenScale, WeightsReturned) else 1)
 
 
+def _hf_model(name: str) -> tuple[nn.Module, tuple, dict]:
+    import transformers as tf
+
+    ids = torch.ones(2, 16, dtype=torch.long)
+    small = {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
+             "intermediate_size": 128}
+    configs = {
+        "bert": (tf.BertConfig(**small), tf.BertModel, {}),
+        "bart": (tf.BartConfig(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
+                               encoder_layers=1, decoder_layers=1, encoder_ffn_dim=128,
+                               decoder_ffn_dim=128), tf.BartModel, {"decoder_input_ids": ids}),
+        "t5": (tf.T5Config(d_model=64, num_heads=4, d_kv=16, d_ff=128, num_layers=1,
+                           num_decoder_layers=1), tf.T5Model, {"decoder_input_ids": ids}),
+        "llama": (tf.LlamaConfig(**small, num_key_value_heads=2), tf.LlamaModel, {}),
+    }
+    config, cls, kwargs = configs[name]
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return cls(config).eval(), (ids,), kwargs
+
+
+# BERT without a padding mask: both attentions scale by a multiply (pattern 2); BART's encoder
+# and cross attention match, its causal decoder (multiply, then mask) does not; T5's cross
+# attention adds a zeros position bias, which inductor drops as a no-op first; Llama's
+# attention multiplies, then adds its causal mask
+@pytest.mark.parametrize(("name", "count"), [("bert", 1), ("bart", 2), ("t5", 1), ("llama", 0)])
+def test_rewrites_of_transformers_models_match_inductor(name: str, count: int):
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+
+    model, args, kwargs = _hf_model(name)
+    counters.clear()
+    torch._dynamo.reset()
+    with torch.no_grad(), inductor_config.patch(fx_graph_cache=False):
+        torch.compile(model)(*args, **kwargs)
+    theirs = counters["inductor"].get("fuse_attention", 0)
+    ours = len(find_attention(capture(model, args, kwargs).graph_module.graph))
+    assert ours == theirs == count
+
+
 def _estimate(dtype: str, compiled: bool, spelling: type[nn.Module] = BertOld):
     with torch.device("meta"):
         model = spelling(seq=512).eval()

@@ -24,7 +24,9 @@ none                  ``+ mask``             21, 22, 25, 26
 QKᵀ is ``matmul(q, k.transpose(-2, -1))`` on 4-D tensors (``k.permute(0, 1, 3, 2)`` too), or
 ``bmm(q, k.transpose(1, 2))`` on 3-D ones without scale or mask; PV is ``matmul``/``bmm`` of
 the probabilities (after an optional dtype cast, and dropout where it is a no-op) with v. Every
-intermediate must have no other reader, as a pattern match requires. The SDPA call reads the
+intermediate must have no other reader, as a pattern match requires. Adding a tensor of zeros
+the graph makes itself is no mask: inductor's ``remove_no_ops`` drops it before matching (T5's
+cross-attention position bias). The SDPA call reads the
 mask as its ``attn_mask`` (with both a ``where`` and an added mask, inductor combines them into
 one of the added mask's kind; its bytes are priced as the added mask's). Inductor's own checks
 (``_sfdp_params_check``): q, k and v of one dtype; an added mask of q's dtype, bool or float32,
@@ -121,6 +123,16 @@ def _number(x: Any) -> float | None:
     return None
 
 
+def _zeros(x: Any) -> bool:
+    """Whether ``x`` is a tensor of zeros the graph makes itself (``zeros``, or a ``full`` of
+    0), as inductor's ``remove_no_ops`` finds them."""
+    while _is(x, _PASS_VALUE):
+        x = x.args[0]
+    if _is(x, (aten.zeros.default,)):
+        return True
+    return _is(x, _FULL) and _number(x.args[1]) == 0.0
+
+
 def _untransposed(kt: Any, ndim: int) -> Any:
     """k where ``kt`` is k with its last two dims swapped by a view; None otherwise."""
     if _is(kt, _TRANSPOSE):
@@ -144,7 +156,8 @@ def _match(soft: Any) -> AttentionRewrite | None:
     scale: float | None = None
     scaled = False
     if _is(x, _ADD) and len(x.args) == 2:
-        mask = x.args[1]
+        # adding a zeros tensor is no mask: inductor's remove_no_ops drops it first
+        mask = None if _zeros(x.args[1]) else x.args[1]
         chain.append(x)
         x = x.args[0]
     if _is(x, _WHERE):
