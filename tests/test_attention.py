@@ -235,6 +235,19 @@ def test_kernel_tiles_follow_the_kernels_sources() -> None:
     assert tiles("fa3", 128, kv_bytes=1)[:2] == (128, 160)
     assert tiles("fa3", 128, single=True) == (64, 128, 64)
     assert tiles("fa3", 128, kv_bytes=1, single=True) == (64, 96, 64)
+    # PyTorch's own FlashAttention 2 (no paged cache): 128 x 64 at d = 128 on an A100, 128 x 32
+    # (64 x 64 causal) on sm86/sm89; 128 x 64 at 256 with 128-192 KiB of shared memory per SM,
+    # 64 x 64 on an H100's 228 KiB; a one-token query takes the split-KV kernel's tiles
+    assert tiles("torch_fa2", 128) == (128, 64, 128)
+    assert kernel_tiles("torch_fa2", 128, 2, causal=False, windowed=False, single=False,
+                        sm8x=True) == (128, 32, 128)
+    assert kernel_tiles("torch_fa2", 128, 2, causal=True, windowed=False, single=False,
+                        sm8x=True) == (64, 64, 64)
+    assert kernel_tiles("torch_fa2", 256, 2, causal=True, windowed=False, single=False,
+                        smem_bytes_per_sm=164 * 1024) == (128, 64, 128)
+    assert kernel_tiles("torch_fa2", 256, 2, causal=True, windowed=False, single=False,
+                        smem_bytes_per_sm=228 * 1024) == (64, 64, 64)
+    assert tiles("torch_fa2", 128, single=True) == (64, 128, 64)
     # a kernel whose source is not public takes the predictor's tiles
     assert tiles("trtllm", 128) == (128, 128, 16)
     assert kernel_tiles("triton", 64, 2, causal=True, windowed=False, single=True,

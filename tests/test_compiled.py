@@ -254,22 +254,22 @@ def test_sdpa_on_a_gpu_is_one_flash_kernel_of_hand_worked_bytes(causal: bool):
     assert traffic["q_bytes"].item() == traffic["o_bytes"].item() == 4_194_304
     assert traffic["k_bytes"].item() == traffic["v_bytes"].item() == 1_048_576
     assert traffic["compulsory_bytes"].item() == 10_485_760
-    # the tiles re-read K/V from the L2: FlashAttention 2's split-KV kernel (vLLM's paged
-    # cache) tiles d = 128 as 64 rows by 128 keys: 16 query tiles per head, each running 8 key
-    # blocks (128 per head) or, causal, the ⌈(t + 1) / 2⌉ its mask reaches, 2·(1 + 2 + … + 8)
-    # = 72; a block holds K and V of 128 keys, 2·128·128·2 = 65,536 B; FlashAttention 2 does
-    # not pack GQA heads in prefill: 2·8 heads · blocks · 65,536 B
-    q_tile, kv_tile, _ = kernel_tiles("fa2", 128, 2, causal=causal, windowed=False,
-                                      single=False)
-    assert (q_tile, kv_tile) == (64, 128)
+    # the tiles re-read K/V from the L2: PyTorch's FlashAttention 2 tiles d = 128 on an A100
+    # (sm80) as 128 rows by 64 keys: 8 query tiles per head, each running 16 key blocks (128
+    # per head) or, causal, the 2t + 2 its mask reaches, 2·(1 + 2 + … + 8) = 72; a block holds
+    # K and V of 64 keys, 2·64·128·2 = 32,768 B; FlashAttention 2 does not pack GQA heads in
+    # prefill: 2·8 heads · blocks · 32,768 B
+    q_tile, kv_tile, _ = kernel_tiles("torch_fa2", 128, 2, causal=causal, windowed=False,
+                                      single=False, smem_bytes_per_sm=A100.smem_bytes_per_sm)
+    assert (q_tile, kv_tile) == (128, 64)
     geo = attention_geometry(calls, torch.tensor([108.0], dtype=torch.float64),
-                             pack_gqa(calls, ("fa2",)), q_tile=q_tile, kv_tile=kv_tile)
+                             pack_gqa(calls, ("torch_fa2",)), q_tile=q_tile, kv_tile=kv_tile)
     blocks = 72 if causal else 128
-    assert geo.requested_kv_bytes.item() == 2 * 8 * blocks * 65_536
+    assert geo.requested_kv_bytes.item() == 2 * 8 * blocks * 32_768
     # priced by the attention model, cold L2, as the kernel PyTorch runs (FlashAttention 2)
     pred = AttentionPredictor.shipped().predict(sdpa_calls([rec.op], A100), A100, warm_l2=False)
     assert rec.time_ms == pytest.approx(pred.time_ms.item())
-    assert rec.kernel == "flash_attention_fa2_0"
+    assert rec.kernel == "flash_attention_torch_fa2_0"
     assert report.total_ms == pytest.approx(rec.time_ms)  # its GEMMs are fused into it
     assert sum(g.site.flops for g in report.gemms) == pytest.approx(pred.flops.item())
 
@@ -280,7 +280,7 @@ def test_causal_flash_kernel_runs_fewer_blocks_and_is_faster():
     assert causal.time_ms < 0.8 * dense.time_ms
     times, kernels = sdpa_times_ms([dense.op, causal.op], A100)
     assert times == pytest.approx([dense.time_ms, causal.time_ms])
-    assert kernels == ["flash_attention_fa2"] * 2
+    assert kernels == ["flash_attention_torch_fa2"] * 2
 
 
 def test_eager_attention_stays_op_by_op():
@@ -301,7 +301,7 @@ def test_each_sdpa_call_is_a_kernel_of_its_own():
     q = torch.ones(1, 4, 256, 64, device="meta")
     report = tgc.estimate(TwoCalls(), (q,), device=A100, dtype="bf16")
     kernels = report.kernels()
-    assert [k["kernel"] for k in kernels] == ["flash_attention_fa2_0", "flash_attention_fa2_1"]
+    assert [k["kernel"] for k in kernels] == ["flash_attention_torch_fa2_0", "flash_attention_torch_fa2_1"]
     assert "2 SDPA calls as flash attention kernels" in report.footer()
     # the per-GEMM table gives each call a row of its own, and its rows sum to the total
     rows = report.module_rows(None)

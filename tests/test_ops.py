@@ -247,7 +247,7 @@ def test_attention_eager_vs_sdpa():
     # SDPA on a GPU: one flash attention kernel, priced by the attention model on its record;
     # its two GEMMs keep their FLOPs and are marked fused, with no time of their own
     (inner,) = [o for o in fused.others if o.op.op_class == "softmax"]
-    assert inner.op.dram_bytes == 0 and inner.kernel == "flash_attention_fa2_0"
+    assert inner.op.dram_bytes == 0 and inner.kernel == "flash_attention_torch_fa2_0"
     assert inner.time_ms == pytest.approx(sdpa_times_ms([inner.op], V100)[0][0])
     assert [(g.bound, g.time_ms) for g in fused.gemms] == [("fused", 0.0), ("fused", 0.0)]
     assert fused.total_ms == pytest.approx(inner.time_ms)

@@ -136,6 +136,9 @@ KERNELS: dict[str, KernelTraits] = {
     "fa2": KernelTraits("flash", False, False, 2,
                         "FlashAttention 2 (vllm-flash-attn): packs only through "
                         "seqlenq_ngroups_swapped; num_splits_heuristic"),
+    "torch_fa2": KernelTraits("flash", False, False, 2,
+                             "PyTorch's bundled FlashAttention 2 (no paged KV cache): "
+                             "packs only through seqlenq_ngroups_swapped; num_splits_heuristic"),
     "fa3": KernelTraits("flash", True, True, 5,
                         "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; its "
                         "heuristic never splits 4 key blocks or fewer"),
@@ -179,17 +182,19 @@ def sdpa_kernel(device: DeviceSpec) -> str:
     On NVIDIA GPUs PyTorch's SDPA dispatches to its bundled FlashAttention 2 (fp16/bf16, no
     explicit mask) or to its memory-efficient kernel (fp32, or a mask), both tiled kernels with
     an online softmax that keep the scores on chip and do not pack GQA heads in prefill: both are
-    priced with FlashAttention 2's structure ("fa2"). On AMD GPUs PyTorch runs AOTriton's
-    Triton kernels ("triton"). NB: the memory-efficient kernel's own speed was not measured.
+    priced with FlashAttention 2's structure, as PyTorch builds it ("torch_fa2": its own tiles,
+    no paged KV cache). On AMD GPUs PyTorch runs AOTriton's Triton kernels ("triton").
+    NB: the memory-efficient kernel's own speed was not measured.
     """
-    return "triton" if device.vendor == "AMD" else "fa2"
+    return "triton" if device.vendor == "AMD" else "torch_fa2"
 
 
 MMA_M = 16  # rows of one tensor-core MMA step (mma.sync m16n8k16; a wgmma's 64 is 4 of them)
 
 
 def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, windowed: bool,
-                 single: bool, default: tuple[int, int, int] = (128, 128, 16)
+                 single: bool, default: tuple[int, int, int] = (128, 128, 16),
+                 sm8x: bool = False, smem_bytes_per_sm: float | None = None
                  ) -> tuple[int, int, int]:
     """(query rows, keys) of one CTA's tile, and the rows a single-query tile runs, as the
     kernel's source picks them for this head size; ``default`` where the source is not public.
@@ -205,9 +210,26 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
       beyond; fp8, 192 × 160, 192 × 128, 128 × 160, 128 × 160, 128 × 128 (64 with a window).
       A query of at most 64 packed rows runs one MMA warpgroup (``use_one_mma_wg``): 64 × 192
       (16-bit) or 64 × 128 (fp8) up to d = 64, 64 × 128 or 64 × 96 up to 128.
+    - ``torch_fa2``: PyTorch's FlashAttention 2 runs a multi-token query in its non-split kernel,
+      tiled by ``run_mha_fwd_hdim*``: 128 × 128 up to d = 64; up to 128, 128 × 64, but on sm86
+      and sm89 (``sm8x``) 128 × 32, or 64 × 64 when causal (96: 128 × 64, 64 × 64 causal on
+      sm8x); 128 × 64 up to 192; 128 × 64 at 256 where an SM holds at least 128 KiB of shared
+      memory but less than 192 KiB (the A100), else 64 × 64. A one-token query takes the
+      split-KV kernel's tiles, as ``fa2``.
     """
-    if kernel == "fa2":
+    if kernel == "fa2" or (kernel == "torch_fa2" and single):
         return 64, 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64, 64
+    if kernel == "torch_fa2":
+        if head_dim <= 64:
+            return 128, 128, 128
+        if head_dim <= 128:
+            if sm8x:
+                return (64, 64, 64) if causal else (128, 32 if head_dim > 96 else 64, 128)
+            return 128, 64, 128
+        if head_dim <= 192:
+            return 128, 64, 128
+        smem = smem_bytes_per_sm or 0.0
+        return (128, 64, 128) if 128 * 1024 <= smem < 192 * 1024 else (64, 64, 64)
     if kernel != "fa3":
         return default
     fp8 = kv_bytes == 1
@@ -790,7 +812,7 @@ class AttentionPredictor:
         dev = DeviceColumns.of(devices, b.dtype)
         min_split = torch.tensor([float(KERNELS[k].min_split_blocks) for k in kernels],
                                  dtype=torch.float64)
-        q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels)
+        q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels, devices)
         geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=q_tile,
                                  kv_tile=kv_tile, decode_q_tile=decode_q_tile,
                                  max_splits=self.max_splits, min_split_blocks=min_split)
@@ -798,22 +820,25 @@ class AttentionPredictor:
                               dtype=torch.long)
         return geo, dev, family, kernels
 
-    def _tiles(self, b: AttentionBatch, kernels: Sequence[str]
+    def _tiles(self, b: AttentionBatch, kernels: Sequence[str], devices: Sequence[DeviceSpec]
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Each call's (q_tile, kv_tile, decode_q_tile) (``kernel_tiles``), (N,) each; the
         hyperparameters where a kernel's source is not public."""
         default = (self.q_tile, self.kv_tile, self.decode_q_tile)
         single = (single_query(b) > 0).tolist()
+        sm8x = [d.compute_capability in ("8.6", "8.7", "8.9") for d in devices]
+        smem = [d.smem_bytes_per_sm for d in devices]
         keys = zip(kernels, b.head_dim.tolist(), b.kv_bytes.tolist(), b.causal.tolist(),
-                   (b.window > 0).tolist(), single)
+                   (b.window > 0).tolist(), single, sm8x, smem)
         memo: dict[tuple[Any, ...], tuple[int, int, int]] = {}
         rows = []
         for key in keys:
             if key not in memo:
-                k, d, kv, causal, windowed, one = key
+                k, d, kv, causal, windowed, one, minor, shared = key
                 memo[key] = kernel_tiles(k, int(d), int(kv), causal=bool(causal),
                                          windowed=bool(windowed), single=bool(one),
-                                         default=default)
+                                         default=default, sm8x=minor,
+                                         smem_bytes_per_sm=shared)
             rows.append(memo[key])
         t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)
         return t[:, 0], t[:, 1], t[:, 2]

@@ -27,7 +27,7 @@ from .ops import OP_CLASSES, OpCostModel, load_op_costs
 
 __all__ = ["FLASH_PREFIX", "runs_fused_attention", "sdpa_calls", "sdpa_times_ms"]
 
-FLASH_PREFIX = "flash_attention_"  # the kernel an SDPA call runs as: "flash_attention_fa2_7"
+FLASH_PREFIX = "flash_attention_"  # the kernel an SDPA call runs as: "flash_attention_torch_fa2_7"
 
 
 def runs_fused_attention(device: DeviceSpec) -> bool:
