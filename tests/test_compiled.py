@@ -181,6 +181,33 @@ def test_kernels_match_what_torch_compile_generates_on_the_cpu():
     assert all("clone" in name for k, name in zip(ours, cpu_kernels) if k.op_class == "copy")
 
 
+class _Heads(nn.Module):
+    """Attention on heads split from a (batch, seq, heads·d) tensor: permuted views."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.view(2, 16, 2, 8).transpose(1, 2) for t in (q, k, v))
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+
+
+def test_matmul_copies_operands_whose_heads_do_not_fold_eager_and_compiled():
+    x = torch.ones(2, 16, 16, device="meta")
+    captured = capture(_Heads(), (x, x.clone(), x.clone()))
+    _, others = extract(captured, "float32")
+    # aten.matmul reshapes each (2, 2, 16, 8) head view to one batch dim of 4: the (batch,
+    # head) strides (256, 8) do not fold, so q, kᵀ and v are copied; the probabilities are
+    # contiguous. A copy reads and writes 2·2·16·8 = 512 fp32 elements: 4,096 B
+    copies = [o for o in others if o.op_class == "copy"]
+    assert [o.op for o in copies] == ["aten.clone"] * 3
+    assert [o.dram_bytes for o in copies] == [4_096] * 3
+    assert all(".operand_copy." in o.node for o in copies)
+    # compiled, each is a pointwise copy kernel of its own, the same records
+    ops, kernels = fuse_kernels(captured, others, "float32")
+    copy_kernels = [k for k in kernels if k.launches and k.op_class == "copy"]
+    assert len(copy_kernels) == 3
+    assert sorted(ops[i].node for k in copy_kernels for i in k.ops) == sorted(
+        o.node for o in copies)
+
+
 def test_compiled_and_eager_totals_of_a_tiny_model():
     with torch.device("meta"):
         model = _Tiny().eval()

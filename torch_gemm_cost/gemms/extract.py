@@ -32,6 +32,10 @@ from .records import GemmSite, OtherOp, alignment_bytes
 __all__ = ["META_KEY", "OPTIMIZERS", "PHASES", "adamw_ops", "extract", "optimizer_ops"]
 
 META_KEY = "torch_gemm_cost"  # node.meta[META_KEY]: tuple of the node's GemmSite/OtherOp records
+OPERAND_COPY = "operand_copy"  # an OtherOp node name "<gemm node>.operand_copy.<operand node>"
+# GEMM ops whose library call reshapes its operands to one batch dim (aten.matmul's
+# ``expand(...).reshape(...)``, einsum's and linear's reshapes, bmm's contiguity check)
+RESHAPING_GEMMS = frozenset({"matmul", "bmm", "baddbmm", "linear", "einsum"})
 PHASES: tuple[str, ...] = ("forward", "backward_dx", "backward_dw", "backward")
 
 class _Ctx:
@@ -381,11 +385,24 @@ class _Walk:
                              module in self.causal_modules)
         fwds = handler(bind_arguments(node), ctx) if handler is not None else []
         if fwds:
+            copies = [self._copy(node, arg, val, module, module_type)
+                      for arg, val in operand_copies(node)]
+            self.fwd_others.extend(copies)
             records, back = self._gemms(node, fwds, out_tensors[0], module, module_type, ctx)
+            records[:0] = copies
         else:
             records, back = self._other(node, name, out_tensors, module, module_type)
         node.meta[META_KEY] = tuple(records) + tuple(back)
         self.bwd[node] = back
+
+    def _copy(self, node: Any, arg: Any, val: torch.Tensor, module: str, module_type: str
+              ) -> OtherOp:
+        """The copy kernel that lays GEMM ``node``'s operand ``arg`` out for its library call
+        (``operand_copies``): reads and writes the operand once."""
+        return OtherOp(module=module, module_type=module_type, op="aten.clone",
+                       node=f"{node.name}.{OPERAND_COPY}.{arg.name}", phase="forward",
+                       op_class="copy", dtype=self.ctx.act_name, numel=val.numel(),
+                       dram_bytes=2 * self.ctx.tensor_bytes(val))
 
     def _gemms(self, node: Any, fwds: Sequence[ForwardGemm], out: torch.Tensor, module: str,
                module_type: str, handler_ctx: HandlerContext
@@ -437,6 +454,30 @@ class _Walk:
                 else:
                     bwd_others.append(r)
         return tuple(self.fwd_gemms + bwd_gemms), tuple(self.fwd_others + bwd_others)
+
+
+def batch_flattens(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a (…, m, k) operand's batch dims fold into one stride and its matrix has a unit
+    stride, so a batched GEMM reads it in place."""
+    if stride[-1] != 1 and stride[-2] != 1:
+        return False
+    dims = [(n, st) for n, st in zip(shape[:-2], stride[:-2]) if n != 1]
+    return all(dims[i][1] == dims[i + 1][1] * dims[i + 1][0] for i in range(len(dims) - 1))
+
+
+def operand_copies(node: Any) -> list[tuple[Any, torch.Tensor]]:
+    """Operands of GEMM ``node`` that its library call cannot read in place, each with its value:
+    3-D or more, with batch dims that do not fold into one stride (attention's permuted heads),
+    so the op copies them first, eagerly (``reshape`` → ``clone``) as compiled."""
+    if op_name(node.target) not in RESHAPING_GEMMS:
+        return []
+    out = []
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        if (isinstance(val, torch.Tensor) and val.dim() >= 3
+                and not batch_flattens(tuple(val.shape), tuple(val.stride()))):
+            out.append((arg, val))
+    return out
 
 
 def _gemm_bytes(batch: int, m: int, n: int, k: int, cd: ComputeDtype) -> int:

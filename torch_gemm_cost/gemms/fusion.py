@@ -69,7 +69,7 @@ from typing import Any
 import torch
 
 from ..dtypes import resolve_dtype
-from .extract import META_KEY, _Ctx, _tensors
+from .extract import META_KEY, OPERAND_COPY, _Ctx, _tensors, operand_copies
 from .handlers import op_name
 from .records import FusedKernel, GemmSite, OtherOp
 
@@ -113,7 +113,6 @@ _POINTWISE_REDUCTIONS = frozenset({
 # gathers, and which input (in ``all_input_nodes`` order) is the table they gather rows of
 _GATHERS: dict[str, int] = {"embedding": 0, "index": 0, "index_select": 0, "gather": 0,
                             "take_along_dim": 0, "_unsafe_index": 0}
-_EXTERN_GEMMS_RESHAPING = frozenset({"matmul", "bmm", "baddbmm", "linear", "einsum"})
 # kernel class, by priority, from the classes of its ops
 _CLASS_PRIORITY = ("norm", "softmax", "reduction", "embedding", "copy", "elementwise")
 
@@ -203,23 +202,26 @@ class _BufferGraph:
             if n.op != "call_function":
                 continue
             self._kind[n] = kind = self._classify(n, recs, fwd)
-            if kind == "extern":
-                for arg, val in self._operand_copies(n):
-                    self._add_copy(n, arg, val, recs)
+            copies = {r.node: r for r in fwd if r.op_class == "copy"
+                      and r.node.startswith(f"{n.name}.{OPERAND_COPY}.")}
+            if kind == "extern" and copies:
+                fwd = [r for r in fwd if r.node not in copies]
+                for arg, _ in self._operand_copies(n):
+                    self._add_copy(n, arg, copies.pop(f"{n.name}.{OPERAND_COPY}.{arg.name}"))
+                for rec in copies.values():  # a constant operand: inductor folds its copy
+                    self.removed.add(len(self.ops))
+                    self.ops.append(rec)
             self._node_ops[n] = list(range(len(self.ops), len(self.ops) + len(fwd)))
             self.ops.extend(fwd)
             self._order[n] = len(self._order)
         self.ops.extend(o for o in others if id(o) not in fwd_ids)
         self._build(nodes)
 
-    def _add_copy(self, n: Any, arg: Any, val: torch.Tensor, recs: Sequence[Any]) -> None:
+    def _add_copy(self, n: Any, arg: Any, rec: OtherOp) -> None:
         """The pointwise kernel that copies extern ``n``'s operand ``arg`` to a layout its
-        library call reads, with an ``OtherOp`` of its own (class copy)."""
-        site = next(r for r in recs if isinstance(r, GemmSite))
-        self.ops.append(OtherOp(module=site.module, module_type=site.module_type,
-                                op="aten.clone", node=f"{n.name}.operand_copy", phase="forward",
-                                op_class="copy", dtype=self.ctx.act_name, numel=val.numel(),
-                                dram_bytes=2 * self.ctx.tensor_bytes(val)))
+        library call reads: ``rec``, the copy ``extract`` recorded (``operand_copies``)."""
+        self.ops.append(rec)
+        val = arg.meta["val"]
         key = (n, arg)
         self._kind[key] = "pointwise"
         self._copies.setdefault(n, []).append(arg)
@@ -247,19 +249,9 @@ class _BufferGraph:
         return "pointwise"
 
     def _operand_copies(self, n: Any) -> list[tuple[Any, torch.Tensor]]:
-        """Operands of an extern GEMM that its library call cannot read in place: batch dims
-        that do not flatten to one stride (``matmul``'s reshape copies them)."""
-        if op_name(n.target) not in _EXTERN_GEMMS_RESHAPING:
-            return []
-        out = []
-        for arg in n.all_input_nodes:
-            val = arg.meta.get("val")
-            if not isinstance(val, torch.Tensor) or val.dim() < 3 or self._source(arg) is None:
-                continue
-            ok = _batch_flattens(tuple(val.shape), tuple(val.stride()))
-            if not ok:
-                out.append((arg, val))
-        return out
+        """The copies ``extract`` found for extern GEMM ``n`` (``operand_copies``) whose operand
+        is a buffer: a constant's layout is fixed when inductor compiles it."""
+        return [(arg, val) for arg, val in operand_copies(n) if self._source(arg) is not None]
 
     # ---------------------------------------------------------------- the buffer graph
     def _source(self, x: Any) -> Any:
@@ -583,15 +575,6 @@ def _fused_op(names: set[str], reduces: bool) -> str | None:
     if names <= {"add"}:
         return "add"
     return None
-
-
-def _batch_flattens(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    """Whether a (…, m, k) operand's batch dims fold into one stride and its matrix has a unit
-    stride, so a batched GEMM reads it in place."""
-    if stride[-1] != 1 and stride[-2] != 1:
-        return False
-    dims = [(n, st) for n, st in zip(shape[:-2], stride[:-2]) if n != 1]
-    return all(dims[i][1] == dims[i + 1][1] * dims[i + 1][0] for i in range(len(dims) - 1))
 
 
 def _eval_batch_norm(n: Any, name: str) -> bool:
