@@ -189,6 +189,28 @@ def test_compiled_bf16_prices_the_rewritten_attention_as_one_flash_kernel():
     assert sum(r["time_ms"] for r in compiled.module_rows(1)) == pytest.approx(compiled.total_ms)
 
 
+def test_a_compiled_training_step_keeps_its_attention_as_written():
+    """inductor's training patterns match the joint graph: a scale by a multiply without dropout
+    is not rewritten there (its own count on the CPU is 0), so the estimate keeps it too."""
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+
+    model = Timm().train()
+    x, mask = _inputs()
+    x.requires_grad_(True)
+    counters.clear()
+    torch._dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False):
+        torch.compile(model)(x, mask).sum().backward()
+    assert counters["inductor"].get("fuse_attention", 0) == 0
+    with torch.device("meta"):
+        meta = Timm(seq=512)
+    xm = torch.ones(8, 512, HEADS * D, device="meta", requires_grad=True)
+    report = tgc.estimate(meta, (xm, torch.zeros(8, 1, 1, 512, device="meta")), device=H100,
+                          dtype="bf16", mode="train", compiled=True)
+    assert "sdpa_qk" not in {g.site.op for g in report.gemms}
+
+
 def test_fp32_attention_is_not_rewritten_for_a_gpu():
     """inductor's ``_sfdp_params_check`` refuses fp32 on CUDA unless fp32 matmuls may use TF32."""
     compiled = _estimate("float32", True)

@@ -146,7 +146,8 @@ def compare(
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
     for cd in plan.dtypes:  # fusion reads the records extract has just put on the graph
-        graph = rewrite_attention(captured, cd.name)[0] if compiled else captured
+        rewrite = compiled and mode == "inference"  # (see gemms.attention_rewrite)
+        graph = rewrite_attention(captured, cd.name)[0] if rewrite else captured
         sites, others = extract(graph, cd, mode=mode, native_dtype=plan.native)
         kernels[cd.name] = ()
         if compiled:

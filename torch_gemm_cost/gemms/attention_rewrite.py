@@ -34,9 +34,13 @@ not 0-d; and on CUDA an fp32 model only when fp32 matmuls may use TF32
 (``torch.backends.cuda.matmul.fp32_precision == "tf32"``; "fused kernels use tf32"), which is
 not PyTorch's default.
 
-Not rewritten here, although inductor has patterns for them: a mask built by ``masked_fill``
-(15, 17, 20: DistilBERT's spelling), a query scaled before the product (9, 10, 20, 29, 30),
-3-D ``bmm`` attention with views and a mask (24), and dropout in training. ``mul`` by a scale
+Inference only: for a training step inductor matches the joint forward-backward graph against
+patterns traced with their backward, which rewrites some attentions (with dropout, as
+transformers' older BERT spelled it) and not others (a multiply by the scale, no dropout); the
+estimate's compiled training step keeps its attention as written. Not rewritten here either,
+although inductor has patterns for them: a mask built by ``masked_fill`` (15, 17, 20), a query
+scaled before the product (9, 10, 20, 29, 30), and 3-D ``bmm`` attention with views and a mask
+(24). ``mul`` by a scale
 followed by a mask matches no pattern (today's transformers spell eager attention that way),
 and neither does a mask added before the scale.
 """
