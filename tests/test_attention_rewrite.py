@@ -187,6 +187,9 @@ def test_compiled_bf16_prices_the_rewritten_attention_as_one_flash_kernel():
     assert {o.op.op for o in eager.others} >= {"aten.div", "aten.add", "aten._softmax"}
     assert compiled.total_ms < eager.total_ms
     assert sum(r["time_ms"] for r in compiled.module_rows(1)) == pytest.approx(compiled.total_ms)
+    assert ("1 SDPA calls as flash attention kernels, 1 of them hand-written attention that "
+            "inductor rewrites") in compiled.footer()
+    assert "rewrites" not in eager.footer()
 
 
 def test_a_compiled_training_step_keeps_its_attention_as_written():

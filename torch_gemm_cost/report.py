@@ -24,6 +24,7 @@ from .advise import PaddingAdvice
 from .capture import module_template
 from .devices import DeviceSpec
 from .dtypes import resolve_dtype
+from .gemms.attention_rewrite import REWRITTEN
 from .gemms.records import GemmSite
 from .predict.estimates import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
 from .predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
@@ -528,8 +529,14 @@ class CostReport:
         if self.compiled:
             notes += (f"; torch.compile (inductor): {len(fused)} fused kernels run "
                       f"{sum(len(k['ops']) for k in fused)} ops")
+        rewritten = sum(o.op.attention is not None and o.op.phase == "forward"
+                        and o.op.node.startswith(REWRITTEN) for o in self.others)
         if flash:
             notes += f"; {flash} SDPA calls as flash attention kernels"
+        if rewritten:
+            notes += (f", {rewritten} of them hand-written attention that inductor rewrites"
+                      if flash else f"; {rewritten} hand-written attentions that inductor "
+                      "rewrites into SDPA calls")
         span = ""
         if self.uncertainty is not None:
             lo, hi = self.interval(DEFAULT_LEVEL)

@@ -55,7 +55,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["AttentionRewrite", "find_attention", "rewrite_attention"]
+__all__ = ["REWRITTEN", "AttentionRewrite", "find_attention", "rewrite_attention"]
+
+REWRITTEN = "inductor_sdpa"  # name prefix of the SDPA nodes that replace hand-written attention
 
 aten = torch.ops.aten
 _SOFTMAX = (aten._softmax.default, aten.softmax.int)
@@ -275,13 +277,14 @@ def rewrite_attention(captured: Any, compute_dtype: str) -> tuple[Any, int]:
     found = find_attention(graph)
     if not found:
         return captured, 0
-    for m in found:
+    for i, m in enumerate(found):
         pv = m.output
         with graph.inserting_after(pv):
-            sdpa = graph.call_function(
-                aten.scaled_dot_product_attention.default, (m.query, m.key, m.value),
+            sdpa = graph.create_node(
+                "call_function", aten.scaled_dot_product_attention.default,
+                (m.query, m.key, m.value),
                 {"attn_mask": m.attn_mask, "dropout_p": 0.0, "is_causal": False,
-                 "scale": m.scale})
+                 "scale": m.scale}, name=f"{REWRITTEN}_{i}")
         sdpa.meta = {k: v for k, v in pv.meta.items() if k in ("val", "nn_module_stack")}
         pv.replace_all_uses_with(sdpa)
         key_view = m.nodes[0].args[1]
