@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from torch_gemm_cost.predict.attention import (
     attention_bytes,
     attention_flops,
     attention_geometry,
+    fp8_converted,
     kernel_tiles,
     pack_gqa,
     split_kv_splits,
@@ -252,6 +254,23 @@ def test_kernel_tiles_follow_the_kernels_sources() -> None:
     assert tiles("trtllm", 128) == (128, 128, 16)
     assert kernel_tiles("triton", 64, 2, causal=True, windowed=False, single=True,
                         default=(32, 64, 8)) == (32, 64, 8)
+
+
+def test_fp8_kv_conversion_by_kernel() -> None:
+    calls = [AttentionCall("decode", batch=1, q_len=1, kv_len=4096, heads=8, kv_heads=8,
+                           head_dim=128, kv_dtype=kv) for kv in ("fp8", "fp8", "fp8", "bf16")]
+    b = AttentionBatch.from_calls(calls)
+    # FlashInfer dequantizes K and V, FlashAttention 3 transposes V alone, TensorRT-LLM reads
+    # fp8 as it is; a 16-bit cache converts nothing
+    got = fp8_converted(b, ["flashinfer", "fa3", "trtllm", "flashinfer"]).tolist()
+    assert got == [2.0, 1.0, 0.0, 0.0]
+    # on the SM side of a block: 2 · kv_tile · d elements at fp8_kv_cycles each, so a decode
+    # over a long fp8 cache takes longer with FlashInfer's conversion than without it
+    pred = AttentionPredictor.shipped()
+    dev = get_device("l40s")
+    flashinfer, trtllm = (pred.predict([replace(calls[0], kernel=k)], dev).time_ms.item()
+                          for k in ("flashinfer", "trtllm"))
+    assert flashinfer > trtllm
 
 
 def test_bad_calls_name_the_value_and_a_good_one() -> None:

@@ -53,7 +53,8 @@ working set that fits in the L2 stays there between runs (``warm_l2``): on an L4
 
 **Time.** Per CTA: a fixed cost (a latency chain of dependent loads, in µs and in cycles), its
 Q and O traffic at the SM's share of DRAM (or L2) bandwidth, and per key block the larger
-(soft max) of its compute (tensor cores ⊕ softmax) and its traffic plus a per-block latency.
+(soft max) of its compute (tensor cores ⊕ softmax, and with an fp8 KV cache the conversion
+its kernel does on the SM: ``fp8_converted``) and its traffic plus a per-block latency.
 The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
 grid and the chip-wide DRAM and L2 roofs; a launch floor (and a combine kernel under split-KV)
 comes on top. Every fitted constant is physical and shared by all GPUs: device facts come from
@@ -103,6 +104,7 @@ __all__ = [
     "attention_flops",
     "attention_geometry",
     "attention_time",
+    "fp8_converted",
     "kernel_tiles",
     "pack_gqa",
     "sdpa_kernel",
@@ -243,6 +245,23 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
                       else (192, 128) if head_dim <= 96 else (128, 128) if head_dim <= 128
                       else (128, 96) if head_dim <= 192 else (128, 64 if windowed else 80))
     return rows, keys, rows
+
+
+# K/V elements of a key block (× kv_tile · head_dim) a kernel converts on the SM before its
+# MMAs when the KV cache is fp8: FlashInfer and vLLM's Triton kernel dequantize K and V to the
+# 16-bit compute dtype; FlashAttention 3 runs fp8 MMAs but transposes V in shared memory, which
+# Hopper's fp8 wgmma needs K-major (the FlashAttention 3 paper, its FP8 section); TensorRT-LLM's
+# Blackwell kernels run fp8 MMAs on both layouts. FlashAttention 2 takes no fp8 cache (as
+# FlashInfer where it would).
+FP8_CONVERTED: dict[str, float] = {"flashinfer": 2.0, "triton": 2.0, "fa2": 2.0,
+                                   "torch_fa2": 2.0, "fa3": 1.0, "trtllm": 0.0}
+
+
+def fp8_converted(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
+    """K/V elements per key block (in units of kv_tile · head_dim) each call's kernel converts
+    on the SM, (N,): ``FP8_CONVERTED`` where the KV cache is fp8, else 0."""
+    k = torch.tensor([FP8_CONVERTED[x] for x in kernels], dtype=torch.float64)
+    return k * (b.kv_bytes == 1).double()
 
 
 def _closest(value: str, options: Sequence[str]) -> str:
@@ -610,6 +629,7 @@ PARAMS: dict[str, tuple[float, str]] = {
     "mma_efficiency": (0.7, "sigmoid"),  # share of the dense tensor peak the MMAs sustain
     "softmax_cycles_flash": (0.05, "softplus"),  # SM-cycles per executed (row, key) pair
     "softmax_cycles_triton": (1.0, "softplus"),
+    "fp8_kv_cycles": (0.05, "softplus"),  # SM-cycles to convert one fp8 K/V element
     "overlap_p": (1.7, "softplus+1"),  # MMA ⊕ softmax: 1 adds them, large overlaps them
     "cta_latency_us": (2.0, "softplus"),  # a CTA's fixed latency chain …
     "cta_kcycles": (1.0, "softplus"),  # … and its fixed cycles (prologue, epilogue)
@@ -640,10 +660,12 @@ def _to_physical(raw: torch.Tensor, kind: str) -> torch.Tensor:
 
 def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns,
                    family: torch.Tensor, constants: Mapping[str, torch.Tensor], *,
+                   fp8_elements: torch.Tensor | float = 0.0,
                    l2_share: float, l2_steepness: float, warm_l2: bool
                    ) -> dict[str, torch.Tensor]:
     """Kernel time (ms) of every call and its parts, from physical ``constants`` (``PARAMS``
-    names, physical units). ``family`` (N,) indexes ``FAMILIES``. Differentiable in the
+    names, physical units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
+    ``fp8_converted``. Differentiable in the
     constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
     resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
     """
@@ -660,6 +682,9 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     mma_cycles = 4.0 * b.head_dim * pairs / (flops_per_cycle * c["mma_efficiency"])
     softmax_cpp = torch.stack([c["softmax_cycles_flash"], c["softmax_cycles_triton"]])
     softmax_cycles = pairs * softmax_cpp[family]
+    # an fp8 KV block's conversion on the SM (``fp8_converted``) runs beside the softmax
+    softmax_cycles = softmax_cycles + (fp8_elements * c["fp8_kv_cycles"] * geo.kv_tile
+                                       * b.head_dim)
     block_compute_s = _pnorm(mma_cycles, softmax_cycles, c["overlap_p"]) / clk
 
     # traffic: the compulsory bytes from DRAM (or a warm L2), every re-read from the L2
@@ -854,7 +879,8 @@ class AttentionPredictor:
                  ) -> AttentionPrediction:
         constants = self._check_fitted()
         geo, dev, family, kernels = self._inputs(b, devices)
-        out = attention_time(b, geo, dev, family, constants, l2_share=self.l2_share,
+        out = attention_time(b, geo, dev, family, constants,
+                             fp8_elements=fp8_converted(b, kernels), l2_share=self.l2_share,
                              l2_steepness=self.l2_steepness, warm_l2=warm_l2)
         details = {k: v for k, v in out.items()
                    if k not in ("time_ms", "compute_ms", "memory_ms", "dram_bytes")}
@@ -906,7 +932,7 @@ class AttentionPredictor:
         w = torch.tensor(weights, dtype=torch.float64)
         w = w / w.sum()
         devices = [get_device(g) for g in sub.gpu]
-        geo, dev, family, _ = self._inputs(sub.calls, devices)
+        geo, dev, family, kernels = self._inputs(sub.calls, devices)
         log_y = torch.log(sub.latency_ms)
 
         t0 = time.perf_counter()
@@ -919,6 +945,7 @@ class AttentionPredictor:
         for step in range(self.steps):
             opt.zero_grad()
             pred = attention_time(sub.calls, geo, dev, family, self._physical(raw),
+                                  fp8_elements=fp8_converted(sub.calls, kernels),
                                   l2_share=self.l2_share, l2_steepness=self.l2_steepness,
                                   warm_l2=True)["time_ms"]
             loss = (w * (torch.log(pred) - log_y).abs()).sum()
