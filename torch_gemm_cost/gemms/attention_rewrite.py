@@ -26,9 +26,9 @@ QKᵀ is ``matmul(q, k.transpose(-2, -1))`` on 4-D tensors (``k.permute(0, 1, 3,
 the probabilities (after an optional dtype cast, and dropout where it is a no-op) with v. Every
 intermediate must have no other reader, as a pattern match requires. Adding a tensor of zeros
 the graph makes itself is no mask: inductor's ``remove_no_ops`` drops it before matching (T5's
-cross-attention position bias). The SDPA call reads the
-mask as its ``attn_mask`` (with both a ``where`` and an added mask, inductor combines them into
-one of the added mask's kind; its bytes are priced as the added mask's). Inductor's own checks
+cross-attention position bias). The SDPA call reads the mask as its ``attn_mask`` (with both a
+``where`` and an added mask, inductor combines them into one of the added mask's kind; its
+bytes are priced as the added mask's). Inductor's own checks
 (``_sfdp_params_check``): q, k and v of one dtype; an added mask of q's dtype, bool or float32,
 not 0-d; and on CUDA an fp32 model only when fp32 matmuls may use TF32
 (``torch.backends.cuda.matmul.fp32_precision == "tf32"``; "fused kernels use tf32"), which is
@@ -40,9 +40,9 @@ transformers' older BERT spelled it) and not others (a multiply by the scale, no
 estimate's compiled training step keeps its attention as written. Not rewritten here either,
 although inductor has patterns for them: a mask built by ``masked_fill`` (15, 17, 20), a query
 scaled before the product (9, 10, 20, 29, 30), and 3-D ``bmm`` attention with views and a mask
-(24). ``mul`` by a scale
-followed by a mask matches no pattern (today's transformers spell eager attention that way),
-and neither does a mask added before the scale.
+(24). ``mul`` by a scale followed by a mask matches no pattern (today's transformers spell
+eager attention that way), and neither does a mask added before the scale. The SDPA nodes that
+replace an attention are named ``REWRITTEN``_i, so a report can say which calls they are.
 """
 
 from __future__ import annotations
