@@ -145,8 +145,8 @@ def compare(
                                   method=capture_method))
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
+    rewrite = compiled and mode == "inference"  # inductor's attention rewrite, inference only
     for cd in plan.dtypes:  # fusion reads the records extract has just put on the graph
-        rewrite = compiled and mode == "inference"  # (see gemms.attention_rewrite)
         graph = rewrite_attention(captured, cd.name)[0] if rewrite else captured
         sites, others = extract(graph, cd, mode=mode, native_dtype=plan.native)
         kernels[cd.name] = ()

@@ -90,7 +90,6 @@ class AttentionRewrite:
     value: Any
     attn_mask: Any  # None without a mask
     scale: float | None  # None: SDPA's default 1/√d
-    pattern: str  # what the scores went through: "plain", "scale", "scale+mask", ...
 
     @property
     def output(self) -> Any:
@@ -220,9 +219,7 @@ def _match(soft: Any) -> AttentionRewrite | None:
     if not _checks_pass(q, key, value, mask):
         return None
     attn_mask = where_mask if mask is None else mask
-    kind = "+".join(p for p, on in (("scale", scaled), ("where", where_mask is not None),
-                                    ("mask", mask is not None)) if on) or "plain"
-    return AttentionRewrite(tuple(nodes), q, key, value, attn_mask, scale, kind)
+    return AttentionRewrite(tuple(nodes), q, key, value, attn_mask, scale)
 
 
 def _checks_pass(q: Any, k: Any, v: Any, mask: Any) -> bool:

@@ -37,8 +37,8 @@ a window (``seqlenq_ngroups_swapped`` requires ``window_size_left < 0``), Tensor
 decode. A tile's MMAs step through its rows 16 (``MMA_M``) at a time, so a prefill shorter
 than a tile runs the steps its rows fill. Single-query calls (decode, and one-token prefill,
 which vLLM sends to its decode kernel) run the rows their kernel's tile holds, whether the
-packed heads fill them or not (16 where the source is not public), and split the key blocks of each (sequence, KV head) over several CTAs
-when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
+packed heads fill them or not (16 where the source is not public), and split the key blocks of
+each (sequence, KV head) over several CTAs when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
 heuristic; FlashAttention 3's never splits 4 blocks or fewer), adding a combine kernel.
 
 **What the L2 serves.** In prefill every query tile re-reads the K/V blocks it needs: the requested
@@ -665,8 +665,7 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
                    ) -> dict[str, torch.Tensor]:
     """Kernel time (ms) of every call and its parts, from physical ``constants`` (``PARAMS``
     names, physical units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
-    ``fp8_converted``. Differentiable in the
-    constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
+    ``fp8_converted``. Differentiable in the constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
     resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
     """
     c = constants
@@ -933,6 +932,7 @@ class AttentionPredictor:
         w = w / w.sum()
         devices = [get_device(g) for g in sub.gpu]
         geo, dev, family, kernels = self._inputs(sub.calls, devices)
+        fp8 = fp8_converted(sub.calls, kernels)
         log_y = torch.log(sub.latency_ms)
 
         t0 = time.perf_counter()
@@ -945,7 +945,7 @@ class AttentionPredictor:
         for step in range(self.steps):
             opt.zero_grad()
             pred = attention_time(sub.calls, geo, dev, family, self._physical(raw),
-                                  fp8_elements=fp8_converted(sub.calls, kernels),
+                                  fp8_elements=fp8,
                                   l2_share=self.l2_share, l2_steepness=self.l2_steepness,
                                   warm_l2=True)["time_ms"]
             loss = (w * (torch.log(pred) - log_y).abs()).sum()
