@@ -213,7 +213,40 @@ def _consistent(r: dict[str, Any]) -> bool:
     return r["mode"] != "train" or r["measured_fwd_ms"] <= FORWARD_SHARE_MAX * r["measured_bwd_ms"]
 
 
-def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command: str) -> str:
+def own_gemm_levels(data_dir: Path, predictor: Any, gpus: Iterable[str]
+                    ) -> dict[str, dict[str, float]]:
+    """Per GPU with measured fp32 GEMMs of 1e10 FLOPs or more (the labels' precision, where the
+    kernel level shows): the predictor's median pred/meas on them, and the issue share it gives
+    fp32 on that GPU's CUDA cores, min(1, issue lanes per FP32 lane / (1 + r)) with r its
+    fitted non-FMA instructions per FMA. A whole model with no measured GEMM of its own shapes
+    inherits that level."""
+    from torch_gemm_cost.devices import get_device
+    from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
+    from torch_gemm_cost.predict.features import simt_issue_per_lane
+
+    data = load_all_gemms(data_dir)
+    data = data.select(~impossible_rows(data))
+    fp32 = torch.tensor([n == "float32" for n in data.gemms.dtype_names()])
+    out: dict[str, dict[str, float]] = {}
+    for gpu in sorted(set(gpus)):
+        keep = data.mask(gpu=gpu) & fp32 & (data.gemms.flops >= 1e10)
+        model = (predictor._gemm_model(chip_of(gpu)) if isinstance(predictor, HeldOutByChip)
+                 else predictor)
+        if not bool(keep.any()) or not hasattr(model, "physical_constants"):
+            continue
+        rows = data.select(keep)
+        r = float(model.physical_constants()["simt_overhead_per_fma"])
+        out[gpu] = {
+            "rows": float(keep.sum()),
+            "ratio": float(torch.median(model.predict_measured(rows) / rows.latency_ms)),
+            "r": r,
+            "share": min(1.0, simt_issue_per_lane(get_device(gpu)) / (1.0 + r)),
+        }
+    return out
+
+
+def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command: str,
+           own_levels: dict[str, dict[str, float]] | None = None) -> str:
     from tabulate import tabulate
 
     body = []
@@ -339,6 +372,15 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
             else f"our GEMM times are {ratio:.2f}x the measured ones on the matched shapes; "
             f"with those measured GEMMs in place of ours the error is {swapped:.1f}%"
         )
+        own = (own_levels or {}).get(label)
+        if math.isnan(ratio) and own is not None:
+            why += (
+                f"; on its own measured fp32 GEMMs of 1e10 FLOPs or more ({own['rows']:.0f}) "
+                f"our times are {own['ratio']:.2f}x the measured ones, with fp32 on its CUDA "
+                f"cores at an issue share of {own['share']:.2f} (r = {own['r']:.3f} non-FMA "
+                "instructions per FMA, a term only chips with as many issue lanes as FP32 "
+                "lanes teach)"
+            )
         consistent = [r for r in members[(label, mode)] if r["mode"] == "train" and _consistent(r)]
         if consistent and len(consistent) < n:
             why += (
@@ -510,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     results, wall_s = run(args.data, predictor, op_costs)
     command = "python benchmarks/e2e.py" + (f" --weights {args.weights}" if args.weights else "")
     command += " --held-out" if args.held_out else ""
-    text = render(results, predictor, wall_s, command)
+    levels = own_gemm_levels(args.data, predictor, {r["gpu"] for r in results})
+    text = render(results, predictor, wall_s, command, levels)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     if args.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -136,6 +137,57 @@ def test_render_mape_hand_worked():
     assert "a100_pcie_40gb inf: 50.0% (NeuSight 0.0%), mean signed error -50.0%" in missed
     assert "tesla_t4 inf: 12.5% (NeuSight 5.0%), mean signed error +2.5%" in missed
     assert "this project's H200 inf: 20.0%, mean signed error -20.0%" in missed
+
+def test_a_miss_without_matched_gemms_names_the_level_of_its_own_gemms():
+    # no NeuSight GEMM matches (matched sums 0: the GEMM pred/meas is NaN), so the bullet
+    # carries what own_gemm_levels measured on the GPU's own fp32 GEMMs
+    row = _result("h200_sxm_141gb", "inf", 100.0, 88.0, float("nan"))
+    row.update(matched_pred_ms=0.0, matched_meas_ms=0.0)
+    levels = {"h200_sxm_141gb": {"rows": 440.0, "ratio": 0.91, "r": 0.094, "share": 0.914}}
+    missed = e2e.render([row], RooflinePredictor(), 1.0, "cmd", levels).split("target is")[1]
+    assert ("h200_sxm_141gb inf: 12.0%, mean signed error -12.0%; no measured GEMM matches "
+            "these models' shapes; on its own measured fp32 GEMMs of 1e10 FLOPs or more (440) "
+            "our times are 0.91x the measured ones, with fp32 on its CUDA cores at an issue "
+            "share of 0.91 (r = 0.094") in missed
+    # without levels the bullet stops at the missing match
+    plain = e2e.render([row], RooflinePredictor(), 1.0, "cmd").split("target is")[1]
+    assert "shapes." in plain and "own measured" not in plain
+
+
+class _Scaled:
+    """A predictor that returns each row's measured time times a factor set by its m."""
+
+    def __init__(self, factors: dict[int, float], r: float) -> None:
+        self.factors, self.r = factors, r
+
+    def predict_measured(self, rows: Any) -> torch.Tensor:
+        f = torch.tensor([self.factors[int(m)] for m in rows.gemms.m], dtype=torch.float64)
+        return rows.latency_ms * f
+
+    def physical_constants(self) -> dict[str, float]:
+        return {"simt_overhead_per_fma": self.r}
+
+
+def test_own_gemm_levels_by_hand(tmp_path: Path) -> None:
+    import gzip
+
+    head = "gpu,gpu_name,source,timing,op,dtype,batch,m,n,k,bias,layout,latency_ms\n"
+    # T4 fp32: three GEMMs of 1e10 FLOPs or more (2·2048·2048·2048 = 1.7e10 and up, each
+    # slower than FLOPs / 8.1 TFLOP/s) and one of 2·64³ = 5.2e5, left out
+    body = "".join(f"tesla_t4,Tesla T4,t,event,mm,float32,1,{m},2048,2048,0,A@B,{ms}\n"
+                   for m, ms in ((2048, 5.0), (3072, 8.0), (4096, 10.0)))
+    body += "tesla_t4,Tesla T4,t,event,mm,float32,1,64,64,64,0,A@B,0.02\n"
+    (tmp_path / "gemm").mkdir()
+    with gzip.open(tmp_path / "gemm" / "t.csv.gz", "wt") as f:
+        f.write(head + body)
+    model = _Scaled({2048: 0.8, 3072: 0.9, 4096: 1.1, 64: 5.0}, r=0.3)
+    (level,) = e2e.own_gemm_levels(tmp_path, model, {"tesla_t4"}).values()
+    # median of 0.8, 0.9, 1.1 = 0.9 over 3 rows; a T4 issues 128 lanes for its 64 FP32 lanes,
+    # so min(1, 2 / (1 + 0.3)) = 1: no issue limit on Turing
+    assert level == {"rows": 3.0, "ratio": pytest.approx(0.9), "r": 0.3, "share": 1.0}
+    # a GPU with no fp32 rows of that size gets no entry
+    assert e2e.own_gemm_levels(tmp_path, model, {"a40"}) == {}
+
 
 def test_training_miss_reports_the_rows_whose_forward_label_is_consistent():
     results = [
