@@ -223,6 +223,7 @@ def own_gemm_levels(data_dir: Path, predictor: Any, gpus: Iterable[str]
     from torch_gemm_cost.devices import get_device
     from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
     from torch_gemm_cost.predict.features import simt_issue_per_lane
+    from torch_gemm_cost.predict.power import simt_issue_share
 
     data = load_all_gemms(data_dir)
     data = data.select(~impossible_rows(data))
@@ -240,7 +241,8 @@ def own_gemm_levels(data_dir: Path, predictor: Any, gpus: Iterable[str]
             "rows": float(keep.sum()),
             "ratio": float(torch.median(model.predict_measured(rows) / rows.latency_ms)),
             "r": r,
-            "share": min(1.0, simt_issue_per_lane(get_device(gpu)) / (1.0 + r)),
+            "share": float(simt_issue_share(torch.tensor(simt_issue_per_lane(get_device(gpu))),
+                                            r)),
         }
     return out
 

@@ -29,16 +29,16 @@ lo(p) ≤ j < hi(p): hi = p + 1 when causal (else kv_len), lo = p − window + 1
 **Grid.** A CTA holds a tile of query rows of one head and runs the key blocks of its rows. The
 tile's rows and a key block's keys are the kernel's own for the head size (``kernel_tiles``:
 FlashAttention 2 and 3 as their sources pick them; 128 × 128 for kernels whose source is not
-public). Where
-a kernel packs GQA (``KERNELS``), the query heads of one KV head share a tile, interleaved per
-position, so K/V are loaded once for the group: FA3 always does (``pack_gqa`` in its varlen
-path), FlashInfer and vLLM's Triton kernel do, FlashAttention 2 only for one-token queries without
-a window (``seqlenq_ngroups_swapped`` requires ``window_size_left < 0``), TensorRT-LLM only in
-decode. A tile's MMAs step through its rows 16 (``MMA_M``) at a time, so a prefill shorter
-than a tile runs the steps its rows fill. Single-query calls (decode, and one-token prefill,
-which vLLM sends to its decode kernel) run the rows their kernel's tile holds, whether the
-packed heads fill them or not (16 where the source is not public), and split the key blocks of
-each (sequence, KV head) over several CTAs when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
+public). Where a kernel packs GQA (``KERNELS``), the query heads of one KV head share a tile,
+interleaved per position, so K/V are loaded once for the group: FA3 always does (``pack_gqa``
+in its varlen path), FlashInfer and vLLM's Triton kernel do, FlashAttention 2 only for
+one-token queries without a window (``seqlenq_ngroups_swapped`` requires
+``window_size_left < 0``), TensorRT-LLM only in decode. A tile's MMAs step through its rows
+16 (``MMA_M``) at a time, so a prefill shorter than a tile runs the steps its rows fill.
+Single-query calls (decode, and one-token prefill, which vLLM sends to its decode kernel) run
+the rows their kernel's tile holds, whether the packed heads fill them or not (16 where the
+source is not public), and split the key blocks of each (sequence, KV head) over several
+CTAs when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
 heuristic; FlashAttention 3's never splits 4 blocks or fewer), adding a combine kernel.
 
 **What the L2 serves.** In prefill every query tile re-reads the K/V blocks it needs: the requested
@@ -665,8 +665,9 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
                    ) -> dict[str, torch.Tensor]:
     """Kernel time (ms) of every call and its parts, from physical ``constants`` (``PARAMS``
     names, physical units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
-    ``fp8_converted``. Differentiable in the constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
-    resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
+    ``fp8_converted``. Differentiable in the constants. With ``warm_l2``, a compulsory working
+    set below ``l2_share`` of the L2 stays resident between runs (hit share
+    1 / (1 + (bytes / (share · L2))^steepness)).
     """
     c = constants
     sm, clk = dev.sm_count, dev.clock_hz
