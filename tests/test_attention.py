@@ -18,12 +18,14 @@ from torch_gemm_cost.predict.attention import (
     AttentionCall,
     AttentionPredictor,
     AttentionRoofline,
+    DeviceColumns,
     attended_pairs,
     attention_bytes,
     attention_flops,
     attention_geometry,
     fp8_converted,
     kernel_tiles,
+    kv_cache_write_s,
     pack_gqa,
     split_kv_splits,
     vllm_kernel,
@@ -119,6 +121,62 @@ def test_decode_split_kv_by_hand() -> None:
         geo = attention_geometry(short, sm, pack_gqa(short, [kernel]), kv_tile=128,
                                  decode_q_tile=16, min_split_blocks=min_blocks)
         assert geo.splits.item() == splits, kernel
+
+
+def test_prefill_split_kv_by_hand() -> None:
+    # one sequence of 4096 tokens, one head, d = 128, on 132 SMs: FA3's 128 x 128 tiles give
+    # 4096/128 = 32 query tiles, 32 < 0.8 * 132 CTAs; the last tile sees 32 key blocks. As in
+    # decode, s = 4 is the first split count within 85% of the best wave efficiency
+    # (32 * 4 / 132 = 0.970), so FA3 (get_num_splits runs for every call) splits each tile's
+    # blocks 4 ways: 128 CTAs, the longest of 8 blocks. vLLM's FlashAttention 2 and
+    # TensorRT-LLM's prefill do not split a multi-token query.
+    b = one(AttentionCall("prefill", batch=1, q_len=4096, kv_len=4096, heads=1, kv_heads=1,
+                          head_dim=128))
+    sm = torch.tensor([132.0])
+    for kernel, splits in (("fa3", 4), ("flashinfer", 4), ("fa2", 1), ("trtllm", 1)):
+        traits = KERNELS[kernel]
+        geo = attention_geometry(b, sm, pack_gqa(b, [kernel]), q_tile=128, kv_tile=128,
+                                 min_split_blocks=float(traits.min_split_blocks),
+                                 split_prefill=float(traits.splits_prefill))
+        assert geo.splits.item() == splits, kernel
+        assert geo.tiles_max.item() == 32 / splits, kernel
+        assert geo.ctas.item() == 32 * splits, kernel
+    # the fitted model takes the split: FA3 on an H200 runs this call faster than the same
+    # structure without the split would (its time is set by the longest CTA's 8 blocks)
+    pred = AttentionPredictor.shipped()
+    split = pred.predict([AttentionCall("prefill", batch=1, q_len=4096, kv_len=4096, heads=1,
+                                        kv_heads=1, head_dim=128, kernel="fa3")],
+                         "h200_sxm_141gb").details["splits"].item()
+    assert split == 4
+
+
+def test_kv_cache_write_by_hand() -> None:
+    # 2 sequences x 1024 new tokens x 8 KV heads x d = 128, K and V: 4,194,304 elements;
+    # bf16 in, bf16 cache: 4 bytes each, 16,777,216 B at 0.5 x 1 TB/s = 33.554 us; one CTA
+    # per token, 2048 x 50 ns of SM-time over 100 SMs = 1.024 us: 34.578 us in all.
+    # Into an fp8 cache: 3 bytes each, 25.166 us, plus 0.5 cycles per element at 1 GHz,
+    # 2.097 ms of SM-time over 100 SMs = 20.972 us: 47.162 us. cache_write=False: nothing.
+    dev = DeviceColumns(sm_count=torch.tensor([100.0] * 3), clock_hz=torch.tensor([1e9] * 3),
+                        peak_flops_per_s=torch.tensor([1e14] * 3),
+                        dram_bw_bytes_per_s=torch.tensor([1e12] * 3),
+                        l2_bytes=torch.tensor([4e7] * 3))
+    base = AttentionCall("prefill", batch=2, q_len=1024, kv_len=1024, heads=32, kv_heads=8,
+                         head_dim=128)
+    b = AttentionBatch.from_calls([base, replace(base, kv_dtype="float8_e4m3fn"),
+                                   replace(base, cache_write=False)])
+    c = {"cache_write_efficiency": torch.tensor(0.5), "cache_token_ns": torch.tensor(50.0),
+         "cache_fp8_cycles": torch.tensor(0.5)}
+    got = kv_cache_write_s(b, dev, c, l2_bw=torch.tensor([1e13] * 3), l2_share=0.75,
+                           l2_steepness=4.0, warm_l2=False) * 1e6
+    assert got.tolist() == pytest.approx([34.578, 47.162, 0.0], abs=1e-3)
+    # the predictor adds it to the kernel, and reports it
+    pred = AttentionPredictor.shipped()
+    with_write, without = (pred.predict([x], "h200_sxm_141gb")
+                           for x in (base, replace(base, cache_write=False)))
+    assert with_write.details["cache_write_ms"].item() > 0
+    assert without.details["cache_write_ms"].item() == 0
+    assert (with_write.time_ms - without.time_ms).item() == pytest.approx(
+        with_write.details["cache_write_ms"].item())
 
 
 def test_sliding_window_by_hand() -> None:
@@ -250,6 +308,22 @@ def test_kernel_tiles_follow_the_kernels_sources() -> None:
     assert kernel_tiles("torch_fa2", 256, 2, causal=True, windowed=False, single=False,
                         smem_bytes_per_sm=228 * 1024) == (64, 64, 64)
     assert tiles("torch_fa2", 128, single=True) == (64, 128, 64)
+    # FlashInfer's prefill on an L40S (100 KiB of shared memory per SM), fp8 cache, 16-bit Q:
+    # a packed query over 64 rows takes 128-row tiles, 4 warps along the rows, 2 row MMAs per
+    # warp so at most 8/2 = 4 key MMAs; two CTAs of 32 KiB of Q + 4 KiB per key MMA fit in
+    # 100 KiB, so each has 51,200 B: (51,200 - 32,768) / 4,096 = 4 -> 4 x 16 = 64 keys.
+    # 17-64 packed rows: 64-row tiles, 1 row MMA, (51,200 - 16,384) / 4,096 = 8 -> 128 keys.
+    # Up to 16: 16 rows, 4 warps along the keys: (51,200 - 4,096) / 16,384 = 2 -> 2 x 4 x 16.
+    # d = 256 never takes 128 rows: 64 x 32. A one-token query keeps the predictor's tiles.
+    def fi(d: int, packed_q: int) -> tuple[int, int, int]:
+        return kernel_tiles("flashinfer", d, 1, causal=True, windowed=False, single=False,
+                            smem_bytes_per_sm=100 * 1024, in_bytes=2, packed_q=packed_q)
+
+    assert [fi(128, q) for q in (8, 32, 4096)] == [(16, 128, 16), (64, 128, 64),
+                                                   (128, 64, 128)]
+    assert fi(256, 4096) == (64, 32, 64)
+    assert kernel_tiles("flashinfer", 128, 1, causal=True, windowed=False, single=True,
+                        smem_bytes_per_sm=100 * 1024, packed_q=4) == (128, 128, 16)
     # a kernel whose source is not public takes the predictor's tiles
     assert tiles("trtllm", 128) == (128, 128, 16)
     assert kernel_tiles("triton", 64, 2, causal=True, windowed=False, single=True,
@@ -283,6 +357,9 @@ def test_bad_calls_name_the_value_and_a_good_one() -> None:
     with pytest.raises(ValueError, match="'fa22'.*did you mean 'fa2'"):
         AttentionCall("decode", batch=1, q_len=1, kv_len=8, heads=1, kv_heads=1, head_dim=8,
                       kernel="fa22")
+    with pytest.raises(TypeError, match="cache_write must be True or False, got 'no'"):
+        AttentionCall("decode", batch=1, q_len=1, kv_len=8, heads=1, kv_heads=1, head_dim=8,
+                      cache_write="no")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- the loader

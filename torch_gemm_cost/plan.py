@@ -994,7 +994,9 @@ class _Attention:
         pred = self.model.predict([AttentionCall(
             phase="decode" if q == 1 else "prefill", batch=b, q_len=q, kv_len=k,
             heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim, window=w, causal=True,
-            dtype=self.cd.name, kv_dtype=self.kv.name) for b, q, k, w in todo], self.spec)
+            dtype=self.cd.name, kv_dtype=self.kv.name,
+            cache_write=False)  # the step's KV-cache write is its own op (``_kv_writes``)
+            for b, q, k, w in todo], self.spec)
         for c, t, f in zip(todo, pred.time_ms.tolist(), pred.flops.tolist()):
             self.cache[c] = (t - self.launch_ms, f)
 

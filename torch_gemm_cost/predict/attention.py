@@ -40,6 +40,10 @@ the rows their kernel's tile holds, whether the packed heads fill them or not (1
 source is not public), and split the key blocks of each (sequence, KV head) over several
 CTAs when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
 heuristic; FlashAttention 3's never splits 4 blocks or fewer), adding a combine kernel.
+FlashAttention 3 and FlashInfer split a multi-token query's key blocks the same way
+(``KernelTraits.splits_prefill``): FA3's ``get_num_splits`` runs for every call, and
+FlashInfer's prefill planner shrinks its KV chunk until the tiles fill the SMs; vLLM's
+FlashAttention 2 and TensorRT-LLM's prefill do not split.
 
 **What the L2 serves.** In prefill every query tile re-reads the K/V blocks it needs: the requested
 K/V bytes exceed the compulsory ones by about the number of query tiles (/ 2 when causal). The
@@ -57,7 +61,21 @@ Q and O traffic at the SM's share of DRAM (or L2) bandwidth, and per key block t
 its kernel does on the SM: ``fp8_converted``) and its traffic plus a per-block latency.
 The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
 grid and the chip-wide DRAM and L2 roofs; a launch floor (and a combine kernel under split-KV)
-comes on top. Every fitted constant is physical and shared by all GPUs: device facts come from
+comes on top.
+
+**The KV-cache write.** A serving engine's attention layer first writes the new tokens' K and V
+into its paged cache, then runs the kernel: vLLM's ``reshape_and_cache_flash``, one CTA per
+token, reads q_len · kv_heads · d · 2 elements in the compute dtype and writes them in the cache
+dtype (quantizing them when the cache is fp8). The measured calls time the layer's ``forward``,
+write included (aiconfigurator's ``collector/vllm/collect_attn.py`` calls ``impl.forward``
+with the new K and V), and it is what a prefill pays on top of its kernel: at a fixed count of
+query heads the measured prefill grows with the KV heads, whose K/V blocks the kernel reads
+from the L2 either way (``benchmarks/results/attention.md``). The write runs at a fitted share
+of DRAM bandwidth (or the L2's when it fits, warm), with a fitted SM-time per token and, into
+an fp8 cache, per element (``kv_cache_write_s``). ``AttentionCall.cache_write`` switches it
+off where no paged cache is written (PyTorch's SDPA).
+
+Every fitted constant is physical and shared by all GPUs: device facts come from
 ``devices.get_device``.
 
 NB: what a kernel does beyond its structure in ``KERNELS`` is not modelled, and shows when a GPU
@@ -124,31 +142,35 @@ class KernelTraits:
     on tensor-core tiles; "triton": vLLM's Triton kernel). ``packs_prefill``: query heads of a
     KV head share tiles in multi-token prefill; ``packs_windowed_decode``: they still do in
     decode when a sliding window is set. ``min_split_blocks``: the fewest key blocks split-KV
-    splits.
+    splits. ``splits_prefill``: a multi-token query's key blocks are split too when its tiles
+    do not fill the SMs (single-query calls split in every kernel).
     """
 
     family: str
     packs_prefill: bool
     packs_windowed_decode: bool
     min_split_blocks: int
+    splits_prefill: bool
     source: str
 
 
 KERNELS: dict[str, KernelTraits] = {
-    "fa2": KernelTraits("flash", False, False, 2,
+    "fa2": KernelTraits("flash", False, False, 2, False,
                         "FlashAttention 2 (vllm-flash-attn): packs only through "
                         "seqlenq_ngroups_swapped; num_splits_heuristic"),
-    "torch_fa2": KernelTraits("flash", False, False, 2,
+    "torch_fa2": KernelTraits("flash", False, False, 2, False,
                              "PyTorch's bundled FlashAttention 2 (no paged KV cache): "
                              "packs only through seqlenq_ngroups_swapped; num_splits_heuristic"),
-    "fa3": KernelTraits("flash", True, True, 5,
-                        "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; its "
-                        "heuristic never splits 4 key blocks or fewer"),
-    "flashinfer": KernelTraits("flash", True, True, 2,
-                               "FlashInfer prefill/decode: the GQA group is fused into the tile"),
-    "trtllm": KernelTraits("flash", False, True, 2,
+    "fa3": KernelTraits("flash", True, True, 5, True,
+                        "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; "
+                        "get_num_splits for every call, never 4 key blocks or fewer"),
+    "flashinfer": KernelTraits("flash", True, True, 2, True,
+                               "FlashInfer prefill/decode: the GQA group is fused into the tile; "
+                               "its prefill planner splits the KV (PrefillBinarySearchKVChunk"
+                               "Size), approximated by FlashAttention 2's heuristic"),
+    "trtllm": KernelTraits("flash", False, True, 2, False,
                            "TensorRT-LLM FMHA through FlashInfer (Blackwell)"),
-    "triton": KernelTraits("triton", True, True, 2,
+    "triton": KernelTraits("triton", True, True, 2, False,
                            "vLLM's Triton unified attention: query heads per KV head in BLOCK_M"),
 }
 FAMILIES: tuple[str, ...] = ("flash", "triton")
@@ -196,8 +218,8 @@ MMA_M = 16  # rows of one tensor-core MMA step (mma.sync m16n8k16; a wgmma's 64 
 
 def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, windowed: bool,
                  single: bool, default: tuple[int, int, int] = (128, 128, 16),
-                 sm8x: bool = False, smem_bytes_per_sm: float | None = None
-                 ) -> tuple[int, int, int]:
+                 sm8x: bool = False, smem_bytes_per_sm: float | None = None,
+                 in_bytes: int = 2, packed_q: int = 0) -> tuple[int, int, int]:
     """(query rows, keys) of one CTA's tile, and the rows a single-query tile runs, as the
     kernel's source picks them for this head size; ``default`` where the source is not public.
 
@@ -218,7 +240,20 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
       sm8x); 128 × 64 up to 192; 128 × 64 at 256 where an SM holds at least 128 KiB of shared
       memory but less than 192 KiB (the A100), else 64 × 64. A one-token query takes the
       split-KV kernel's tiles, as ``fa2``.
+    - ``flashinfer`` (prefill; its decode kernel's tiles are not modelled, ``default``): the
+      planner's ``FA2DetermineCtaTileQ`` takes 128 rows when the packed query (``packed_q`` =
+      q_len · heads / kv_heads) exceeds 64 and d < 256, 64 when it exceeds 16, else 16, with
+      4 warps along the rows (1 for 16 rows, which put 4 along the keys instead). The keys are
+      16 · warps along the keys · ``NUM_MMA_KV``, the largest power of two that both the
+      registers (8 / the row MMAs per warp) and a CTA's shared memory allow: an SM's shared
+      memory (``smem_bytes_per_sm``), halved when two minimal CTAs fit, less the Q tile
+      (rows · d · ``in_bytes``), over 2 · d · 16 · warps along the keys · ``kv_bytes`` per
+      ``NUM_MMA_KV`` (``BatchPrefillWithPagedKVCacheDispatched``). An L40S, d = 128, fp8 cache:
+      128 × 64, 64 × 128, 16 × 128.
     """
+    if kernel == "flashinfer" and not single:
+        return _flashinfer_prefill_tiles(head_dim, kv_bytes, in_bytes, packed_q,
+                                         smem_bytes_per_sm, default)
     if kernel == "fa2" or (kernel == "torch_fa2" and single):
         return 64, 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64, 64
     if kernel == "torch_fa2":
@@ -245,6 +280,27 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
                       else (192, 128) if head_dim <= 96 else (128, 128) if head_dim <= 128
                       else (128, 96) if head_dim <= 192 else (128, 64 if windowed else 80))
     return rows, keys, rows
+
+
+def _flashinfer_prefill_tiles(head_dim: int, kv_bytes: int, in_bytes: int, packed_q: int,
+                              smem_bytes_per_sm: float | None, default: tuple[int, int, int]
+                              ) -> tuple[int, int, int]:
+    """FlashInfer's prefill tile (``kernel_tiles``); ``default`` without the shared memory."""
+    if not smem_bytes_per_sm:
+        return default
+    rows = 128 if packed_q > 64 and head_dim < 256 else 64 if packed_q > 16 else 16
+    warps_q = 4 if rows > 16 else 1
+    warps_kv = 4 // warps_q
+    mma_q = rows // (16 * warps_q)  # row MMAs per warp
+    q_smem = rows * head_dim * in_bytes
+    per_mma_kv = 2 * head_dim * 16 * warps_kv * kv_bytes  # K and V of 16 keys per warp
+    ctas = 2 if smem_bytes_per_sm >= 2 * (q_smem + per_mma_kv) else 1
+    fit = int((smem_bytes_per_sm // ctas - q_smem) // per_mma_kv)
+    mma_kv = min(fit, 8 // mma_q)
+    if mma_kv < 1:
+        return default
+    mma_kv = 1 << (mma_kv.bit_length() - 1)  # DISPATCH_NUM_MMA_KV: a power of two
+    return rows, 16 * warps_kv * mma_kv, rows
 
 
 # K/V elements of a key block (× kv_tile · head_dim) a kernel converts on the SM before its
@@ -279,6 +335,8 @@ class AttentionCall:
     each query to the last ``window`` keys up to and including its own position; 0 means none.
     ``kv_dtype`` is the KV cache's storage (fp8 halves its bytes); the products run in ``dtype``.
     ``kernel`` is one of ``KERNELS`` or "auto": what vLLM runs on the device (``vllm_kernel``).
+    ``cache_write``: the call first writes its ``q_len`` new tokens' K and V into a paged KV
+    cache, as a serving engine's attention layer does (False: PyTorch's SDPA, which writes none).
     """
 
     phase: str
@@ -293,6 +351,7 @@ class AttentionCall:
     dtype: str = "bfloat16"
     kv_dtype: str = "bfloat16"
     kernel: str = "auto"
+    cache_write: bool = True
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -308,6 +367,8 @@ class AttentionCall:
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be a non-negative integer (0: none), got "
                              f"{self.window!r}")
+        if not isinstance(self.cache_write, bool):
+            raise TypeError(f"cache_write must be True or False, got {self.cache_write!r}")
         if self.causal and self.q_len > self.kv_len:
             raise ValueError(f"q_len {self.q_len} exceeds kv_len {self.kv_len}: the keys include "
                              f"the new tokens, so kv_len must be at least {self.q_len}")
@@ -327,9 +388,9 @@ def _col(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
 class AttentionBatch:
     """N attention calls as float64 tensors of shape (N,), ready for batched physics.
 
-    ``decode`` and ``causal`` are 0/1; ``in_bytes`` is the element size of Q and O, ``kv_bytes``
-    that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a ``KERNELS`` name or "auto")
-    are per call.
+    ``decode``, ``causal`` and ``cache_write`` are 0/1; ``in_bytes`` is the element size of Q
+    and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a
+    ``KERNELS`` name or "auto") are per call.
     """
 
     decode: torch.Tensor
@@ -343,6 +404,7 @@ class AttentionBatch:
     causal: torch.Tensor
     in_bytes: torch.Tensor
     kv_bytes: torch.Tensor
+    cache_write: torch.Tensor
     dtype: tuple[str, ...]
     kernel: tuple[str, ...]
 
@@ -365,6 +427,7 @@ class AttentionBatch:
             causal=_col([float(c.causal) for c in calls]),
             in_bytes=_col([resolve_dtype(c.dtype).in_bytes for c in calls]),
             kv_bytes=_col([resolve_dtype(c.kv_dtype).in_bytes for c in calls]),
+            cache_write=_col([float(c.cache_write) for c in calls]),
             dtype=tuple(c.dtype for c in calls),
             kernel=tuple(c.kernel for c in calls),
         )
@@ -494,6 +557,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
                        q_tile: torch.Tensor | float = 128, kv_tile: torch.Tensor | float = 128,
                        decode_q_tile: torch.Tensor | float = 16,
                        max_splits: int = 128, min_split_blocks: torch.Tensor | float = 2.0,
+                       split_prefill: torch.Tensor | float = 0.0,
                        exact_tiles: int = 256) -> AttentionGeometry:
     """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
 
@@ -503,7 +567,9 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     hold ``kv_tile`` keys. Tile t runs the key blocks between lo of its first position and hi of
     its last. Single-query calls (``single_query``) run ``decode_q_tile`` rows and split the key
     blocks over ``split_kv_splits`` CTAs (never fewer than ``min_split_blocks`` (N,) blocks).
-    The three tile sizes are numbers or (N,) tensors (``kernel_tiles``).
+    Where ``split_prefill`` (N,) is 1, multi-token queries split their key blocks too
+    (``KernelTraits.splits_prefill``). The three tile sizes are numbers or (N,) tensors
+    (``kernel_tiles``).
 
     Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
     ``exact_tiles`` tiles at the midpoints of equal strata, each standing for its stratum (the
@@ -551,7 +617,8 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     unsort[order] = torch.arange(len(order))
     blocks_sum, blocks_max = blocks_sum[unsort], blocks_max[unsort]
 
-    splits = split_kv_splits(torch.where(single, units, torch.full_like(units, 1e9)),
+    splittable = single | (torch.as_tensor(split_prefill, dtype=torch.float64) > 0)
+    splits = split_kv_splits(torch.where(splittable, units, torch.full_like(units, 1e9)),
                              blocks_max, sm_count, max_splits, min_split_blocks)
     bytes_per_block = 2.0 * kv_tile * b.head_dim * b.kv_bytes  # K and V of one key block
     return AttentionGeometry(
@@ -636,6 +703,9 @@ PARAMS: dict[str, tuple[float, str]] = {
     "block_latency_ns": (50.0, "softplus"),  # per key block: the loop's exposed latency
     "block_p": (3.0, "softplus+1"),  # a block's compute ⊕ traffic
     "dram_efficiency": (0.8, "sigmoid"),  # share of datasheet DRAM bandwidth sustained
+    "cache_write_efficiency": (0.6, "sigmoid"),  # … by the KV-cache write
+    "cache_token_ns": (50.0, "softplus"),  # SM-time of the cache write's CTA for one token
+    "cache_fp8_cycles": (0.1, "softplus"),  # SM-cycles per element written to an fp8 cache
     "l2_bytes_per_cycle_per_sm": (64.0, "softplus"),
     "roof_p": (3.0, "softplus+1"),  # grid ⊕ DRAM ⊕ L2
     "launch_us": (5.0, "softplus"),  # event-timed floor of one kernel
@@ -663,8 +733,9 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
                    fp8_elements: torch.Tensor | float = 0.0,
                    l2_share: float, l2_steepness: float, warm_l2: bool
                    ) -> dict[str, torch.Tensor]:
-    """Kernel time (ms) of every call and its parts, from physical ``constants`` (``PARAMS``
-    names, physical units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
+    """Time (ms) of every call and its parts, the KV-cache write (``kv_cache_write_s``)
+    included where the call makes one, from physical ``constants`` (``PARAMS`` names, physical
+    units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
     ``fp8_converted``. Differentiable in the constants. With ``warm_l2``, a compulsory working
     set below ``l2_share`` of the L2 stays resident between runs (hit share
     1 / (1 + (bytes / (share · L2))^steepness)).
@@ -712,9 +783,12 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     memory_s = _pnorm(dram_s, l2_s, c["roof_p"])
     kernel_s = _pnorm(grid_s, memory_s, c["roof_p"])
     overhead_s = c["launch_us"] * 1e-6 + (geo.splits > 1).double() * c["combine_us"] * 1e-6
+    cache_s = kv_cache_write_s(b, dev, c, l2_bw=sm_l2_bw * sm, l2_share=l2_share,
+                               l2_steepness=l2_steepness, warm_l2=warm_l2)
     busy = torch.maximum(waves * geo.tiles_mean, geo.tiles_max)  # blocks on the busiest SM
     return {
-        "time_ms": (kernel_s + overhead_s) * 1e3,
+        "time_ms": (kernel_s + overhead_s + cache_s) * 1e3,
+        "cache_write_ms": cache_s * 1e3,
         "compute_ms": busy * block_compute_s * 1e3,
         "memory_ms": memory_s * 1e3,
         "latency_ms": (waves * cta_fixed_s + overhead_s) * 1e3,
@@ -724,6 +798,34 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
         "l2_hit": hit,
         "waves": waves,
     }
+
+
+def kv_cache_write_s(b: AttentionBatch, dev: DeviceColumns, c: Mapping[str, torch.Tensor], *,
+                     l2_bw: torch.Tensor, l2_share: float, l2_steepness: float, warm_l2: bool
+                     ) -> torch.Tensor:
+    """Seconds to write each call's new K and V into its paged cache, (N,); zero where
+    ``cache_write`` is 0.
+
+    The write (vLLM's ``reshape_and_cache_flash``) moves q_len · kv_heads · d · 2 elements per
+    sequence, read in the compute dtype and written in the cache's: its bytes at
+    ``cache_write_efficiency`` of the DRAM bandwidth, or at ``l2_bw`` for the share a warm L2
+    holds; one CTA per token, ``cache_token_ns`` of SM-time each; into an fp8 cache,
+    ``cache_fp8_cycles`` SM-cycles per element more. NB: the fit puts the last near 0.9, many
+    times what the scaled conversion's arithmetic issues (a few instructions an element at 128
+    lanes a cycle): the fp8 write is slower than its instructions, for a reason these
+    measurements do not separate, and the constant carries it.
+    """
+    elements = b.batch * b.q_len * b.kv_heads * b.head_dim * 2.0  # (N,)
+    cache_bytes = elements * (b.in_bytes + b.kv_bytes)
+    if warm_l2:
+        hit = 1.0 / (1.0 + (cache_bytes / (l2_share * dev.l2_bytes)) ** l2_steepness)
+    else:
+        hit = torch.zeros_like(cache_bytes)
+    dram_bw = c["cache_write_efficiency"] * dev.dram_bw_bytes_per_s
+    sm_s = (b.batch * b.q_len * c["cache_token_ns"] * 1e-9
+            + (b.kv_bytes == 1).double() * elements * c["cache_fp8_cycles"] / dev.clock_hz)
+    seconds = cache_bytes * ((1.0 - hit) / dram_bw + hit / l2_bw) + sm_s / dev.sm_count
+    return seconds * b.cache_write
 
 
 @dataclass(frozen=True)
@@ -800,7 +902,7 @@ class AttentionPredictor:
     """
 
     name = "attention"
-    version = "1"
+    version = "2"
     params_: dict[str, torch.Tensor]  # raw (unconstrained) constants, ``PARAMS`` order
     metadata_: dict[str, Any]  # provenance and metrics, saved with the weights
 
@@ -840,7 +942,10 @@ class AttentionPredictor:
         q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels, devices)
         geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=q_tile,
                                  kv_tile=kv_tile, decode_q_tile=decode_q_tile,
-                                 max_splits=self.max_splits, min_split_blocks=min_split)
+                                 max_splits=self.max_splits, min_split_blocks=min_split,
+                                 split_prefill=torch.tensor(
+                                     [float(KERNELS[k].splits_prefill) for k in kernels],
+                                     dtype=torch.float64))
         family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
                               dtype=torch.long)
         return geo, dev, family, kernels
@@ -853,17 +958,19 @@ class AttentionPredictor:
         single = (single_query(b) > 0).tolist()
         sm8x = [d.compute_capability in ("8.6", "8.7", "8.9") for d in devices]
         smem = [d.smem_bytes_per_sm for d in devices]
+        packed_q = (b.q_len * b.heads / b.kv_heads).tolist()  # FlashInfer packs in prefill
         keys = zip(kernels, b.head_dim.tolist(), b.kv_bytes.tolist(), b.causal.tolist(),
-                   (b.window > 0).tolist(), single, sm8x, smem)
+                   (b.window > 0).tolist(), single, sm8x, smem, b.in_bytes.tolist(), packed_q)
         memo: dict[tuple[Any, ...], tuple[int, int, int]] = {}
         rows = []
         for key in keys:
             if key not in memo:
-                k, d, kv, causal, windowed, one, minor, shared = key
+                k, d, kv, causal, windowed, one, minor, shared, qb, pq = key
                 memo[key] = kernel_tiles(k, int(d), int(kv), causal=bool(causal),
                                          windowed=bool(windowed), single=bool(one),
                                          default=default, sm8x=minor,
-                                         smem_bytes_per_sm=shared)
+                                         smem_bytes_per_sm=shared, in_bytes=int(qb),
+                                         packed_q=int(pq))
             rows.append(memo[key])
         t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)
         return t[:, 0], t[:, 1], t[:, 2]

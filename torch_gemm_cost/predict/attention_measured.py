@@ -233,6 +233,8 @@ def load_attention(path: str | Path) -> MeasuredAttention:
         decode=t(float(r.decode) for r in rows), **sizes,
         causal=torch.ones(len(rows), dtype=torch.float64),  # prefill is causal; decode: q = 1
         in_bytes=t(r.in_bytes for r in rows), kv_bytes=t(r.kv_bytes for r in rows),
+        # vLLM's attention forward, as timed, writes the new tokens' K and V into the cache
+        cache_write=torch.ones(len(rows), dtype=torch.float64),
         dtype=tuple(r.dtype for r in rows), kernel=tuple(KERNEL_OF[r.kernel] for r in rows),
     )
     return MeasuredAttention(calls=calls, gpu=tuple(r.gpu for r in rows),

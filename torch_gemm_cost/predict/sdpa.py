@@ -44,9 +44,9 @@ def _shipped() -> AttentionPredictor:
 
 def sdpa_calls(ops: Sequence[OtherOp], device: DeviceSpec) -> list[AttentionCall]:
     """The attention call of each SDPA record (``OtherOp.attention``), as the kernel PyTorch
-    runs on ``device`` (``attention.sdpa_kernel``). A query of one token is a decode step;
-    head sizes of Q/K and V that differ count as their mean (the FLOPs are 2·d_qk + 2·d_v per
-    pair)."""
+    runs on ``device`` (``attention.sdpa_kernel``), writing no paged KV cache. A query of one
+    token is a decode step; head sizes of Q/K and V that differ count as their mean (the FLOPs
+    are 2·d_qk + 2·d_v per pair)."""
     kernel = sdpa_kernel(device)
     calls = []
     for op in ops:
@@ -57,7 +57,7 @@ def sdpa_calls(ops: Sequence[OtherOp], device: DeviceSpec) -> list[AttentionCall
             phase="decode" if a.q_len == 1 else "prefill", batch=a.batch, q_len=a.q_len,
             kv_len=a.kv_len, heads=a.heads, kv_heads=a.kv_heads,
             head_dim=-(-(a.head_dim + a.head_dim_v) // 2), causal=a.causal, dtype=op.dtype,
-            kv_dtype=op.dtype, kernel=kernel))
+            kv_dtype=op.dtype, kernel=kernel, cache_write=False))
     return calls
 
 
