@@ -123,6 +123,31 @@ def test_decode_split_kv_by_hand() -> None:
         assert geo.splits.item() == splits, kernel
 
 
+def test_flash_attention_2_splits_decode_only_when_it_swaps_heads_into_rows() -> None:
+    # vLLM's FlashAttention 2 calls set_params_splitkv only under seqlenq_ngroups_swapped (one
+    # query token, more query heads than KV heads, no window), and its heuristic counts two
+    # CTA slots per SM ("128 threads per block"). 4 sequences, 32 heads over 8 KV heads,
+    # 1000 keys (8 blocks of 128) on 132 SMs: 4 * 8 = 32 units against 264 slots; split
+    # counts that change the blocks per split: 1, 2, 3, 4, 8, filling 32 s / 264 of the slots,
+    # best 0.970 at s = 8, the first within 85% of it. Without GQA (32 KV heads) or with a
+    # window there is no split.
+    sm = torch.tensor([132.0])
+    traits = KERNELS["fa2"]
+
+    def splits(kv_heads: int, window: int) -> float:
+        b = one(AttentionCall("decode", batch=4, q_len=1, kv_len=1000, heads=32,
+                              kv_heads=kv_heads, head_dim=128, window=window, kernel="fa2"))
+        geo = attention_geometry(b, sm, pack_gqa(b, ["fa2"]), kv_tile=128, decode_q_tile=64,
+                                 min_split_blocks=float(traits.min_split_blocks),
+                                 split_slots_per_sm=float(traits.split_slots_per_sm),
+                                 split_packed_only=float(traits.splits_packed_decode_only))
+        return geo.splits.item()
+
+    assert splits(8, 0) == 8
+    assert splits(32, 0) == 1
+    assert splits(8, 256) == 1
+
+
 def test_prefill_split_kv_by_hand() -> None:
     # one sequence of 4096 tokens, one head, d = 128, on 132 SMs: FA3's 128 x 128 tiles give
     # 4096/128 = 32 query tiles, 32 < 0.8 * 132 CTAs; the last tile sees 32 key blocks. As in

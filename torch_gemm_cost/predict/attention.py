@@ -39,7 +39,9 @@ Single-query calls (decode, and one-token prefill, which vLLM sends to its decod
 the rows their kernel's tile holds, whether the packed heads fill them or not (16 where the
 source is not public), and split the key blocks of each (sequence, KV head) over several
 CTAs when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
-heuristic; FlashAttention 3's never splits 4 blocks or fewer), adding a combine kernel.
+heuristic, which counts two CTA slots an SM; FlashAttention 3's never splits 4 blocks or
+fewer), adding a combine kernel. vLLM's FlashAttention 2 splits only a decode whose query
+heads it swaps into rows (GQA without a window).
 FlashAttention 3 and FlashInfer split a multi-token query's key blocks the same way
 (``KernelTraits.splits_prefill``): FA3's ``get_num_splits`` runs for every call, and
 FlashInfer's prefill planner shrinks its KV chunk until the tiles fill the SMs; vLLM's
@@ -143,7 +145,11 @@ class KernelTraits:
     KV head share tiles in multi-token prefill; ``packs_windowed_decode``: they still do in
     decode when a sliding window is set. ``min_split_blocks``: the fewest key blocks split-KV
     splits. ``splits_prefill``: a multi-token query's key blocks are split too when its tiles
-    do not fill the SMs (single-query calls split in every kernel).
+    do not fill the SMs. ``split_slots_per_sm``: the CTAs per SM the split heuristic counts
+    (FlashAttention 2: two, "128 threads per block"). ``splits_packed_decode_only``: a single
+    query splits only when the kernel packs a GQA group into its rows (vLLM's FlashAttention 2
+    calls ``set_params_splitkv`` only under ``seqlenq_ngroups_swapped``: more query heads than KV
+    heads, no window); otherwise every kernel may split a single query.
     """
 
     family: str
@@ -152,15 +158,18 @@ class KernelTraits:
     min_split_blocks: int
     splits_prefill: bool
     source: str
+    split_slots_per_sm: int = 1
+    splits_packed_decode_only: bool = False
 
 
 KERNELS: dict[str, KernelTraits] = {
     "fa2": KernelTraits("flash", False, False, 2, False,
                         "FlashAttention 2 (vllm-flash-attn): packs only through "
-                        "seqlenq_ngroups_swapped; num_splits_heuristic"),
+                        "seqlenq_ngroups_swapped; num_splits_heuristic", 2, True),
     "torch_fa2": KernelTraits("flash", False, False, 2, False,
                              "PyTorch's bundled FlashAttention 2 (no paged KV cache): "
-                             "packs only through seqlenq_ngroups_swapped; num_splits_heuristic"),
+                             "packs only through seqlenq_ngroups_swapped; num_splits_heuristic",
+                             2),
     "fa3": KernelTraits("flash", True, True, 5, True,
                         "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; "
                         "get_num_splits for every call, never 4 key blocks or fewer"),
@@ -558,6 +567,8 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
                        decode_q_tile: torch.Tensor | float = 16,
                        max_splits: int = 128, min_split_blocks: torch.Tensor | float = 2.0,
                        split_prefill: torch.Tensor | float = 0.0,
+                       split_slots_per_sm: torch.Tensor | float = 1.0,
+                       split_packed_only: torch.Tensor | float = 0.0,
                        exact_tiles: int = 256) -> AttentionGeometry:
     """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
 
@@ -568,7 +579,9 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     its last. Single-query calls (``single_query``) run ``decode_q_tile`` rows and split the key
     blocks over ``split_kv_splits`` CTAs (never fewer than ``min_split_blocks`` (N,) blocks).
     Where ``split_prefill`` (N,) is 1, multi-token queries split their key blocks too
-    (``KernelTraits.splits_prefill``). The three tile sizes are numbers or (N,) tensors
+    (``KernelTraits.splits_prefill``); where ``split_packed_only`` (N,) is 1 a single query
+    splits only if it is packed with more than one query head a KV head; the heuristic counts
+    ``split_slots_per_sm`` (N,) CTAs an SM. The three tile sizes are numbers or (N,) tensors
     (``kernel_tiles``).
 
     Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
@@ -617,9 +630,12 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     unsort[order] = torch.arange(len(order))
     blocks_sum, blocks_max = blocks_sum[unsort], blocks_max[unsort]
 
-    splittable = single | (torch.as_tensor(split_prefill, dtype=torch.float64) > 0)
+    swapped = (packed > 0) & (group > 1)
+    single_ok = single & (swapped | (torch.as_tensor(split_packed_only, dtype=torch.float64) == 0))
+    splittable = single_ok | (torch.as_tensor(split_prefill, dtype=torch.float64) > 0)
     splits = split_kv_splits(torch.where(splittable, units, torch.full_like(units, 1e9)),
-                             blocks_max, sm_count, max_splits, min_split_blocks)
+                             blocks_max, sm_count * split_slots_per_sm, max_splits,
+                             min_split_blocks)
     bytes_per_block = 2.0 * kv_tile * b.head_dim * b.kv_bytes  # K and V of one key block
     return AttentionGeometry(
         rows_per_tile=rows,
@@ -945,7 +961,13 @@ class AttentionPredictor:
                                  max_splits=self.max_splits, min_split_blocks=min_split,
                                  split_prefill=torch.tensor(
                                      [float(KERNELS[k].splits_prefill) for k in kernels],
-                                     dtype=torch.float64))
+                                     dtype=torch.float64),
+                                 split_slots_per_sm=torch.tensor(
+                                     [float(KERNELS[k].split_slots_per_sm) for k in kernels],
+                                     dtype=torch.float64),
+                                 split_packed_only=torch.tensor(
+                                     [float(KERNELS[k].splits_packed_decode_only)
+                                      for k in kernels], dtype=torch.float64))
         family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
                               dtype=torch.long)
         return geo, dev, family, kernels
