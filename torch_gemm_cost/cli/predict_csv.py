@@ -11,7 +11,9 @@ their class, vidur's fused ops (``predict.ops.FUSED_OPS``, ``add3``) as kernel-t
 kernels; ``add`` and ``gelu``, which both measured, follow the ``source`` column, else the
 dtype (16-bit: vidur's). An attention row is priced by the fused-attention model re-run on warm
 buffers, as measured, with the kernel its ``kernel`` column names where it has one (else what
-vLLM runs on the GPU); prefill rows are causal. A malformed row stops the run with the line and
+vLLM runs on the GPU); prefill rows are causal, and each row is vLLM's attention forward as
+the attention schema measures it, the write of its new tokens' K and V into the paged cache
+included (``AttentionCall.cache_write``). A malformed row stops the run with the line and
 column named (exit 2); with ``--skip-bad`` it gets an ``error`` column instead and no
 prediction. Rows with ``batch`` 0 cost 0 ms.
 
