@@ -29,12 +29,13 @@ lo(p) ≤ j < hi(p): hi = p + 1 when causal (else kv_len), lo = p − window + 1
 **Grid.** A CTA holds a tile of query rows of one head and runs the key blocks of its rows. The
 tile's rows and a key block's keys are the kernel's own for the head size (``kernel_tiles``:
 FlashAttention 2 and 3 and FlashInfer's prefill as their sources pick them; 128 × 128 for
-kernels whose source is not public). Where a kernel packs GQA (``KERNELS``), the query heads of one KV head share a tile,
-interleaved per position, so K/V are loaded once for the group: FA3 always does (``pack_gqa``
-in its varlen path), FlashInfer and vLLM's Triton kernel do, FlashAttention 2 only for
-one-token queries without a window (``seqlenq_ngroups_swapped`` requires
-``window_size_left < 0``), TensorRT-LLM only in decode. A tile's MMAs step through its rows
-16 (``MMA_M``) at a time, so a prefill shorter than a tile runs the steps its rows fill.
+kernels whose source is not public). Where a kernel packs GQA (``KERNELS``), the query heads
+of one KV head share a tile, interleaved per position, so K/V are loaded once for the group:
+FA3 always does (``pack_gqa`` in its varlen path), FlashInfer and vLLM's Triton kernel do,
+FlashAttention 2 only for one-token queries without a window (``seqlenq_ngroups_swapped``
+requires ``window_size_left < 0``), TensorRT-LLM only in decode. A tile's MMAs step through
+its rows 16 (``MMA_M``) at a time, so a prefill shorter than a tile runs the steps its rows
+fill.
 Single-query calls (decode, and one-token prefill, which vLLM sends to its decode kernel) run
 the rows their kernel's tile holds, whether the packed heads fill them or not (16 where the
 source is not public), and split the key blocks of each (sequence, KV head) over several
