@@ -25,6 +25,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -90,11 +91,8 @@ def additive_rate(measured_rate: float, model: HybridPredictor, device: DeviceSp
 def held_out_view(model: HybridPredictor, rows: MeasuredGemms) -> tuple[float, float]:
     """Median predicted / measured time over ``rows`` and the median share of each prediction
     that is the cast (the time with the cast less the time without)."""
-    rin, source = model._rows_of(rows)
-    with torch.no_grad():
-        full = model._forward(rin, source, soft=False,
-                              quantized=rows.quantized_elements)["time_ms"]
-        bare = model._forward(rin, source, soft=False, quantized=None)["time_ms"]
+    full = model.predict_measured(rows)
+    bare = model.predict_measured(replace(rows, quantized_elements=None))
     ratio = float((full / rows.latency_ms).median())
     share = float(((full - bare) / full).median())
     return ratio, share

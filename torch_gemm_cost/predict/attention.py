@@ -166,11 +166,12 @@ class KernelTraits:
 KERNELS: dict[str, KernelTraits] = {
     "fa2": KernelTraits("flash", False, False, 2, False,
                         "FlashAttention 2 (vllm-flash-attn): packs only through "
-                        "seqlenq_ngroups_swapped; num_splits_heuristic", 2, True),
+                        "seqlenq_ngroups_swapped; num_splits_heuristic",
+                        split_slots_per_sm=2, splits_packed_decode_only=True),
     "torch_fa2": KernelTraits("flash", False, False, 2, False,
                              "PyTorch's bundled FlashAttention 2 (no paged KV cache): "
                              "packs only through seqlenq_ngroups_swapped; num_splits_heuristic",
-                             2),
+                             split_slots_per_sm=2),
     "fa3": KernelTraits("flash", True, True, 5, True,
                         "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; "
                         "get_num_splits for every call, never 4 key blocks or fewer"),
@@ -745,6 +746,15 @@ def _to_physical(raw: torch.Tensor, kind: str) -> torch.Tensor:
     return out + 1.0 if kind == "softplus+1" else out
 
 
+def _warm_hit(working_set: torch.Tensor, dev: DeviceColumns, l2_share: float,
+              l2_steepness: float, warm_l2: bool) -> torch.Tensor:
+    """Share of ``working_set`` bytes (N,) a warm L2 still holds when the call is re-run on the
+    same buffers: 1 / (1 + (bytes / (share · L2))^steepness); 0 with a cold L2."""
+    if not warm_l2:
+        return torch.zeros_like(working_set)
+    return 1.0 / (1.0 + (working_set / (l2_share * dev.l2_bytes)) ** l2_steepness)
+
+
 def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns,
                    family: torch.Tensor, constants: Mapping[str, torch.Tensor], *,
                    fp8_elements: torch.Tensor | float = 0.0,
@@ -776,10 +786,7 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     block_compute_s = _pnorm(mma_cycles, softmax_cycles, c["overlap_p"]) / clk
 
     # traffic: the compulsory bytes from DRAM (or a warm L2), every re-read from the L2
-    if warm_l2:
-        hit = 1.0 / (1.0 + (compulsory / (l2_share * dev.l2_bytes)) ** l2_steepness)
-    else:
-        hit = torch.zeros_like(compulsory)
+    hit = _warm_hit(compulsory, dev, l2_share, l2_steepness, warm_l2)
     blocks = geo.ctas * geo.tiles_mean  # key blocks run by all CTAs
     block_bytes = geo.requested_kv_bytes / blocks
     from_dram = (kv_compulsory / geo.requested_kv_bytes).clamp(max=1.0) * (1.0 - hit)
@@ -834,10 +841,7 @@ def kv_cache_write_s(b: AttentionBatch, dev: DeviceColumns, c: Mapping[str, torc
     """
     elements = b.batch * b.q_len * b.kv_heads * b.head_dim * 2.0  # (N,)
     cache_bytes = elements * (b.in_bytes + b.kv_bytes)
-    if warm_l2:
-        hit = 1.0 / (1.0 + (cache_bytes / (l2_share * dev.l2_bytes)) ** l2_steepness)
-    else:
-        hit = torch.zeros_like(cache_bytes)
+    hit = _warm_hit(cache_bytes, dev, l2_share, l2_steepness, warm_l2)
     dram_bw = c["cache_write_efficiency"] * dev.dram_bw_bytes_per_s
     sm_s = (b.batch * b.q_len * c["cache_token_ns"] * 1e-9
             + (b.kv_bytes == 1).double() * elements * c["cache_fp8_cycles"] / dev.clock_hz)
@@ -981,7 +985,10 @@ class AttentionPredictor:
         single = (single_query(b) > 0).tolist()
         sm8x = [d.compute_capability in ("8.6", "8.7", "8.9") for d in devices]
         smem = [d.smem_bytes_per_sm for d in devices]
-        packed_q = (b.q_len * b.heads / b.kv_heads).tolist()  # FlashInfer packs in prefill
+        # the packed query length sets FlashInfer's prefill tiles only: 0 elsewhere keeps the
+        # memo to one entry per kernel and head size
+        packed_q = [q if k == "flashinfer" and not one else 0 for k, q, one in
+                    zip(kernels, (b.q_len * b.heads / b.kv_heads).tolist(), single)]
         keys = zip(kernels, b.head_dim.tolist(), b.kv_bytes.tolist(), b.causal.tolist(),
                    (b.window > 0).tolist(), single, sm8x, smem, b.in_bytes.tolist(), packed_q)
         memo: dict[tuple[Any, ...], tuple[int, int, int]] = {}
