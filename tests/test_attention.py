@@ -26,6 +26,7 @@ from torch_gemm_cost.predict.attention import (
     fp8_converted,
     kernel_tiles,
     kv_cache_write_s,
+    mha_fwd_splits,
     pack_gqa,
     split_kv_splits,
     vllm_kernel,
@@ -173,6 +174,30 @@ def test_prefill_split_kv_by_hand() -> None:
                                         kv_heads=1, head_dim=128, kernel="fa3")],
                          "h200_sxm_141gb").details["splits"].item()
     assert split == 4
+
+
+def test_pytorch_flash_attention_2_splits_a_short_prefill_by_hand() -> None:
+    # PyTorch's mha_fwd runs num_splits_heuristic for every call. A100: 108 SMs, 216 slots.
+    # 8 heads x 256 tokens, d = 128: 8 * ceil(256 / 64) = 32 query blocks, ceil(256 / 128) = 2
+    # key blocks; s = 1 fills 32 / 216 = 0.148 of a wave, s = 2 fills 0.296, and 0.148 is under
+    # 85% of it: 2 splits, on the split-KV kernel's 64-row tiles: 8 * 4 * 2 = 64 CTAs.
+    # 16 heads x 512 tokens, d = 64: 16 * 8 = 128 query blocks, 2 key blocks of 256; s = 1 fills
+    # 0.593 and s = 2 fills 1.185 / 2 = 0.593: no split, the regular 128-row tiles, 16 * 4 = 64.
+    a100 = get_device("a100_sxm4_80gb")
+    calls = [AttentionCall("prefill", batch=1, q_len=256, kv_len=256, heads=8, kv_heads=8,
+                           head_dim=128, kernel="torch_fa2"),
+             AttentionCall("prefill", batch=1, q_len=512, kv_len=512, heads=16, kv_heads=16,
+                           head_dim=64, kernel="torch_fa2")]
+    batch = AttentionBatch.from_calls(calls)
+    sm = torch.full((2,), float(a100.sm_count), dtype=torch.float64)
+    assert mha_fwd_splits(batch, sm).tolist() == [2.0, 1.0]
+    out = AttentionPredictor.shipped().predict(calls, "a100_sxm4_80gb")
+    assert out.details["splits"].tolist() == [2.0, 1.0]
+    assert out.details["ctas"].tolist() == [64.0, 64.0]
+    # vLLM's FlashAttention 2 (the varlen path) does not split the first call
+    fa2 = AttentionPredictor.shipped().predict([replace(calls[0], kernel="fa2")],
+                                               "a100_sxm4_80gb")
+    assert fa2.details["splits"].item() == 1.0
 
 
 def test_kv_cache_write_by_hand() -> None:

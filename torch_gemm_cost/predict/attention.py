@@ -46,7 +46,9 @@ heads it swaps into rows (GQA without a window).
 FlashAttention 3 and FlashInfer split a multi-token query's key blocks the same way
 (``KernelTraits.splits_prefill``): FA3's ``get_num_splits`` runs for every call, and
 FlashInfer's prefill planner shrinks its KV chunk until the tiles fill the SMs; vLLM's
-FlashAttention 2 and TensorRT-LLM's prefill do not split.
+FlashAttention 2 and TensorRT-LLM's prefill do not split. PyTorch's own FlashAttention 2 (SDPA
+on a GPU) does: its ``mha_fwd`` runs the decode heuristic for every call, counting 64-row query
+blocks, and a call it splits runs the split-KV kernel's tiles (``mha_fwd_splits``).
 
 **What the L2 serves.** In prefill every query tile re-reads the K/V blocks it needs: the requested
 K/V bytes exceed the compulsory ones by about the number of query tiles (/ 2 when causal). The
@@ -125,8 +127,10 @@ __all__ = [
     "attention_flops",
     "attention_geometry",
     "attention_time",
+    "fa2_split_tiles",
     "fp8_converted",
     "kernel_tiles",
+    "mha_fwd_splits",
     "pack_gqa",
     "sdpa_kernel",
     "single_query",
@@ -151,6 +155,9 @@ class KernelTraits:
     query splits only when the kernel packs a GQA group into its rows (vLLM's FlashAttention 2
     calls ``set_params_splitkv`` only under ``seqlenq_ngroups_swapped``: more query heads than KV
     heads, no window); otherwise every kernel may split a single query.
+    ``splits_prefill_as_decode``: a multi-token query splits where the heuristic, counting
+    64-row query blocks as for a decode, says so, and then runs the split-KV kernel's tiles
+    (PyTorch's FlashAttention 2: ``mha_fwd_splits``).
     """
 
     family: str
@@ -161,6 +168,7 @@ class KernelTraits:
     source: str
     split_slots_per_sm: int = 1
     splits_packed_decode_only: bool = False
+    splits_prefill_as_decode: bool = False
 
 
 KERNELS: dict[str, KernelTraits] = {
@@ -170,8 +178,9 @@ KERNELS: dict[str, KernelTraits] = {
                         split_slots_per_sm=2, splits_packed_decode_only=True),
     "torch_fa2": KernelTraits("flash", False, False, 2, False,
                              "PyTorch's bundled FlashAttention 2 (no paged KV cache): "
-                             "packs only through seqlenq_ngroups_swapped; num_splits_heuristic",
-                             split_slots_per_sm=2),
+                             "packs only through seqlenq_ngroups_swapped; mha_fwd calls "
+                             "set_params_splitkv for every call (num_splits_heuristic)",
+                             split_slots_per_sm=2, splits_prefill_as_decode=True),
     "fa3": KernelTraits("flash", True, True, 5, True,
                         "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; "
                         "get_num_splits for every call, never 4 key blocks or fewer"),
@@ -227,6 +236,13 @@ def sdpa_kernel(device: DeviceSpec) -> str:
 MMA_M = 16  # rows of one tensor-core MMA step (mma.sync m16n8k16; a wgmma's 64 is 4 of them)
 
 
+def fa2_split_tiles(head_dim: int) -> tuple[int, int, int]:
+    """FlashAttention 2's split-KV kernel tiles (``run_mha_fwd_splitkv_dispatch``): 64 query
+    rows, and 256 keys up to d = 64, 128 up to 128, else 64 (the ``block_n`` that
+    ``set_params_splitkv`` counts key blocks in)."""
+    return 64, 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64, 64
+
+
 def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, windowed: bool,
                  single: bool, default: tuple[int, int, int] = (128, 128, 16),
                  sm8x: bool = False, smem_bytes_per_sm: float | None = None,
@@ -250,7 +266,8 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
       and sm89 (``sm8x``) 128 × 32, or 64 × 64 when causal (96: 128 × 64, 64 × 64 causal on
       sm8x); 128 × 64 up to 192; 128 × 64 at 256 where an SM holds at least 128 KiB of shared
       memory but less than 192 KiB (the A100), else 64 × 64. A one-token query takes the
-      split-KV kernel's tiles, as ``fa2``.
+      split-KV kernel's tiles, as ``fa2``, and so does (``single``) a multi-token query
+      that ``mha_fwd_splits`` splits.
     - ``flashinfer`` (prefill; its decode kernel's tiles are not modelled, ``default``): the
       planner's ``FA2DetermineCtaTileQ`` takes 128 rows when the packed query (``packed_q`` =
       q_len · heads / kv_heads) exceeds 64 and d < 256, 64 when it exceeds 16, else 16, with
@@ -266,7 +283,7 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
         return _flashinfer_prefill_tiles(head_dim, kv_bytes, in_bytes, packed_q,
                                          smem_bytes_per_sm, default)
     if kernel == "fa2" or (kernel == "torch_fa2" and single):
-        return 64, 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64, 64
+        return fa2_split_tiles(head_dim)
     if kernel == "torch_fa2":
         if head_dim <= 64:
             return 128, 128, 128
@@ -546,6 +563,24 @@ def split_kv_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: tor
     first = torch.argmax(ok.to(torch.int8), dim=1).double() + 1.0  # first True; 1 if none
     out[need] = first
     return out
+
+
+def mha_fwd_splits(b: AttentionBatch, sm_count: torch.Tensor, max_splits: int = 128
+                   ) -> torch.Tensor:
+    """The split count PyTorch's FlashAttention 2 picks for a multi-token query, (N,).
+
+    Its ``mha_fwd`` (PyTorch's ``flash_api.cpp``, not vLLM's varlen path) calls
+    ``set_params_splitkv`` for every call without dropout: ``num_splits_heuristic`` over
+    batch · heads · ⌈q_len / 64⌉ query blocks, 2 · SMs slots and ⌈kv_len / block_n⌉ key blocks
+    (``fa2_split_tiles``), and a call it splits runs the split-KV kernel. Single-query calls
+    get 1 here (their split is ``attention_geometry``'s).
+    """
+    block_n = torch.tensor([float(fa2_split_tiles(int(d))[1]) for d in b.head_dim.tolist()],
+                           dtype=torch.float64)
+    units = b.batch * b.heads * torch.ceil(b.q_len / 64.0)
+    key_blocks = torch.ceil(b.kv_len / block_n)
+    splits = split_kv_splits(units, key_blocks, 2.0 * sm_count, max_splits, 2.0)
+    return torch.where(single_query(b) > 0, torch.ones_like(splits), splits)
 
 
 def single_query(b: AttentionBatch) -> torch.Tensor:
@@ -960,13 +995,18 @@ class AttentionPredictor:
         dev = DeviceColumns.of(devices, b.dtype)
         min_split = torch.tensor([float(KERNELS[k].min_split_blocks) for k in kernels],
                                  dtype=torch.float64)
-        q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels, devices)
+        # a multi-token query that PyTorch's FlashAttention 2 splits runs its split-KV kernel
+        as_decode = torch.tensor([KERNELS[k].splits_prefill_as_decode for k in kernels])
+        split_kernel = torch.zeros(len(kernels), dtype=torch.bool)
+        if bool(as_decode.any()):
+            split_kernel = as_decode & (mha_fwd_splits(b, dev.sm_count, self.max_splits) > 1)
+        q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels, devices, split_kernel)
         geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=q_tile,
                                  kv_tile=kv_tile, decode_q_tile=decode_q_tile,
                                  max_splits=self.max_splits, min_split_blocks=min_split,
                                  split_prefill=torch.tensor(
                                      [float(KERNELS[k].splits_prefill) for k in kernels],
-                                     dtype=torch.float64),
+                                     dtype=torch.float64).maximum(split_kernel.double()),
                                  split_slots_per_sm=torch.tensor(
                                      [float(KERNELS[k].split_slots_per_sm) for k in kernels],
                                      dtype=torch.float64),
@@ -977,12 +1017,13 @@ class AttentionPredictor:
                               dtype=torch.long)
         return geo, dev, family, kernels
 
-    def _tiles(self, b: AttentionBatch, kernels: Sequence[str], devices: Sequence[DeviceSpec]
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _tiles(self, b: AttentionBatch, kernels: Sequence[str], devices: Sequence[DeviceSpec],
+               split_kernel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Each call's (q_tile, kv_tile, decode_q_tile) (``kernel_tiles``), (N,) each; the
-        hyperparameters where a kernel's source is not public."""
+        hyperparameters where a kernel's source is not public. ``split_kernel`` (N,): calls
+        that run their kernel's split-KV variant, as a single query does."""
         default = (self.q_tile, self.kv_tile, self.decode_q_tile)
-        single = (single_query(b) > 0).tolist()
+        single = ((single_query(b) > 0) | split_kernel).tolist()
         sm8x = [d.compute_capability in ("8.6", "8.7", "8.9") for d in devices]
         smem = [d.smem_bytes_per_sm for d in devices]
         # the packed query length sets FlashInfer's prefill tiles only: 0 elsewhere keeps the
