@@ -1,0 +1,150 @@
+"""The share of DRAM bandwidth vLLM's weight-streaming GEMMs reach, measured from the data,
+beside the share the GEMM predictor prices, with the GPU in its fit and without.
+
+    python benchmarks/weight_streaming.py [--data ../shared/data] [--held-out LOCO.pt]
+
+At M ≤ 64 tokens (a decode or a small batch) a linear layer's time is its weights streaming
+from memory. aiconfigurator times vLLM's linear layers by replaying a CUDA graph of six separate
+layers (DATA.md), so the six layers' weights are the working set the L2 sees between runs;
+where it fits in the L2 the weights could stay there and stream faster than DRAM. This script
+takes those rows (0.01 ms or more) and bins them by that working set, 6 · N · K · bytes, over
+the GPU's L2 capacity. Per (GPU, dtype, bin), as a share of the datasheet DRAM bandwidth:
+
+- **measured**: the weight bytes over the measured time (median; the data alone), and how many
+  rows exceed the datasheet bandwidth (share > 1: only an L2 can serve those);
+- **priced in-sample**: the weight bytes over the shipped predictor's time (every GPU in its
+  fit);
+- **priced held out**: the same over predictions made with the GPU's chip left out of the fit
+  (``--held-out``: a file written by ``benchmarks/accuracy.py --save-predictions``, the rows of
+  ``load_all_gemms`` after ``impossible_rows``), where given.
+
+A priced share below the measured one is a prediction too slow by their ratio. Writes
+``benchmarks/results/weight_streaming.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from torch_gemm_cost.gemms.measured import DEFAULT_OWN_DIRS, impossible_rows, load_all_gemms
+from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.train.intervals import load_predictions
+
+COPIES = 6  # layers in aiconfigurator's CUDA graph, each with its own weights
+MAX_TOKENS = 64
+MIN_MS = 0.01
+# bins of the working set over the L2 capacity
+EDGES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
+LABELS: tuple[str, ...] = ("<= 1", "1-2", "2-4", "4-8", "8-16", "> 16")
+
+
+def bin_of(ratio: float) -> int:
+    """Index into LABELS of a working set ``ratio`` times the L2 capacity.
+
+    >>> [bin_of(r) for r in (0.5, 1.0, 1.5, 16.0, 40.0)]
+    [0, 0, 1, 4, 5]
+    """
+    for i, edge in enumerate(EDGES):
+        if ratio <= edge:
+            return i
+    return len(EDGES)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
+    ap.add_argument("--held-out", type=Path, default=None,
+                    help="chip-held-out predictions of every measured row (accuracy.py "
+                         "--save-predictions)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "weight_streaming.md")
+    args = ap.parse_args(argv)
+    if not (args.data / "gemm").is_dir():
+        ap.error(f"no measured GEMMs under {args.data} (expected {args.data / 'gemm'}); pass "
+                 "--data pointing at the shared data folder")
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    measured = load_all_gemms(args.data, DEFAULT_OWN_DIRS)
+    measured = measured.select(~impossible_rows(measured))
+    held = None if args.held_out is None else load_predictions(args.held_out, len(measured))
+    g = measured.gemms
+    keep = torch.tensor([s == "aiconfigurator" for s in measured.source]) \
+        & (g.m <= MAX_TOKENS) & (measured.latency_ms >= MIN_MS)
+    idx = torch.nonzero(keep).flatten()
+    sub = measured.select(keep)
+    shipped = default_predictor().predict_measured(sub).to(torch.float64)
+    sub_held = None if held is None else held[idx]
+
+    groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+    names = sub.gemms.dtype_names()
+    weight_bytes = (sub.gemms.n * sub.gemms.k * sub.gemms.in_bytes).to(torch.float64)
+    for i in range(len(sub)):
+        dev = sub.device(sub.gpu[i])
+        ratio = COPIES * float(weight_bytes[i]) / dev.l2_bytes
+        groups[(sub.gpu[i], names[i], bin_of(ratio))].append(i)
+
+    rows = []
+    for (gpu, dtype, b), members in sorted(groups.items()):
+        bw = sub.device(gpu).dram_bw_bytes_per_s
+
+        def share(times_ms: torch.Tensor, members: list[int] = members, bw: float = bw
+                  ) -> list[float]:
+            return [float(weight_bytes[i]) / (float(times_ms[i]) * 1e-3) / bw for i in members
+                    if torch.isfinite(times_ms[i])]
+
+        measured_share = share(sub.latency_ms)
+        row = [gpu, dtype, LABELS[b], len(members), f"{statistics.median(measured_share):.2f}",
+               sum(x > 1.0 for x in measured_share),
+               f"{statistics.median(share(shipped)):.2f}"]
+        if sub_held is not None:
+            ho = share(sub_held)
+            row.append(f"{statistics.median(ho):.2f}" if ho else "-")
+        rows.append(row)
+    headers = ["gpu", "dtype", f"{COPIES} layers' weights / L2", "rows", "measured",
+               "rows > 1", "priced in-sample"]
+    if sub_held is not None:
+        headers.append("priced held out")
+    command = "python benchmarks/weight_streaming.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    lines = [
+        "# Weight-streaming GEMMs: the share of DRAM bandwidth measured and priced", "",
+        (f"Command: `{command.strip()}` ({time.perf_counter() - t0:.0f} s on one CPU thread). "
+        "Data: aiconfigurator's GEMM rows (`gemm/aiconfigurator.csv.gz`, ai-dynamo/aiconfigurator, "
+        f"Copyright NVIDIA, Apache-2.0), M ≤ {MAX_TOKENS} tokens, {MIN_MS} ms or more: "
+        f"{len(sub)} rows."), "",
+        "Each figure is the weight bytes (N · K · bytes) per second as a share of the datasheet "
+        "DRAM bandwidth, median over the bin: **measured** from the data alone (with the rows "
+        "above the datasheet bandwidth, which only an L2 can serve), **priced in-sample** from "
+        "the shipped GEMM predictor (the GPU in its fit)" + (
+            ", **priced held out** from predictions with the GPU's chip left out of the fit "
+            f"(`{args.held_out.name}`, seed 0)." if sub_held is not None else ".")
+        + f" Bins: the {COPIES} layers' weights that aiconfigurator's CUDA graph cycles "
+        "through, over the GPU's L2 capacity.", "",
+        tabulate(rows, headers, tablefmt="github"), "",
+        ("No bin streams above the datasheet bandwidth: at these sizes a warm L2 does not "
+        "serve the weights, and the share measured falls where the working set is small "
+        "(fewer bytes than the launch and the pipeline's fill hide). Where the priced share "
+        "sits below the measured one the predictor is too slow by their ratio: held out, on "
+        "the L40S in bf16 it prices 0.45–0.66 of DRAM where the GPU reaches 0.70–0.82, and on "
+        "the H200 in bf16 0.56–0.69 where it reaches 0.63–0.81 (the bins of 4 or more L2s). "
+        "That is the sustained DRAM efficiency of a weight stream, which the fit learns from "
+        "other chips; at these sizes it is what the held-out bf16 misses of "
+        "`benchmarks/results/accuracy.md` on those two GPUs are made of."), "",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
