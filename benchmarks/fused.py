@@ -12,7 +12,7 @@ NeuSight's ``fusion`` labels (``torch.compile``'d whole models) compiled against
    chip in their fit), and with both refitted without the GA100 chip (the GEMM weights from
    ``--cache`` when they are there, read only).
 
-    python benchmarks/fused.py [--data ../shared/data] [--cache /work/cache/e2e_v9]
+    python benchmarks/fused.py [--data ../shared/data] [--cache E2E]
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def _mean(xs: list[float]) -> float:
 
 
 def render(vidur: list[dict[str, Any]], fusion: list[dict[str, Any]], held_source: str,
-           wall_s: float) -> str:
+           wall_s: float, command: str = "python benchmarks/fused.py") -> str:
     from tabulate import tabulate
 
     def pct(x: float | None) -> str:
@@ -226,7 +226,7 @@ def render(vidur: list[dict[str, Any]], fusion: list[dict[str, Any]], held_sourc
               for g in sorted({r["gpu"] for r in held_vidur})}
     return (
         "# Fused kernels: vidur's fused ops held out by GPU, and torch.compile'd whole models\n\n"
-        f"Command: `python benchmarks/fused.py` ({wall_s:.0f} s on this machine's CPU, one "
+        f"Command: `{command}` ({wall_s:.0f} s on this machine's CPU, one "
         "thread). MAPE = mean |pred − meas| / meas; medAPE its median; pred/meas the median "
         "ratio.\n\n"
         "## vidur's fused LLM-layer ops, each GPU held out\n\n"
@@ -292,16 +292,23 @@ def render(vidur: list[dict[str, Any]], fusion: list[dict[str, Any]], held_sourc
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
-    parser.add_argument("--cache", type=Path, default=Path("/work/cache/e2e_v9"),
-                        help="folder holding gemm-v<version>-seed0-GA100.json (read only)")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="folder of benchmarks/e2e.py --held-out fits: its "
+                             "gemm-v<version>-seed0-GA100.json is read (never written); "
+                             "without it the GA100 fold is fitted here")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     vidur = vidur_rows(args.data)
-    fusion, source = fusion_rows(args.data, args.cache if args.cache.is_dir() else None)
-    text = render(vidur, fusion, source, time.perf_counter() - t0)
+    if args.cache is not None and not args.cache.is_dir():
+        parser.error(f"--cache {args.cache} is not a folder (benchmarks/e2e.py --held-out "
+                     "--cache DIR writes one)")
+    fusion, source = fusion_rows(args.data, args.cache)
+    command = " ".join(["python benchmarks/fused.py",
+                        *(sys.argv[1:] if argv is None else argv)])
+    text = render(vidur, fusion, source, time.perf_counter() - t0, command)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
