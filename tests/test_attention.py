@@ -194,10 +194,20 @@ def test_pytorch_flash_attention_2_splits_a_short_prefill_by_hand() -> None:
     out = AttentionPredictor.shipped().predict(calls, "a100_sxm4_80gb")
     assert out.details["splits"].tolist() == [2.0, 1.0]
     assert out.details["ctas"].tolist() == [64.0, 64.0]
-    # vLLM's FlashAttention 2 (the varlen path) does not split the first call
+    # vLLM's FlashAttention 2 (the varlen path) does not split the first call, and no kernel
+    # splits a call that drops probabilities: the first call on its regular 128-row tiles,
+    # 8 * 2 = 16 CTAs, and a decode of one query over 8 heads and 4096 keys unsplit too
     fa2 = AttentionPredictor.shipped().predict([replace(calls[0], kernel="fa2")],
                                                "a100_sxm4_80gb")
     assert fa2.details["splits"].item() == 1.0
+    dropped = [replace(calls[0], dropout=True),
+               AttentionCall("decode", batch=1, q_len=1, kv_len=4096, heads=8, kv_heads=8,
+                             head_dim=128, kernel="torch_fa2", dropout=True)]
+    out = AttentionPredictor.shipped().predict(dropped, "a100_sxm4_80gb")
+    assert out.details["splits"].tolist() == [1.0, 1.0]
+    assert out.details["ctas"].tolist() == [16.0, 8.0]
+    with pytest.raises(TypeError, match="dropout must be True or False"):
+        replace(calls[0], dropout=0.1)
 
 
 def test_kv_cache_write_by_hand() -> None:

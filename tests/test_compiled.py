@@ -259,6 +259,30 @@ class _GQA(nn.Module):
         return F.scaled_dot_product_attention(q, kv, kv, is_causal=self.causal, enable_gqa=True)
 
 
+class _Dropped(nn.Module):
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, q, q, dropout_p=self.p, is_causal=True)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1])
+def test_sdpa_with_dropout_never_splits(p: float):
+    # 8 heads x 256 tokens, d = 128, batch 1 on an A100: PyTorch's FlashAttention 2 splits the
+    # keys 2 ways (tests/test_attention.py works it by hand), unless the call drops
+    # probabilities: set_params_splitkv leaves a call with dropout_p > 0 unsplit
+    q = torch.ones(1, 8, 256, 128, dtype=torch.bfloat16, device="meta")
+    report = tgc.estimate(_Dropped(p), (q,), device=A100, dtype="bf16")
+    (rec,) = [o for o in report.others if o.op.attention is not None]
+    assert rec.op.attention.dropout == (p > 0)
+    (call,) = sdpa_calls([rec.op], A100)
+    assert call.dropout == (p > 0)
+    pred = AttentionPredictor.shipped().predict([call], A100, warm_l2=False)
+    assert pred.details["splits"].item() == (1.0 if p > 0 else 2.0)
+
+
 def _attention_record(causal: bool):
     q = torch.ones(2, 8, 1024, 128, dtype=torch.bfloat16, device="meta")
     kv = torch.ones(2, 2, 1024, 128, dtype=torch.bfloat16, device="meta")

@@ -410,7 +410,16 @@ def attention_shape(args: Mapping[str, Any], ctx: HandlerContext,
         head_dim_v=int(v.shape[-1]),
         causal=causal,
         mask_bytes=mask_bytes,
+        dropout=_dropout_p(args.get("dropout_p")) > 0.0,
     )
+
+
+def _dropout_p(value: Any) -> float:
+    """An SDPA call's ``dropout_p`` as a number (0 where absent or not a plain number)."""
+    try:
+        return float(value or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def active_groups(groups: int, rows: int) -> int:

@@ -153,7 +153,8 @@ class AttentionShape:
 
     ``causal``: query i of ``q_len`` sees keys up to position kv_len − q_len + i (a KV cache's
     bottom-right alignment; a top-left ``is_causal`` call is recorded with the keys it can reach).
-    ``mask_bytes``: an explicit mask the kernel reads (0 without one).
+    ``mask_bytes``: an explicit mask the kernel reads (0 without one). ``dropout``: the call
+    drops attention probabilities (``dropout_p`` > 0, a training step's attention dropout).
     """
 
     batch: int
@@ -165,6 +166,7 @@ class AttentionShape:
     head_dim_v: int
     causal: bool
     mask_bytes: int = 0
+    dropout: bool = False
 
 
 @dataclass(frozen=True)

@@ -365,6 +365,8 @@ class AttentionCall:
     ``kernel`` is one of ``KERNELS`` or "auto": what vLLM runs on the device (``vllm_kernel``).
     ``cache_write``: the call first writes its ``q_len`` new tokens' K and V into a paged KV
     cache, as a serving engine's attention layer does (False: PyTorch's SDPA, which writes none).
+    ``dropout``: the call drops attention probabilities (a training step's attention dropout);
+    FlashAttention 2 then never splits the keys ("SplitKV is not implemented for dropout").
     """
 
     phase: str
@@ -380,6 +382,7 @@ class AttentionCall:
     kv_dtype: str = "bfloat16"
     kernel: str = "auto"
     cache_write: bool = True
+    dropout: bool = False
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -395,8 +398,9 @@ class AttentionCall:
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be a non-negative integer (0: none), got "
                              f"{self.window!r}")
-        if not isinstance(self.cache_write, bool):
-            raise TypeError(f"cache_write must be True or False, got {self.cache_write!r}")
+        for flag in ("cache_write", "dropout"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.causal and self.q_len > self.kv_len:
             raise ValueError(f"q_len {self.q_len} exceeds kv_len {self.kv_len}: the keys include "
                              f"the new tokens, so kv_len must be at least {self.q_len}")
@@ -416,7 +420,7 @@ def _col(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
 class AttentionBatch:
     """N attention calls as float64 tensors of shape (N,), ready for batched physics.
 
-    ``decode``, ``causal`` and ``cache_write`` are 0/1; ``in_bytes`` is the element size of Q
+    ``decode``, ``causal``, ``cache_write`` and ``dropout`` are 0/1; ``in_bytes`` is the element size of Q
     and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a
     ``KERNELS`` name or "auto") are per call.
     """
@@ -433,6 +437,7 @@ class AttentionBatch:
     in_bytes: torch.Tensor
     kv_bytes: torch.Tensor
     cache_write: torch.Tensor
+    dropout: torch.Tensor
     dtype: tuple[str, ...]
     kernel: tuple[str, ...]
 
@@ -456,6 +461,7 @@ class AttentionBatch:
             in_bytes=_col([resolve_dtype(c.dtype).in_bytes for c in calls]),
             kv_bytes=_col([resolve_dtype(c.kv_dtype).in_bytes for c in calls]),
             cache_write=_col([float(c.cache_write) for c in calls]),
+            dropout=_col([float(c.dropout) for c in calls]),
             dtype=tuple(c.dtype for c in calls),
             kernel=tuple(c.kernel for c in calls),
         )
@@ -993,13 +999,16 @@ class AttentionPredictor:
                 ) -> tuple[AttentionGeometry, DeviceColumns, torch.Tensor, tuple[str, ...]]:
         kernels = b.resolve_kernels(devices)
         dev = DeviceColumns.of(devices, b.dtype)
+        # with dropout no kernel splits the keys (FlashAttention 2's set_params_splitkv)
         min_split = torch.tensor([float(KERNELS[k].min_split_blocks) for k in kernels],
                                  dtype=torch.float64)
+        min_split = torch.where(b.dropout > 0, torch.full_like(min_split, math.inf), min_split)
         # a multi-token query that PyTorch's FlashAttention 2 splits runs its split-KV kernel
         as_decode = torch.tensor([KERNELS[k].splits_prefill_as_decode for k in kernels])
         split_kernel = torch.zeros(len(kernels), dtype=torch.bool)
         if bool(as_decode.any()):
-            split_kernel = as_decode & (mha_fwd_splits(b, dev.sm_count, self.max_splits) > 1)
+            split_kernel = (as_decode & (b.dropout == 0)
+                            & (mha_fwd_splits(b, dev.sm_count, self.max_splits) > 1))
         q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels, devices, split_kernel)
         geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=q_tile,
                                  kv_tile=kv_tile, decode_q_tile=decode_q_tile,

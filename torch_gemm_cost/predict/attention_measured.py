@@ -235,6 +235,7 @@ def load_attention(path: str | Path) -> MeasuredAttention:
         in_bytes=t(r.in_bytes for r in rows), kv_bytes=t(r.kv_bytes for r in rows),
         # vLLM's attention forward, as timed, writes the new tokens' K and V into the cache
         cache_write=torch.ones(len(rows), dtype=torch.float64),
+        dropout=torch.zeros(len(rows), dtype=torch.float64),  # inference: no dropout
         dtype=tuple(r.dtype for r in rows), kernel=tuple(KERNEL_OF[r.kernel] for r in rows),
     )
     return MeasuredAttention(calls=calls, gpu=tuple(r.gpu for r in rows),

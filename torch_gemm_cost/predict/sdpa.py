@@ -57,7 +57,7 @@ def sdpa_calls(ops: Sequence[OtherOp], device: DeviceSpec) -> list[AttentionCall
             phase="decode" if a.q_len == 1 else "prefill", batch=a.batch, q_len=a.q_len,
             kv_len=a.kv_len, heads=a.heads, kv_heads=a.kv_heads,
             head_dim=-(-(a.head_dim + a.head_dim_v) // 2), causal=a.causal, dtype=op.dtype,
-            kv_dtype=op.dtype, kernel=kernel, cache_write=False))
+            kv_dtype=op.dtype, kernel=kernel, cache_write=False, dropout=a.dropout))
     return calls
 
 
