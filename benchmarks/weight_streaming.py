@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         groups[(sub.gpu[i], names[i], bin_of(ratio))].append(i)
 
     rows = []
+    # per (gpu, dtype): the medians of every bin of 100 rows or more, measured and held out
+    spans: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(
+        lambda: ([], []))
+    above = 0
     for (gpu, dtype, b), members in sorted(groups.items()):
         bw = sub.device(gpu).dram_bw_bytes_per_s
 
@@ -103,43 +107,52 @@ def main(argv: list[str] | None = None) -> int:
                     if torch.isfinite(times_ms[i])]
 
         measured_share = share(sub.latency_ms)
+        above += sum(x > 1.0 for x in measured_share)
         row = [gpu, dtype, LABELS[b], len(members), f"{statistics.median(measured_share):.2f}",
                sum(x > 1.0 for x in measured_share),
                f"{statistics.median(share(shipped)):.2f}"]
         if sub_held is not None:
             ho = share(sub_held)
             row.append(f"{statistics.median(ho):.2f}" if ho else "-")
+            if ho and len(members) >= 100:
+                spans[(gpu, dtype)][0].append(statistics.median(measured_share))
+                spans[(gpu, dtype)][1].append(statistics.median(ho))
         rows.append(row)
     headers = ["gpu", "dtype", f"{COPIES} layers' weights / L2", "rows", "measured",
                "rows > 1", "priced in-sample"]
     if sub_held is not None:
         headers.append("priced held out")
-    command = "python benchmarks/weight_streaming.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python benchmarks/weight_streaming.py",
+                        *(sys.argv[1:] if argv is None else argv)])
+    held_note = (", **priced held out** from predictions with the GPU's chip left out of the "
+                 f"fit (`{args.held_out.name}`)." if sub_held is not None else ".")
     lines = [
         "# Weight-streaming GEMMs: the share of DRAM bandwidth measured and priced", "",
-        (f"Command: `{command.strip()}` ({time.perf_counter() - t0:.0f} s on one CPU thread). "
-        "Data: aiconfigurator's GEMM rows (`gemm/aiconfigurator.csv.gz`, ai-dynamo/aiconfigurator, "
-        f"Copyright NVIDIA, Apache-2.0), M ≤ {MAX_TOKENS} tokens, {MIN_MS} ms or more: "
-        f"{len(sub)} rows."), "",
-        "Each figure is the weight bytes (N · K · bytes) per second as a share of the datasheet "
-        "DRAM bandwidth, median over the bin: **measured** from the data alone (with the rows "
-        "above the datasheet bandwidth, which only an L2 can serve), **priced in-sample** from "
-        "the shipped GEMM predictor (the GPU in its fit)" + (
-            ", **priced held out** from predictions with the GPU's chip left out of the fit "
-            f"(`{args.held_out.name}`, seed 0)." if sub_held is not None else ".")
-        + f" Bins: the {COPIES} layers' weights that aiconfigurator's CUDA graph cycles "
-        "through, over the GPU's L2 capacity.", "",
+        (f"Command: `{command}` ({time.perf_counter() - t0:.0f} s on one CPU thread). Data: "
+         "aiconfigurator's GEMM rows (`gemm/aiconfigurator.csv.gz`, ai-dynamo/aiconfigurator, "
+         f"Copyright NVIDIA, Apache-2.0), M ≤ {MAX_TOKENS} tokens, {MIN_MS} ms or more: "
+         f"{len(sub)} rows."), "",
+        ("Each figure is the weight bytes (N · K · bytes) per second as a share of the "
+         "datasheet DRAM bandwidth, median over the bin: **measured** from the data alone "
+         "(with the rows above the datasheet bandwidth, which only an L2 can serve), "
+         "**priced in-sample** from the shipped GEMM predictor (the GPU in its fit)"
+         + held_note + f" Bins: the {COPIES} layers' weights that aiconfigurator's CUDA graph "
+         "cycles through, over the GPU's L2 capacity."), "",
         tabulate(rows, headers, tablefmt="github"), "",
-        ("No bin streams above the datasheet bandwidth: at these sizes a warm L2 does not "
-        "serve the weights, and the share measured falls where the working set is small "
-        "(fewer bytes than the launch and the pipeline's fill hide). Where the priced share "
-        "sits below the measured one the predictor is too slow by their ratio: held out, on "
-        "the L40S in bf16 it prices 0.45–0.66 of DRAM where the GPU reaches 0.70–0.82, and on "
-        "the H200 in bf16 0.56–0.69 where it reaches 0.63–0.81 (the bins of 4 or more L2s). "
-        "That is the sustained DRAM efficiency of a weight stream, which the fit learns from "
-        "other chips; at these sizes it is what the held-out bf16 misses of "
-        "`benchmarks/results/accuracy.md` on those two GPUs are made of."), "",
+        (f"{above} of the {len(sub)} rows stream their weights above the datasheet DRAM "
+         "bandwidth" + (": at these sizes a warm L2 does not serve the weights." if above == 0
+                        else ".")
+         + " The share measured falls where the working set is small (fewer bytes than the "
+         "launch and the pipeline's fill hide). Where the priced share sits below the measured "
+         "one, the predictor is too slow by their ratio."),
     ]
+    low = [(g, d, m, h) for (g, d), (m, h) in sorted(spans.items())
+           if max(hh / mm for mm, hh in zip(m, h)) < 0.95]
+    if low:
+        lines.append("Held out, every bin of 100 rows or more priced below what was measured: "
+                     + "; ".join(f"{g} {d}: measured {min(m):.2f}–{max(m):.2f}, priced "
+                                 f"{min(h):.2f}–{max(h):.2f}" for g, d, m, h in low) + ".")
+    lines.append("")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
