@@ -37,7 +37,7 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.gemms.measured import DEFAULT_OWN_DIRS, impossible_rows, load_all_gemms
+from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.train.intervals import load_predictions
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                  "--data pointing at the shared data folder")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    measured = load_all_gemms(args.data, DEFAULT_OWN_DIRS)
+    measured = load_all_gemms(args.data)
     measured = measured.select(~impossible_rows(measured))
     held = None if args.held_out is None else load_predictions(args.held_out, len(measured))
     g = measured.gemms

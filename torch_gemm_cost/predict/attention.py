@@ -420,8 +420,8 @@ def _col(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
 class AttentionBatch:
     """N attention calls as float64 tensors of shape (N,), ready for batched physics.
 
-    ``decode``, ``causal``, ``cache_write`` and ``dropout`` are 0/1; ``in_bytes`` is the element size of Q
-    and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a
+    ``decode``, ``causal``, ``cache_write`` and ``dropout`` are 0/1; ``in_bytes`` is the element
+    size of Q and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a
     ``KERNELS`` name or "auto") are per call.
     """
 
