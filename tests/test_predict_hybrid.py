@@ -291,10 +291,10 @@ def test_mismatched_shapes_name_the_file_and_parameter(tmp_path) -> None:
 
 def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc = initialised().to_dict()
-    doc["version"] = "8"  # before the base-clock and issue-share terms
-    path = tmp_path / "v8.json"
+    doc["version"] = "9"  # before the fp8 cast was priced per CTA and pass
+    path = tmp_path / "v9.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v8.json.*version 8 weights.*reads version 9"):
+    with pytest.raises(ValueError, match=r"v9.json.*version 9 weights.*reads version 10"):
         HybridPredictor.load(path)
 
 
@@ -511,6 +511,29 @@ def test_dram_roof_by_hand() -> None:
     slow = model.predict(gemv, "h100_sxm5_80gb")
     assert float(slow.details["dram_ms"][0]) == pytest.approx(2 * dram_ms, rel=1e-5)
     assert float(slow.time_ms[0]) >= 2 * dram_ms > float(pred.time_ms[0])
+
+
+def test_fp8_cast_by_hand() -> None:
+    # vLLM's fp8 Linear on a B200 (148 SMs, 7.7 TB/s) casts its 4096 x 8192 bf16 input first:
+    # 4096 rows, one CTA each, ⌈4096 / 148⌉ = 28 deep on every SM; ⌈8192 / 2048⌉ = 4 passes a
+    # row. At 1.0 µs a CTA and 0.5 µs a further pass: 28 · (1.0 + 3 · 0.5) = 70 µs; its
+    # 3 bytes an element at the prior η = 0.8: 3 · 33,554,432 / (0.8 · 7.7e12) s = 16.34144 µs;
+    # with its own launch (the prior kernel floor, 0.004 ms): 0.09034144 ms on top of the GEMM.
+    model = initialised(use_mlp=False)
+    model.params_["cast_cta_us"][0] = math.log(math.expm1(1.0))  # softplus⁻¹
+    model.params_["cast_pass_us"][0] = math.log(math.expm1(0.5))
+
+    def cast_ms(m: int, k: int) -> float:
+        gemms = GemmBatch.from_dims(m=[m], n=[4096], k=[k], dtype="float8_e4m3fn")
+        cast = dataclasses.replace(gemms, quantized_elements=torch.tensor([float(m * k)]))
+        return float(model.predict(cast, "b200").time_ms[0]
+                     - model.predict(gemms, "b200").time_ms[0])
+
+    assert cast_ms(4096, 8192) == pytest.approx(0.09034144, rel=1e-5)
+    # one pass (K = 2048): 28 · 1.0 µs + 3 · 8,388,608 / 6.16e12 s (4.08536 µs) + 0.004 ms
+    assert cast_ms(4096, 2048) == pytest.approx(0.03608536, rel=1e-5)
+    # one row: a single CTA deep, whatever the SMs
+    assert cast_ms(1, 2048) == pytest.approx(0.001 + 3 * 2048 / 6.16e12 * 1e3 + 0.004, rel=1e-5)
 
 
 def test_large_tile_engine_takes_the_fastest_tile() -> None:

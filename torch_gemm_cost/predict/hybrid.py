@@ -53,6 +53,9 @@ __all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]
 log = logging.getLogger(__name__)
 
 FORMAT = "torch_gemm_cost.hybrid"
+# elements of a row vLLM's fp8 cast converts per pass: 256 threads × one 16-byte vector of
+# 16-bit elements (``static_scaled_fp8_quant``, csrc/quantization/fp8/common.cu)
+CAST_ELEMENTS_PER_PASS = 256 * 16 // 2
 TIMINGS: tuple[str, ...] = ("kernel", "event", "table")
 SOURCES: tuple[str, ...] = ("neusight", "neusight-test", "vidur", "deepbench", "xla-ptable",
                             "llmcompass", "aiconfigurator", "tgc-align", "calibrate")
@@ -95,7 +98,7 @@ class HybridPredictor(Estimator):
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "9"
+    version = "10"
 
     # fitted state (set by fit, set_metadata or load)
     params_: dict[str, torch.Tensor]
@@ -183,9 +186,11 @@ class HybridPredictor(Estimator):
             "issue_fma_per_load": full(len(ENGINES), _inv_softplus(0.5)),  # per ENGINES
             # SM cycles per warp-wide load in NVIDIA's misaligned matrix kernels (intensity.py)
             "misaligned_load_cycles": torch.tensor([_inv_softplus(4.0)], dtype=f64),
-            # elements a standalone fp8 cast kernel converts per SM-clock (fitted on the rows
-            # whose time includes one)
-            "cast_elements_per_sm_clk": torch.tensor([_inv_softplus(2.0)], dtype=f64),
+            # vLLM's fp8 cast kernel: an SM's fixed time per CTA (one token row), and per
+            # further pass over the row, in microseconds (fitted on the rows whose time
+            # includes one)
+            "cast_cta_us": torch.tensor([_inv_softplus(0.6)], dtype=f64),
+            "cast_pass_us": torch.tensor([_inv_softplus(0.5)], dtype=f64),
             "launch_log_ms": torch.tensor([math.log(0.004), math.log(0.02), math.log(0.003)],
                                           dtype=f64),  # per TIMINGS
             "launch_source": full(len(SOURCES), 0.0),  # log offset per SOURCES
@@ -206,7 +211,7 @@ class HybridPredictor(Estimator):
                  "simt_overhead_per_fma", "roof_p", "dram_p", "simt_wave_kcycles", "tile_pref",
                  *(["tile_pref_family"] if self.per_family else []),
                  "issue_fma_per_load", "launch_log_ms", "launch_source", "launch_p",
-                 "misaligned_load_cycles", "cast_elements_per_sm_clk"]
+                 "misaligned_load_cycles", "cast_cta_us", "cast_pass_us"]
         if self.use_cache:
             names += ["l2_share", "l1_bytes_per_clk", "l2_bytes_per_clk", "h1"]
         if self.use_instr:
@@ -481,14 +486,7 @@ class HybridPredictor(Estimator):
         hi, lo = torch.maximum(gemm_ms, launch_ms), torch.minimum(gemm_ms, launch_ms)
         with_launch = _pnorm(hi, lo, lp)
         if quantized is not None:
-            # a cast kernel: memory-bound, unless each SM converts fewer elements a clock than
-            # DRAM delivers (H200 and B200: about 1.8 a clock per SM, a third of DRAM's pace)
-            # NB: a stand-in of one element where none is cast, so no 0/0 reaches a gradient
-            elems = torch.where(quantized > 0, quantized, torch.ones_like(quantized))
-            cast_s = torch.maximum(3.0 * elems / mem["dram_eff"].squeeze(1),
-                                   elems / (sp(p["cast_elements_per_sm_clk"])
-                                            * peak["per_sm_ghz"] * 1e9))
-            cast_ms = cast_s * 1e3 + torch.exp(launch_log)
+            cast_ms = self._cast_ms(p, x, geo, mem, quantized) + torch.exp(launch_log)
             with_launch = with_launch + torch.where(quantized > 0, cast_ms, zero)
         details = self._details(geo, peak, mem, roof, pick, util)
         return {
@@ -497,6 +495,32 @@ class HybridPredictor(Estimator):
             "launch_ms": torch.where(nonempty, torch.exp(launch_log), zero),
             "score": pick["score"],
         }
+
+    @staticmethod
+    def _cast_ms(p: dict[str, torch.Tensor], x: RowInputs, geo: dict[str, torch.Tensor],
+                 mem: dict[str, torch.Tensor], quantized: torch.Tensor) -> torch.Tensor:
+        """Milliseconds of the kernel that casts ``quantized`` (N,) 16-bit elements of A to fp8
+        before the GEMM, launch aside; 0 where ``quantized`` is 0.
+
+        vLLM's static per-tensor cast (``static_scaled_fp8_quant``, csrc/quantization/fp8/
+        common.cu) runs one CTA of 256 threads per token row, each thread converting one 16-byte
+        vector (8 elements) per pass, so a row of K elements takes ⌈K / 2048⌉ passes. The SMs
+        work through the rows ⌈rows / SMs⌉ deep, each paying a fixed time per CTA and one more
+        per further pass (about a DRAM round trip, which the next pass waits on), and the 3
+        bytes an element (2 read, 1 written) cross DRAM on top. Both times are in microseconds,
+        not clocks: they are latencies. aiconfigurator's fp8 rows read at N -> 0 show the steps
+        at K = 2048 · j (``benchmarks/fp8_cast.py``).
+        """
+        sp = torch.nn.functional.softplus
+        # NB: a stand-in of one element where none is cast, so no 0/0 reaches a gradient
+        elems = torch.where(quantized > 0, quantized, torch.ones_like(quantized))
+        k = geo["k"].clamp(min=1.0)
+        rows = torch.round(elems / k)  # elements are rows · k; round off float32's error
+        depth = torch.ceil(rows / x.sm_count)  # rows one SM works through
+        passes = torch.ceil(k / CAST_ELEMENTS_PER_PASS)
+        latency_s = depth * (sp(p["cast_cta_us"]) + (passes - 1.0) * sp(p["cast_pass_us"])) * 1e-6
+        cast_s = latency_s + 3.0 * elems / mem["dram_eff"].squeeze(1)
+        return torch.where(quantized > 0, cast_s * 1e3, torch.zeros_like(cast_s))
 
     def _details(self, geo: dict[str, torch.Tensor], peak: dict[str, torch.Tensor],
                  mem: dict[str, torch.Tensor], roof: dict[str, torch.Tensor],
@@ -771,7 +795,8 @@ class HybridPredictor(Estimator):
             "simt_overhead_per_fma": float(sp(p["simt_overhead_per_fma"])),
             "simt_wave_cycles": float(sp(p["simt_wave_kcycles"]) * 1e3),
             "misaligned_load_cycles_per_warp_load": float(sp(p["misaligned_load_cycles"])),
-            "cast_elements_per_sm_clk": float(sp(p["cast_elements_per_sm_clk"])),
+            "cast_cta_us": float(sp(p["cast_cta_us"])),
+            "cast_pass_us": float(sp(p["cast_pass_us"])),
             "dram_roof_p": float(sp(p["dram_p"]) + 1.0),
             "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
         }
