@@ -1,31 +1,36 @@
 """What vLLM's fp8 activation cast costs on each GPU, measured from the data alone, beside what
 the GEMM predictor prices for it with the GPU in its fit and without.
 
-    python benchmarks/fp8_cast.py [--data ../shared/data] [--no-folds]
+    python benchmarks/fp8_cast.py [--data ../shared/data] [--held-out LOCO.pt]
 
 aiconfigurator's fp8 rows time vLLM's fp8 Linear, which casts its bf16 input to fp8 (a static
 per-tensor scale: 2 bytes read and 1 written an element) in a kernel of its own before the GEMM.
 For every (M, K) the data holds at four or more N, a straight line through the four smallest N
-gives the time at N -> 0: the cast and the launch, since the GEMM's part grows with N and the
-cast's does not. Per GPU, over (M, K) of at least 2^24 elements, the median of that intercept
-as a cast rate (elements per SM-clock, and its 3 bytes an element as a share of the datasheet
-DRAM bandwidth), beside the rate the predictor prices: the slower of its fitted
-``cast_elements_per_sm_clk`` and the DRAM roof. The predictor is the shipped one (every GPU in
-its fit) and, unless ``--no-folds``, one refitted without the GPU's chip (seed 0, as
-``benchmarks/accuracy.py``), with its median predicted / measured time on the GPU's large fp8
-GEMMs and the share of that prediction that is the cast. Writes
-``benchmarks/results/fp8_cast.md``.
+gives the time at N -> 0: the cast and the launches, since the GEMM's part grows with N and the
+cast's does not. The same line through the predictor's times of the same rows gives the cast
+as priced, so measured and priced are read the same way.
+
+The cast kernel (``static_scaled_fp8_quant``, vLLM csrc/quantization/fp8/common.cu) runs one CTA
+of 256 threads per token row, each thread converting one 16-byte vector per pass: a row of K
+elements takes ⌈K / 2048⌉ passes. The first table divides each intercept by the rows one SM
+works through (⌈M / SMs⌉, series of M ≥ 4096) and groups the series by their passes: the time
+per CTA and per pass, in microseconds. The second scores the priced intercepts against the
+measured ones over every series of 2^24 elements or more, with the shipped weights (every GPU
+in the fit) and, given ``--held-out`` (``benchmarks/accuracy.py --save-predictions``: the rows
+of ``load_all_gemms`` after ``impossible_rows``, each predicted by a fit without its chip), held
+out, beside the held-out predicted / measured time of the GPU's fp8 GEMMs of 4096³ or more.
+Writes ``benchmarks/results/fp8_cast.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -34,12 +39,14 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.devices import DeviceSpec
-from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_all_gemms
+from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.hybrid import HybridPredictor, variants
+from torch_gemm_cost.predict.hybrid import CAST_ELEMENTS_PER_PASS, HybridPredictor
+from torch_gemm_cost.train.intervals import load_predictions
 
-MIN_ELEMENTS = 2**24  # M·K of the (M, K) series whose intercept is read
+MIN_ELEMENTS = 2**24  # M·K of the (M, K) series scored
+DEEP_ROWS = 4096  # M of the series whose time per row an SM works through is tabulated
+PASSES = (1, 2, 3, 4, 8)
 FP8 = "float8_e4m3fn"
 
 
@@ -69,84 +76,108 @@ def cast_intercepts_ms(m: Sequence[int], n: Sequence[int], k: Sequence[int],
     return out
 
 
-def priced_rate(model: HybridPredictor, device: DeviceSpec) -> float:
-    """Elements per SM-clock the predictor's cast runs at on ``device``: the slower of its
-    fitted SM-side rate and its DRAM roof (3 bytes an element at η_DRAM of the bandwidth)."""
-    c = model.physical_constants()
-    sm_clk = device.sm_count * device.boost_clock_mhz * 1e6
-    dram = c["eta_dram"] * device.dram_bw_bytes_per_s / 3.0 / sm_clk
-    return min(float(c["cast_elements_per_sm_clk"]), dram)
+def us_per_row(intercepts: dict[tuple[int, int], float], sm_count: int,
+               min_rows: int = DEEP_ROWS) -> dict[int, list[float]]:
+    """Microseconds per row an SM works through (intercept / ⌈M / SMs⌉) of the series with
+    M ≥ ``min_rows``, grouped by the cast's passes over a row, ⌈K / 2048⌉."""
+    out: dict[int, list[float]] = defaultdict(list)
+    for (m, k), ms in intercepts.items():
+        if m >= min_rows:
+            out[math.ceil(k / CAST_ELEMENTS_PER_PASS)].append(
+                ms * 1e3 / math.ceil(m / sm_count))
+    return out
 
 
-def additive_rate(measured_rate: float, model: HybridPredictor, device: DeviceSpec) -> float:
-    """The SM-side rate (elements per SM-clock) that ``measured_rate`` implies if the cast's
-    DRAM time (3 bytes an element at the predictor's η_DRAM) and its SM time add instead of
-    overlapping; NaN where the DRAM time alone exceeds the measured time."""
-    sm_clk = device.sm_count * device.boost_clock_mhz * 1e6
-    dram_clk = 3.0 * sm_clk / (model.physical_constants()["eta_dram"] * device.dram_bw_bytes_per_s)
-    left = 1.0 / measured_rate - dram_clk
-    return 1.0 / left if left > 0 else float("nan")
+def median_ratio(priced: dict[tuple[int, int], float], measured: dict[tuple[int, int], float]
+                 ) -> tuple[float, float, float, int]:
+    """Median and interquartile range of priced / measured intercepts over the series both
+    have, and how many."""
+    ratios = sorted(priced[s] / measured[s] for s in measured if s in priced)
+    if len(ratios) < 4:
+        return math.nan, math.nan, math.nan, len(ratios)
+    q1, q2, q3 = statistics.quantiles(ratios, n=4)
+    return q2, q1, q3, len(ratios)
 
 
-def held_out_view(model: HybridPredictor, rows: MeasuredGemms) -> tuple[float, float]:
-    """Median predicted / measured time over ``rows`` and the median share of each prediction
-    that is the cast (the time with the cast less the time without)."""
-    full = model.predict_measured(rows)
-    bare = model.predict_measured(replace(rows, quantized_elements=None))
-    ratio = float((full / rows.latency_ms).median())
-    share = float(((full - bare) / full).median())
-    return ratio, share
+def _fmt(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default=str(ROOT / ".." / "shared" / "data"))
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fp8_cast.md"))
-    ap.add_argument("--no-folds", action="store_true",
-                    help="skip the fits without each chip (about 80 s each)")
+    ap.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
+    ap.add_argument("--held-out", type=Path, default=None,
+                    help="chip-held-out predictions of every measured row (accuracy.py "
+                         "--save-predictions)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fp8_cast.md")
     args = ap.parse_args(argv)
+    if not (args.data / "gemm").is_dir():
+        ap.error(f"no measured GEMMs under {args.data} (expected {args.data / 'gemm'}); pass "
+                 "--data pointing at the shared data folder")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     measured = load_all_gemms(args.data)
     measured = measured.select(~impossible_rows(measured))
+    held = None if args.held_out is None else load_predictions(args.held_out, len(measured))
     names = measured.gemms.dtype_names()
     fp8 = measured.mask(source="aiconfigurator") & torch.tensor([d == FP8 for d in names])
     gpus = sorted({g for g, keep in zip(measured.gpu, fp8.tolist()) if keep})
     shipped = default_predictor()
     assert isinstance(shipped, HybridPredictor)
+    consts = shipped.physical_constants()
     g = measured.gemms
 
-    rows = []
+    structure, scores = [], []
+    steps: list[str] = []
     for gpu in gpus:
         sel = fp8 & measured.mask(gpu=gpu)
         idx = torch.nonzero(sel).flatten()
-        inter = cast_intercepts_ms(g.m[idx].long().tolist(), g.n[idx].long().tolist(),
-                                   g.k[idx].long().tolist(), measured.latency_ms[idx].tolist())
+        sub = measured.select(sel)
+        dims = (g.m[idx].long().tolist(), g.n[idx].long().tolist(), g.k[idx].long().tolist())
+        times = {"measured": measured.latency_ms[idx],
+                 "in the fit": shipped.predict_measured(sub).to(torch.float64)}
+        if held is not None:
+            times["held out"] = held[idx]
+        every = {name: cast_intercepts_ms(*dims, t.tolist(), min_elements=1)
+                 for name, t in times.items()}
+        inter = {name: {s: v for s, v in i.items() if s[0] * s[1] >= MIN_ELEMENTS}
+                 for name, i in every.items()}
         device = measured.device(gpu)
-        sm_clk = device.sm_count * device.boost_clock_mhz * 1e6
-        rates = [mi * ki / (t * 1e-3) / sm_clk for (mi, ki), t in inter.items()]
-        rate = statistics.median(rates)
-        q1, _, q3 = statistics.quantiles(rates, n=4)
-        dram_share = rate * sm_clk * 3.0 / device.dram_bw_bytes_per_s
-        row = [gpu, device.chip, len(rates), f"{rate:.2f}", f"{q1:.2f}-{q3:.2f}",
-               f"{dram_share:.2f}", f"{additive_rate(rate, shipped, device):.2f}",
-               f"{priced_rate(shipped, device):.2f}"]
-        if not args.no_folds:
-            held = torch.tensor([measured.device(x).chip == device.chip for x in measured.gpu])
-            fold = variants(seed=0)["hybrid"].fit(measured.select(~held))
-            big = sel & (g.m >= 4096) & (g.n >= 4096) & (g.k >= 4096)
-            ratio, share = held_out_view(fold, measured.select(big))
-            row += [f"{priced_rate(fold, device):.2f}", f"{ratio:.2f}", f"{share:.2f}"]
-        rows.append(row)
+        per_row = {name: us_per_row(i, device.sm_count) for name, i in every.items()}
+        for p in PASSES:
+            structure.append([gpu, p, len(per_row["measured"].get(p, []))]
+                             + [_fmt(per_row[name].get(p, [])) for name in times])
+        one, eight = per_row["measured"].get(1, []), per_row["measured"].get(8, [])
+        if one and eight:
+            first, last = statistics.median(one), statistics.median(eight)
+            steps.append(f"{gpu} {first:.2f} µs at one pass, {(last - first) / 7:.2f} more "
+                         "per further pass")
+        row = [gpu, device.chip]
+        for name in times:
+            if name == "measured":
+                continue
+            q2, q1, q3, count = median_ratio(inter[name], inter["measured"])
+            row += [count, f"{q2:.2f} ({q1:.2f}-{q3:.2f})"] if name == "in the fit" else \
+                [f"{q2:.2f} ({q1:.2f}-{q3:.2f})"]
+        if held is not None:
+            big = (g.m[idx] >= 4096) & (g.n[idx] >= 4096) & (g.k[idx] >= 4096)
+            ratio = (held[idx][big] / measured.latency_ms[idx][big]).median()
+            row.append(f"{float(ratio):.2f}")
+        scores.append(row)
     wall = time.perf_counter() - t0
 
-    headers = ["gpu", "chip", "(M, K) series", "measured: elements / SM-clock", "IQR",
-               "its DRAM share at 3 B", "SM-side rate if DRAM and SM time add",
-               "priced, shipped fit"]
-    if not args.no_folds:
-        headers += ["priced, chip held out", "held out: pred / meas, fp8 GEMMs ≥ 4096³",
-                    "of it the cast"]
-    cmd = "python benchmarks/fp8_cast.py" + (" --no-folds" if args.no_folds else "")
+    cols = ["measured", "priced, in the fit"] + (["priced, chip held out"] if held is not None
+                                                 else [])
+    structure_headers = ["gpu", "passes ⌈K / 2048⌉", "(M, K) series"] + [
+        f"{c}: µs per row an SM works through" for c in cols]
+    score_headers = ["gpu", "chip", "(M, K) series", "priced / measured, in the fit (IQR)"]
+    if held is not None:
+        score_headers += ["priced / measured, chip held out (IQR)",
+                          "held out: pred / meas, fp8 GEMMs ≥ 4096³"]
+    cmd = "python benchmarks/fp8_cast.py" + (
+        f" --held-out {args.held_out.name}" if args.held_out else "")
+    held_note = (f" **chip held out**: the predictions of `{args.held_out.name}`, each row "
+                 "predicted by a fit without any board of its chip." if held is not None else "")
     lines = [
         "# vLLM's fp8 activation cast, measured against priced",
         "",
@@ -154,33 +185,32 @@ def main(argv: list[str] | None = None) -> int:
          "rows (`gemm/aiconfigurator.csv.gz`, ai-dynamo/aiconfigurator, Copyright NVIDIA, "
          "Apache-2.0)."),
         "",
-        ("Each (M, K) series with four or more N and M·K ≥ 2^24 elements is read at N -> 0 (a "
-         "line through its four smallest N): the cast of the M × K bf16 input to fp8 plus the "
-         "launch. **measured** is that intercept as elements per SM-clock (median and "
-         "interquartile range over the series) and the share of the datasheet DRAM bandwidth "
-         "its 3 bytes an element would take, and the SM-side rate it implies if the cast's DRAM "
-         "time (at the predictor's η_DRAM) and its SM time add rather than overlap. **priced** "
-         "is the predictor's rate: the slower "
-         "of its fitted elements per SM-clock and its DRAM roof, for the shipped fit (every "
-         "GPU in it) and for a fit without the GPU's chip (seed 0), whose median predicted / "
-         "measured time on the GPU's fp8 GEMMs of 4096³ or more is beside it, with the share "
-         "of that prediction that is the cast."),
+        ("Each (M, K) series with four or more N is read at N -> 0 (a line through its four "
+         "smallest N): the cast of the M × K bf16 input to fp8 plus the launches. The priced "
+         "figures read the predictor's times of the same rows the same way: **in the fit**, the "
+         "shipped weights (every GPU in the fit)." + held_note),
         "",
-        tabulate(rows, headers=headers, tablefmt="github"),
+        ("vLLM's cast (`static_scaled_fp8_quant`, csrc/quantization/fp8/common.cu) runs one CTA "
+         "of 256 threads per token row, a 16-byte vector a thread per pass, so ⌈K / 2048⌉ "
+         "passes a row. Per row an SM works through (the intercept over ⌈M / SMs⌉, series of "
+         f"M ≥ {DEEP_ROWS}), medians:"),
         "",
-        ("One SM-side rate for every GPU cannot hold these: where the L40S's cast runs at "
-         "fewer elements per SM-clock, its 3 bytes an element already take more than half of "
-         "its DRAM bandwidth, while the H200's and B200's take a fifth or less. A fit without "
-         "the B200 learns its rate from the H200 and the L40S and prices the B200's cast "
-         "slower than it runs (the held-out B200 fp8 miss of `benchmarks/results/accuracy.md`); "
-         "the L40S's DRAM roof at the GEMMs' η prices its cast faster than it runs. If the DRAM "
-         "time and the SM time add (a kernel of one CTA a token that does not hide its loads), "
-         "the three imply SM-side rates that differ far less than the measured ones; the "
-         "predictor takes the slower of the two."),
+        tabulate(structure, headers=structure_headers, tablefmt="github"),
+        "",
+        ("Measured, from one to eight passes: " + "; ".join(steps) + ". The predictor prices "
+         "a fixed time per CTA and per further pass, in microseconds (latencies, not clock "
+         "counts) and shared by every GPU, plus the 3 bytes an element at the DRAM bandwidth "
+         "it fits for GEMMs: "
+         + f"{consts['cast_cta_us']:.2f} µs and {consts['cast_pass_us']:.2f} µs in the "
+         "shipped fit."),
+        "",
+        "Priced against measured intercepts, series of M·K ≥ 2^24:",
+        "",
+        tabulate(scores, headers=score_headers, tablefmt="github"),
         "",
     ]
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(tabulate(rows, headers=headers))
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
     print(f"wrote {args.out} in {wall:.0f} s")
     return 0
 

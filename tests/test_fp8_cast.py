@@ -1,15 +1,13 @@
-"""benchmarks/fp8_cast.py: the N -> 0 intercept that measures vLLM's fp8 activation cast, by
-hand, and the rate the predictor prices."""
+"""benchmarks/fp8_cast.py: the N -> 0 intercept that measures vLLM's fp8 activation cast, and
+the time per row and the priced / measured ratio read from it, by hand."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
-
-from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.predict.hybrid import HybridPredictor
 
 _spec = importlib.util.spec_from_file_location(
     "fp8_cast_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "fp8_cast.py"
@@ -45,35 +43,24 @@ def test_short_small_and_negative_series_are_left_out() -> None:
                                        [1.0, 3.0, 5.0, 7.0]) == {}
 
 
-def test_priced_rate_is_the_slower_of_the_sm_side_and_dram() -> None:
-    # the shipped fit's SM-side rate against the DRAM roof at 3 bytes an element:
-    # L40S: 0.96 x 864 GB/s / 3 B / (142 SMs x 2.52 GHz) = 0.77 elements per SM-clock,
-    # below the SM-side rate, so the DRAM roof sets it; on a B200 the SM-side rate does
-    model = HybridPredictor.load(
-        Path(__file__).resolve().parents[1] / "torch_gemm_cost" / "data" / "hybrid_weights.json")
-    c = model.physical_constants()
-    for gpu in ("l40s", "b200"):
-        d = get_device(gpu)
-        dram = c["eta_dram"] * d.dram_bw_bytes_per_s / 3.0 / (d.sm_count * d.boost_clock_mhz * 1e6)
-        want = min(c["cast_elements_per_sm_clk"], dram)
-        assert fp8_cast.priced_rate(model, d) == pytest.approx(want)
-    l40s = get_device("l40s")
-    assert fp8_cast.priced_rate(model, l40s) < c["cast_elements_per_sm_clk"]
-    assert fp8_cast.priced_rate(model, get_device("b200")) == pytest.approx(
-        c["cast_elements_per_sm_clk"])
+def test_time_per_row_an_sm_works_through_by_hand() -> None:
+    # 148 SMs: M = 8192 is ⌈8192 / 148⌉ = 56 rows deep, so 0.0582 ms is 1.03929 µs a row; K =
+    # 2048 is one pass of 256 threads x 8 elements and K = 2049 two. M = 4095 is below the depth
+    # the table keeps (4096).
+    got = fp8_cast.us_per_row({(8192, 2048): 0.0582, (8192, 2049): 0.0900,
+                               (4095, 2048): 0.03}, 148)
+    assert sorted(got) == [1, 2]
+    assert got[1] == [pytest.approx(1.039286, abs=1e-6)]
+    assert got[2] == [pytest.approx(0.0900 * 1e3 / 56)]
 
 
-class _Constants:
-    def physical_constants(self) -> dict[str, float]:
-        return {"eta_dram": 0.96, "cast_elements_per_sm_clk": 1.0}
-
-
-def test_additive_rate_by_hand() -> None:
-    # L40S: 142 SMs x 2.52 GHz = 3.5784e11 SM-clocks a second; 3 bytes an element at 0.96 of
-    # 864 GB/s take 3 x 3.5784e11 / 8.2944e11 = 1.29427 SM-clocks an element. Measured 0.47
-    # elements per SM-clock is 2.12766 SM-clocks an element, so the SM side takes 0.83339 of
-    # them: 1.19992 elements per SM-clock. Measured faster than its DRAM time alone: NaN.
-    l40s = get_device("l40s")
-    model = _Constants()
-    assert fp8_cast.additive_rate(0.47, model, l40s) == pytest.approx(1.19992, abs=1e-4)
-    assert fp8_cast.additive_rate(1.0, model, l40s) != fp8_cast.additive_rate(1.0, model, l40s)
+def test_median_ratio_over_shared_series() -> None:
+    # priced / measured over the series both hold: 1.0, 1.2, 1.4, 1.6 (the fifth is measured
+    # only); quartiles by statistics.quantiles' exclusive method: 1.05, 1.3, 1.55
+    measured = {(1, 1): 1.0, (1, 2): 1.0, (1, 3): 1.0, (1, 4): 1.0, (1, 5): 1.0}
+    priced = {(1, 1): 1.0, (1, 2): 1.2, (1, 3): 1.4, (1, 4): 1.6}
+    q2, q1, q3, count = fp8_cast.median_ratio(priced, measured)
+    assert count == 4
+    assert (q2, q1, q3) == (pytest.approx(1.3), pytest.approx(1.05), pytest.approx(1.55))
+    # fewer than four shared series: no figure
+    assert math.isnan(fp8_cast.median_ratio({(1, 1): 1.0}, measured)[0])
