@@ -61,13 +61,18 @@ def test_int4_decode_reads_the_small_weights_and_prefill_stays_compute_bound(dev
                                                                              ) -> None:
     p, spec = default_predictor(), get_device(device)
     g = GemmBatch.from_dims(m=[1, 16, 4096], n=28672, k=4096, dtype="bf16", op="linear")
-    bf16, q = p.predict(g, spec).time_ms, p.predict(int4(g), spec).time_ms
+    quantized = p.predict(int4(g), spec)
+    bf16, q = p.predict(g, spec).time_ms, quantized.time_ms
     floor_ms = int4(g).compulsory_bytes / spec.dram_bw_bytes_per_s * 1e3
     assert bool((q >= floor_ms).all())
     # decode (m ≤ 16) reads a quarter of the bytes: Marlin's near-ideal ~4x; at m = 4096 the
-    # GEMM is compute-bound and the weights' size changes little
+    # GEMM is compute-bound and the weights' size changes little (the shipped weights: 1.06x
+    # on the A100, whose bounding tile for the mixed-input kernel is a smaller one; 1.00x on
+    # the H100 and the L4)
     assert float(q[0] / bf16[0]) < 0.3 and float(q[1] / bf16[1]) < 0.3
-    assert float(q[2] / bf16[2]) == pytest.approx(1.0, abs=0.05)
+    d = quantized.details
+    assert float(d["compute_ms"][2]) > float(d["memory_ms"][2])
+    assert float(q[2] / bf16[2]) == pytest.approx(1.0, abs=0.1)
 
 
 def test_a_weight_at_the_compute_dtype_size_predicts_bit_identically() -> None:
