@@ -152,13 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             first, last = statistics.median(one), statistics.median(eight)
             steps.append(f"{gpu} {first:.2f} µs at one pass, {(last - first) / 7:.2f} more "
                          "per further pass")
-        row = [gpu, device.chip]
-        for name in times:
-            if name == "measured":
-                continue
-            q2, q1, q3, count = median_ratio(inter[name], inter["measured"])
-            row += [count, f"{q2:.2f} ({q1:.2f}-{q3:.2f})"] if name == "in the fit" else \
-                [f"{q2:.2f} ({q1:.2f}-{q3:.2f})"]
+        ratios = {name: median_ratio(inter[name], inter["measured"])
+                  for name in times if name != "measured"}
+        row: list[object] = [gpu, device.chip, ratios["in the fit"][3]]
+        row += [f"{q2:.2f} ({q1:.2f}-{q3:.2f})" for q2, q1, q3, _ in ratios.values()]
         if held is not None:
             big = (g.m[idx] >= 4096) & (g.n[idx] >= 4096) & (g.k[idx] >= 4096)
             ratio = (held[idx][big] / measured.latency_ms[idx][big]).median()
