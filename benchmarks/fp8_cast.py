@@ -39,10 +39,9 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.predict.hybrid import CAST_ELEMENTS_PER_PASS, HybridPredictor
-from torch_gemm_cost.train.intervals import load_predictions
+from torch_gemm_cost.train.intervals import held_out_rows
 
 MIN_ELEMENTS = 2**24  # M·K of the (M, K) series scored
 DEEP_ROWS = 4096  # M of the series whose time per row an SM works through is tabulated
@@ -116,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                  "--data pointing at the shared data folder")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    measured = load_all_gemms(args.data)
-    measured = measured.select(~impossible_rows(measured))
-    held = None if args.held_out is None else load_predictions(args.held_out, len(measured))
+    measured, held = held_out_rows(args.data, args.held_out)
     names = measured.gemms.dtype_names()
     fp8 = measured.mask(source="aiconfigurator") & torch.tensor([d == FP8 for d in names])
     gpus = sorted({g for g, keep in zip(measured.gpu, fp8.tolist()) if keep})

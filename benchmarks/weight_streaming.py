@@ -37,9 +37,8 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.train.intervals import load_predictions
+from torch_gemm_cost.train.intervals import held_out_rows
 
 COPIES = 6  # layers in aiconfigurator's CUDA graph, each with its own weights
 MAX_TOKENS = 64
@@ -74,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                  "--data pointing at the shared data folder")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    measured = load_all_gemms(args.data)
-    measured = measured.select(~impossible_rows(measured))
-    held = None if args.held_out is None else load_predictions(args.held_out, len(measured))
+    measured, held = held_out_rows(args.data, args.held_out)
     g = measured.gemms
     keep = torch.tensor([s == "aiconfigurator" for s in measured.source]) \
         & (g.m <= MAX_TOKENS) & (measured.latency_ms >= MIN_MS)

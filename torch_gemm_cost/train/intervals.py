@@ -518,6 +518,17 @@ def load_predictions(path: str | Path, rows: int) -> torch.Tensor:
     return pred
 
 
+def held_out_rows(data: str | Path, predictions: str | Path | None = None
+                  ) -> tuple[MeasuredGemms, torch.Tensor | None]:
+    """The measured rows that held-out prediction files index (``data``'s and this project's
+    own, ``impossible_rows`` dropped) and, given a file of ``predictions``, its predictions of
+    them (``load_predictions``)."""
+    measured = load_all_gemms(data, DEFAULT_OWN_DIRS)
+    measured = measured.select(~impossible_rows(measured))
+    held = None if predictions is None else load_predictions(predictions, len(measured))
+    return measured, held
+
+
 def board_predictions_of(measured: MeasuredGemms, seeds: Sequence[int] = (0,)) -> torch.Tensor:
     """Leave-one-board-out predictions of the boards whose chip has other boards measured
     (NaN elsewhere): one hybrid fit per board."""
@@ -536,11 +547,8 @@ def held_out_residuals(data: str | Path, gemm_predictions: str | Path | None = N
     """The measured rows (``impossible_rows`` dropped) of ``data`` and this project's own, and
     their chip-held-out and board-held-out residuals, from prediction files where given, else
     computed (hours for the chips on two cores; one fit a board)."""
-    measured = load_all_gemms(data, DEFAULT_OWN_DIRS)
-    measured = measured.select(~impossible_rows(measured))
-    if gemm_predictions:
-        chip_pred = load_predictions(gemm_predictions, len(measured))
-    else:
+    measured, chip_pred = held_out_rows(data, gemm_predictions or None)
+    if chip_pred is None:
         chip_pred = leave_one_chip_out(measured, lambda seed: HybridPredictor(seed=seed))
     if board_predictions:
         board_pred = load_predictions(board_predictions, len(measured))
