@@ -40,18 +40,39 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.cast import (
-    CAST_ELEMENTS_PER_PASS,
-    DEEP_ROWS,
-    cast_intercepts_ms,
-    fit_cast_latencies,
-)
-from torch_gemm_cost.predict.hybrid import HybridPredictor
+from torch_gemm_cost.predict.hybrid import CAST_ELEMENTS_PER_PASS, HybridPredictor
 from torch_gemm_cost.train.intervals import held_out_rows
 
 MIN_ELEMENTS = 2**24  # M·K of the (M, K) series scored
+DEEP_ROWS = 4096  # M of the series whose time per row an SM works through is tabulated
 PASSES = (1, 2, 3, 4, 8)
 FP8 = "float8_e4m3fn"
+
+
+def cast_intercepts_ms(m: Sequence[int], n: Sequence[int], k: Sequence[int],
+                       ms: Sequence[float], min_elements: int = MIN_ELEMENTS
+                       ) -> dict[tuple[int, int], float]:
+    """The time at N -> 0 of every (M, K) series with at least four distinct N and M·K of
+    ``min_elements`` or more: the least-squares line through its four smallest N (one time
+    per N, the median where N repeats), read at N = 0. Series whose intercept is not positive
+    are left out."""
+    series: dict[tuple[int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for mi, ni, ki, t in zip(m, n, k, ms):
+        if mi * ki >= min_elements:
+            series[(mi, ki)][ni].append(t)
+    out = {}
+    for key, by_n in series.items():
+        if len(by_n) < 4:
+            continue
+        xs = sorted(by_n)[:4]
+        ys = [statistics.median(by_n[x]) for x in xs]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+                 / sum((x - mx) ** 2 for x in xs))
+        intercept = my - slope * mx
+        if intercept > 0:
+            out[key] = intercept
+    return out
 
 
 def us_per_row(intercepts: dict[tuple[int, int], float], sm_count: int,
@@ -105,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
 
     structure, scores = [], []
     steps: list[str] = []
-    series: dict[str, dict[tuple[int, int], float]] = {}
     for gpu in gpus:
         sel = fp8 & measured.mask(gpu=gpu)
         idx = torch.nonzero(sel).flatten()
@@ -119,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
                  for name, t in times.items()}
         inter = {name: {s: v for s, v in i.items() if s[0] * s[1] >= MIN_ELEMENTS}
                  for name, i in every.items()}
-        series[gpu] = every["measured"]
         device = measured.device(gpu)
         per_row = {name: us_per_row(i, device.sm_count) for name, i in every.items()}
         for p in PASSES:
@@ -139,17 +158,6 @@ def main(argv: list[str] | None = None) -> int:
             ratio = (held[idx][big] / measured.latency_ms[idx][big]).median()
             row.append(f"{float(ratio):.2f}")
         scores.append(row)
-    devices = {gpu: measured.device(gpu) for gpu in gpus}
-    sms = {gpu: d.sm_count for gpu, d in devices.items()}
-    bws = {gpu: d.dram_bw_bytes_per_s for gpu, d in devices.items()}
-    read = []
-    for out in [None, *sorted({d.chip for d in devices.values()})]:
-        kept = {gpu: s for gpu, s in series.items() if devices[gpu].chip != out}
-        found = fit_cast_latencies(kept, sms, bws)
-        read.append([out or "none (the shipped fit)", ", ".join(sorted(kept)),
-                     "-" if found is None else f"{found.cta_us:.3f}",
-                     "-" if found is None else f"{found.pass_us:.3f}",
-                     0 if found is None else found.series])
     wall = time.perf_counter() - t0
 
     cols = ["measured", "priced, in the fit"] + (["priced, chip held out"] if held is not None
@@ -185,18 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         ("Measured, from one to eight passes: " + "; ".join(steps) + ". The predictor prices "
          "a fixed time per CTA and per further pass, in microseconds (latencies, not clock "
-         "counts) and shared by every GPU, plus the 3 bytes an element at the datasheet DRAM "
-         "bandwidth. Before the GEMM weights are fitted, the two latencies are read off the "
-         "training GPUs' measured intercepts (`torch_gemm_cost/predict/cast.py`: a least-squares "
-         f"line in the passes through the series of M ≥ {DEEP_ROWS}, bytes taken off, each GPU "
-         "weighing the same), and the fit leaves them alone. Read with each chip held out, as "
-         "the leave-one-chip-out fits read them:"),
-        "",
-        tabulate(read, headers=["chip held out", "GPUs read", "µs per CTA", "µs per further pass",
-                                "(M, K) series"], tablefmt="github"),
-        "",
-        (f"The shipped weights hold {consts['cast_cta_us']:.3f} µs and "
-         f"{consts['cast_pass_us']:.3f} µs."),
+         "counts) and shared by every GPU, plus the 3 bytes an element at the DRAM bandwidth "
+         "it fits for GEMMs: "
+         + f"{consts['cast_cta_us']:.2f} µs and {consts['cast_pass_us']:.2f} µs in the "
+         "shipped fit."),
         "",
         "Priced against measured intercepts, series of M·K ≥ 2^24:",
         "",

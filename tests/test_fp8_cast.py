@@ -1,5 +1,5 @@
-"""benchmarks/fp8_cast.py: the time per row and the priced / measured ratio read from the N -> 0
-intercepts that measure vLLM's fp8 activation cast (predict/cast.py), by hand."""
+"""benchmarks/fp8_cast.py: the N -> 0 intercept that measures vLLM's fp8 activation cast, and
+the time per row and the priced / measured ratio read from it, by hand."""
 
 from __future__ import annotations
 
@@ -15,6 +15,32 @@ _spec = importlib.util.spec_from_file_location(
 assert _spec is not None and _spec.loader is not None
 fp8_cast = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fp8_cast)
+
+
+def test_intercept_by_hand() -> None:
+    # M = 4096, K = 8192 (2^25 elements): t = 0.05 ms + 1e-5 ms per N at N = 1024, 2048, 3072
+    # and 4096 (0.06024, 0.07048, 0.08072, 0.09096 ms; a second N = 4096 row of 0.10 ms makes
+    # the median there 0.09548); the fifth N, 8192, is not among the four smallest.
+    # Least squares through (1024, 0.06024), (2048, 0.07048), (3072, 0.08072), (4096, 0.09548):
+    # mean N 2560, mean t 0.07673; dN = -1536, -512, 512, 1536 and dt = -0.01649, -0.00625,
+    # 0.00399, 0.01875, so sum(dN dt) = 25.329 + 3.200 + 2.043 + 28.800 = 59.372 and
+    # sum(dN^2) = 5,242,880: slope 1.1324e-5 ms per N; intercept = 0.07673 - 2560 * 1.1324e-5
+    # = 0.04774 ms (the line bends up to the repeated N = 4096, so it is not 0.05).
+    m, k = 4096, 8192
+    ns = [1024, 2048, 3072, 4096, 4096, 8192]
+    ms = [0.06024, 0.07048, 0.08072, 0.09096, 0.10000, 0.5]
+    got = fp8_cast.cast_intercepts_ms([m] * 6, ns, [k] * 6, ms)
+    assert list(got) == [(m, k)]
+    assert got[(m, k)] == pytest.approx(0.04774, abs=1e-5)
+
+
+def test_short_small_and_negative_series_are_left_out() -> None:
+    # three distinct N only; a series of 2^24 - 1 elements; a line whose intercept is negative
+    assert fp8_cast.cast_intercepts_ms([4096] * 3, [1, 2, 3], [8192] * 3, [1.0, 2.0, 3.0]) == {}
+    small = 2**24 - 1
+    assert fp8_cast.cast_intercepts_ms([small] * 4, [1, 2, 3, 4], [1] * 4, [1.0] * 4) == {}
+    assert fp8_cast.cast_intercepts_ms([4096] * 4, [1, 2, 3, 4], [8192] * 4,
+                                       [1.0, 3.0, 5.0, 7.0]) == {}
 
 
 def test_time_per_row_an_sm_works_through_by_hand() -> None:

@@ -42,7 +42,6 @@ from ..gemms.measured import impossible_rows
 from .base import Estimator, GemmBatch, GemmPrediction, read_fitted
 from .base import inv_softplus as _inv_softplus
 from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
-from .cast import CastLatencies, cast_intercepts_ms, cast_ms, fit_cast_latencies
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
@@ -54,6 +53,9 @@ __all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]
 log = logging.getLogger(__name__)
 
 FORMAT = "torch_gemm_cost.hybrid"
+# elements of a row vLLM's fp8 cast converts per pass: 256 threads × one 16-byte vector of
+# 16-bit elements (``static_scaled_fp8_quant``, csrc/quantization/fp8/common.cu)
+CAST_ELEMENTS_PER_PASS = 256 * 16 // 2
 TIMINGS: tuple[str, ...] = ("kernel", "event", "table")
 SOURCES: tuple[str, ...] = ("neusight", "neusight-test", "vidur", "deepbench", "xla-ptable",
                             "llmcompass", "aiconfigurator", "tgc-align", "calibrate")
@@ -96,7 +98,7 @@ class HybridPredictor(Estimator):
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "11"
+    version = "10"
 
     # fitted state (set by fit, set_metadata or load)
     params_: dict[str, torch.Tensor]
@@ -185,9 +187,8 @@ class HybridPredictor(Estimator):
             # SM cycles per warp-wide load in NVIDIA's misaligned matrix kernels (intensity.py)
             "misaligned_load_cycles": torch.tensor([_inv_softplus(4.0)], dtype=f64),
             # vLLM's fp8 cast kernel: an SM's fixed time per CTA (one token row), and per
-            # further pass over the row, in microseconds; read off the measured rows whose time
-            # includes one before the fit (cast.py), these starting values only where there
-            # are none
+            # further pass over the row, in microseconds (fitted on the rows whose time
+            # includes one)
             "cast_cta_us": torch.tensor([_inv_softplus(0.6)], dtype=f64),
             "cast_pass_us": torch.tensor([_inv_softplus(0.5)], dtype=f64),
             "launch_log_ms": torch.tensor([math.log(0.004), math.log(0.02), math.log(0.003)],
@@ -210,7 +211,7 @@ class HybridPredictor(Estimator):
                  "simt_overhead_per_fma", "roof_p", "dram_p", "simt_wave_kcycles", "tile_pref",
                  *(["tile_pref_family"] if self.per_family else []),
                  "issue_fma_per_load", "launch_log_ms", "launch_source", "launch_p",
-                 "misaligned_load_cycles"]
+                 "misaligned_load_cycles", "cast_cta_us", "cast_pass_us"]
         if self.use_cache:
             names += ["l2_share", "l1_bytes_per_clk", "l2_bytes_per_clk", "h1"]
         if self.use_instr:
@@ -485,7 +486,7 @@ class HybridPredictor(Estimator):
         hi, lo = torch.maximum(gemm_ms, launch_ms), torch.minimum(gemm_ms, launch_ms)
         with_launch = _pnorm(hi, lo, lp)
         if quantized is not None:
-            cast_ms = self._cast_ms(p, x, geo, quantized) + torch.exp(launch_log)
+            cast_ms = self._cast_ms(p, x, geo, mem, quantized) + torch.exp(launch_log)
             with_launch = with_launch + torch.where(quantized > 0, cast_ms, zero)
         details = self._details(geo, peak, mem, roof, pick, util)
         return {
@@ -497,12 +498,29 @@ class HybridPredictor(Estimator):
 
     @staticmethod
     def _cast_ms(p: dict[str, torch.Tensor], x: RowInputs, geo: dict[str, torch.Tensor],
-                 quantized: torch.Tensor) -> torch.Tensor:
+                 mem: dict[str, torch.Tensor], quantized: torch.Tensor) -> torch.Tensor:
         """Milliseconds of the kernel that casts ``quantized`` (N,) 16-bit elements of A to fp8
-        before the GEMM, launch aside; 0 where ``quantized`` is 0 (cast.py)."""
+        before the GEMM, launch aside; 0 where ``quantized`` is 0.
+
+        vLLM's static per-tensor cast (``static_scaled_fp8_quant``, csrc/quantization/fp8/
+        common.cu) runs one CTA of 256 threads per token row, each thread converting one 16-byte
+        vector (8 elements) per pass, so a row of K elements takes ⌈K / 2048⌉ passes. The SMs
+        work through the rows ⌈rows / SMs⌉ deep, each paying a fixed time per CTA and one more
+        per further pass (about a DRAM round trip, which the next pass waits on), and the 3
+        bytes an element (2 read, 1 written) cross DRAM on top. Both times are in microseconds,
+        not clocks: they are latencies. aiconfigurator's fp8 rows read at N -> 0 show the steps
+        at K = 2048 · j (``benchmarks/fp8_cast.py``).
+        """
         sp = torch.nn.functional.softplus
-        return cast_ms(quantized, geo["k"], x.sm_count, x.dram_bw_bytes_per_s,
-                       sp(p["cast_cta_us"]), sp(p["cast_pass_us"]))
+        # NB: a stand-in of one element where none is cast, so no 0/0 reaches a gradient
+        elems = torch.where(quantized > 0, quantized, torch.ones_like(quantized))
+        k = geo["k"].clamp(min=1.0)
+        rows = torch.round(elems / k)  # elements are rows · k; round off float32's error
+        depth = torch.ceil(rows / x.sm_count)  # rows one SM works through
+        passes = torch.ceil(k / CAST_ELEMENTS_PER_PASS)
+        latency_s = depth * (sp(p["cast_cta_us"]) + (passes - 1.0) * sp(p["cast_pass_us"])) * 1e-6
+        cast_s = latency_s + 3.0 * elems / mem["dram_eff"].squeeze(1)
+        return torch.where(quantized > 0, cast_s * 1e3, torch.zeros_like(cast_s))
 
     def _details(self, geo: dict[str, torch.Tensor], peak: dict[str, torch.Tensor],
                  mem: dict[str, torch.Tensor], roof: dict[str, torch.Tensor],
@@ -637,30 +655,6 @@ class HybridPredictor(Estimator):
         w = torch.tensor(weights, dtype=torch.float64)
         return measured.select(torch.tensor(chosen)), w / w.sum()
 
-    @staticmethod
-    def _read_cast_latencies(measured: Any) -> CastLatencies | None:
-        """The fp8 cast's two latencies read off every measured row whose time includes a cast
-        (cast.py), or None where those rows cannot determine them."""
-        if measured.quantized_elements is None:
-            return None
-        g = measured.gemms
-        cast = torch.nonzero(measured.quantized_elements > 0).flatten().tolist()
-        by_gpu: dict[str, list[int]] = {}
-        for i in cast:
-            by_gpu.setdefault(measured.gpu[i], []).append(i)
-        series, sms, bws = {}, {}, {}
-        for gpu, idx in by_gpu.items():
-            t = torch.tensor(idx)
-            series[gpu] = cast_intercepts_ms(g.m[t].long().tolist(), g.n[t].long().tolist(),
-                                             g.k[t].long().tolist(), measured.latency_ms[t].tolist())
-            device = measured.device(gpu)
-            sms[gpu], bws[gpu] = device.sm_count, device.dram_bw_bytes_per_s
-        found = fit_cast_latencies(series, sms, bws)
-        if found is not None:
-            log.info("fp8 cast: %.3f us per CTA, %.3f us per further pass, from %d series of %s",
-                     found.cta_us, found.pass_us, found.series, ", ".join(found.gpus))
-        return found
-
     # ---------------------------------------------------------------- training
     def fit(self, measured: Any, *, warm_start: bool = False) -> HybridPredictor:
         """Fit every trainable parameter jointly with full-batch Adam; returns self.
@@ -674,12 +668,6 @@ class HybridPredictor(Estimator):
 
         if not (warm_start and getattr(self, "params_", None) is not None):
             self.params_ = self._init_params()
-        self.cast_latencies_ = self._read_cast_latencies(measured)
-        if self.cast_latencies_ is not None:
-            self.params_["cast_cta_us"] = torch.tensor(
-                [_inv_softplus(self.cast_latencies_.cta_us)], dtype=torch.float64)
-            self.params_["cast_pass_us"] = torch.tensor(
-                [_inv_softplus(self.cast_latencies_.pass_us)], dtype=torch.float64)
         train_names = self.trainable_names()
         for name, t in self.params_.items():
             t.requires_grad_(name in train_names)
