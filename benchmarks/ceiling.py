@@ -1,6 +1,6 @@
 """How far held-out accuracy can go on this data: the hybrid's fit against its transfer.
 
-    python benchmarks/ceiling.py [--data ../shared/data] [--seed 0] [--threads 2]
+    python benchmarks/ceiling.py [--data ../shared/data] [--seed 0] [--threads 2] [--held-out LOCO.pt]
 
 `accuracy.py` scores models that never saw the GPU. This asks what bounds that score. Four
 measurements, one seed, about 6 minutes on two cores:
@@ -19,7 +19,8 @@ measurements, one seed, about 6 minutes on two cores:
    on the shapes both timed (NeuSight's `neusight-test` shapes). Near zero: what the model gets
    wrong on one GPU says nothing about another, so no shared model can learn it from the others.
 
-Writes ``benchmarks/results/ceiling.md``.
+``--held-out`` takes the leave-one-chip-out predictions ``accuracy.py --save-predictions`` saved
+(same rows, same seed) instead of fitting them again. Writes ``benchmarks/results/ceiling.md``.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from accuracy import per_gpu
 
-from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_all_gemms
+from torch_gemm_cost.gemms.measured import MeasuredGemms
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import leave_one_chip_out
+from torch_gemm_cost.train.intervals import held_out_rows
 
 RESULTS = ROOT / "benchmarks" / "results" / "ceiling.md"
 SHARED_SOURCE = "neusight-test"
@@ -119,18 +121,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--held-out", default=None,
+                    help="leave-one-chip-out predictions of the same seed saved by accuracy.py "
+                         "--save-predictions, instead of fitting them again")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    data = load_all_gemms(args.data)
-    data = data.select(~impossible_rows(data))
+    data, saved = held_out_rows(args.data, args.held_out)
     y = data.latency_ms
     t0 = time.perf_counter()
     fitted = HybridPredictor(seed=args.seed).fit(data)
     in_sample = fitted.predict_measured(data)
     t_fit = time.perf_counter() - t0
     t0 = time.perf_counter()
-    held_out = leave_one_chip_out(data, lambda s: HybridPredictor(seed=s), seeds=(args.seed,))
+    if saved is None:
+        held_out = leave_one_chip_out(data, lambda s: HybridPredictor(seed=s), seeds=(args.seed,))
+    else:
+        held_out = saved
     t_logo = time.perf_counter() - t0
     oracle = oracle_levels(data, held_out)
     knn = knn_own_rows(data, seed=args.seed)
@@ -151,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         "Produced by `" + " ".join(["python benchmarks/ceiling.py",
                                     *(argv if argv is not None else sys.argv[1:])]) + "`. "
         f"Hybrid seed {args.seed}; {len(data)} rows (impossible rows dropped); fit on every GPU "
-        f"{t_fit:.0f} s, leave-one-chip-out {t_logo:.0f} s. Data: NeuSight (MIT), vidur (MIT), "
+        f"{t_fit:.0f} s, leave-one-chip-out "
+        + (f"{t_logo:.0f} s" if saved is None else f"read from `{Path(args.held_out).name}`")
+        + ". Data: NeuSight (MIT), vidur (MIT), "
         "LLMCompass (BSD-3), DeepBench (Apache-2.0), XLA performance tables (Apache-2.0), aiconfigurator (Apache-2.0), this project's H200 rows.",
         "",
         ("MAPE per GPU; the last row averages the GPUs, each counting once, as `accuracy.py` "
