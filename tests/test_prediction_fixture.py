@@ -4,7 +4,10 @@ Every catalog device × every dtype it supports × a fixed set of GEMM shapes (a
 tiny, huge, batched; matmul and Linear layouts, with and without a bias), through
 ``predict_gemm_ms``; and the whole-model totals of end-to-end label models (NeuSight's configs,
 built as ``benchmarks/e2e.py`` builds them, at a small batch), inference and training, through
-``compare``. Times are stored as ``float.hex``, so a change of one bit anywhere fails.
+``compare``. Times are stored as ``float.hex`` and compared to a relative 1e-6, so any change of
+the predictor fails while the last bits of float32 sums, which vary with the CPU's vector width
+(one machine's whole-model totals differ from another's by up to 4e-9), do not. Counts are
+compared exactly.
 
 The fixture moves whenever the predictor's weights or physics move on purpose; then regenerate it:
 
@@ -114,17 +117,35 @@ def compute() -> dict[str, dict[str, str]]:
     }
 
 
+# float32 carries 24 bits (a relative 6e-8); sums of thousands of terms in another order differ
+# by a few of those, a predictor change by far more
+REL_TOL = 1e-6
+
+
+def _same(a: str, b: str) -> bool:
+    """Two fields agree: hex floats to ``REL_TOL``, anything else exactly."""
+    if "." in a and "." in b:
+        return math.isclose(float.fromhex(a), float.fromhex(b), rel_tol=REL_TOL)
+    return a == b
+
+
 def _differences(golden: dict[str, str], now: dict[str, str], limit: int = 5) -> list[str]:
     keys = sorted(set(golden) | set(now))
     out = [f"{key}: {'missing now' if key not in now else 'new'}"
            for key in keys if (key in golden) != (key in now)]
     for key in keys:
-        if key in golden and key in now and golden[key] != now[key]:
-            was, got = golden[key].split(), now[key].split()
-            first = next((i for i, (a, b) in enumerate(zip(was, got)) if a != b), min(len(was), len(got)))
-            pair = (f"{float.fromhex(was[first])!r} -> {float.fromhex(got[first])!r}"
-                    if first < min(len(was), len(got)) and "." in was[first] else
-                    f"{len(was)} -> {len(got)} fields")
+        if key not in golden or key not in now:
+            continue
+        was, got = golden[key].split(), now[key].split()
+        if len(was) != len(got) or not all(_same(a, b) for a, b in zip(was, got)):
+            first = next((i for i, (a, b) in enumerate(zip(was, got)) if not _same(a, b)),
+                         min(len(was), len(got)))
+            if first >= min(len(was), len(got)):
+                pair = f"{len(was)} -> {len(got)} fields"
+            elif "." in was[first]:
+                pair = f"{float.fromhex(was[first])!r} -> {float.fromhex(got[first])!r}"
+            else:
+                pair = f"{was[first]} -> {got[first]}"
             out.append(f"{key}: field {first} {pair}")
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
 
@@ -136,7 +157,7 @@ def now() -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize("section", ["shapes", "gemms", "e2e"])
-def test_predictions_equal_the_golden_ones_to_the_bit(now: dict[str, dict[str, str]],
+def test_predictions_equal_the_golden_ones(now: dict[str, dict[str, str]],
                                                       section: str) -> None:
     golden = json.loads(GOLDEN.read_text())[section]
     diffs = _differences(golden, now[section])
@@ -145,6 +166,18 @@ def test_predictions_equal_the_golden_ones_to_the_bit(now: dict[str, dict[str, s
         + "\n  ".join(diffs)
         + f"\nIf the predictor changed on purpose, regenerate the fixture: {REGENERATE}"
     )
+
+
+def test_differences_tolerate_float32_summation_order_and_nothing_more() -> None:
+    # 56.81412618421018 -> 56.81412635743618 is a relative 3.0e-9 (two machines' whole-model
+    # totals); 56.8141 -> 56.8147 is 1.1e-5, and a GEMM count of 98 -> 99 is a change
+    golden = {"m": f"{(56.81412618421018).hex()} 98"}
+    assert _differences(golden, {"m": f"{(56.81412635743618).hex()} 98"}) == []
+    assert _differences(golden, {"m": f"{(56.8147).hex()} 98"}) == [
+        "m: field 0 56.81412618421018 -> 56.8147"]
+    assert _differences(golden, {"m": f"{(56.81412618421018).hex()} 99"}) == ["m: field 1 98 -> 99"]
+    assert _differences(golden, {"m": f"{(56.81412618421018).hex()}"}) == ["m: field 1 2 -> 1 fields"]
+    assert _differences(golden, {}) == ["m: missing now"]
 
 
 def test_fixture_spans_every_device_dtype_and_variant() -> None:
