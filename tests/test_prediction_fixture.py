@@ -1,4 +1,4 @@
-"""Golden predictions: the shipped predictor's times, to the last bit.
+"""Golden predictions: the shipped predictor's times, to a part in a million.
 
 Every catalog device × every dtype it supports × a fixed set of GEMM shapes (aligned, misaligned,
 tiny, huge, batched; matmul and Linear layouts, with and without a bias), through
