@@ -16,15 +16,14 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from torch_gemm_cost.gemms.measured import load_gemms
+from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, load_gemms
 
 RESULTS = Path(__file__).resolve().parent / "results" / "alignment_evidence.md"
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=DATA, type=Path)
+    parser.add_argument("--data", default=DEFAULT_DATA_DIR, type=Path)
     args = parser.parse_args()
     data = load_gemms(args.data)
     g = data.gemms

@@ -134,10 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     in_sample = fitted.predict_measured(data)
     t_fit = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if saved is None:
-        held_out = leave_one_chip_out(data, lambda s: HybridPredictor(seed=s), seeds=(args.seed,))
-    else:
-        held_out = saved
+    held_out = saved if saved is not None else leave_one_chip_out(
+        data, lambda s: HybridPredictor(seed=s), seeds=(args.seed,))
     t_logo = time.perf_counter() - t0
     oracle = oracle_levels(data, held_out)
     knn = knn_own_rows(data, seed=args.seed)

@@ -31,10 +31,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from torch_gemm_cost.gemms.measured import MeasuredGemms, load_gemms
+from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, MeasuredGemms, load_gemms
 
 RESULTS = Path(__file__).resolve().parent / "results" / "label_consistency.md"
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 DURATION_BINS_MS = ((1.0, 10.0), (10.0, 100.0), (100.0, math.inf))
 
 
@@ -179,7 +178,7 @@ def training_split(data_dir: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=DATA, type=Path)
+    parser.add_argument("--data", default=DEFAULT_DATA_DIR, type=Path)
     parser.add_argument("--out", default=RESULTS, type=Path)
     args = parser.parse_args(argv)
     data = load_gemms(args.data)

@@ -42,8 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from torch_gemm_cost import calibrate as cal
 from torch_gemm_cost.devices import get_device, host_cpu
-
-DATA = ROOT / ".." / "shared" / "data"
+from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR
 
 log = logging.getLogger("measure_gpu")
 PARTS = ("alignment", "e2e", "calibrate", "kernels", "vec")
@@ -258,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--data", type=Path, default=DATA,
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR,
                         help="for e2e/neusight_labels.csv and e2e/configs")
     parser.add_argument("--budget-s", type=float, default=400.0)
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)

@@ -18,17 +18,16 @@ from pathlib import Path
 import torch
 
 from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.gemms.measured import load_gemms
+from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, load_gemms
 from torch_gemm_cost.predict import default_predictor
 
 TILE = re.compile(r"sgemm_(\d+)x(\d+)")
 RESULTS = Path(__file__).resolve().parent / "results" / "tile_match.md"
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=DATA, type=Path)
+    parser.add_argument("--data", default=DEFAULT_DATA_DIR, type=Path)
     args = parser.parse_args()
     data = load_gemms(args.data, sources=["neusight", "neusight-test"])
     predictor = default_predictor()
