@@ -28,8 +28,9 @@ __all__ = [
 
 
 def requested_ab_bytes(grid: TileGrid, in_bytes: torch.Tensor) -> torch.Tensor:
-    """A and B bytes all tiles load: tiles·(Tm+Tn)·k_slice·bytes, (N, C)."""
-    return grid.tiles * (grid.tile_m + grid.tile_n) * grid.k_slice * in_bytes.unsqueeze(1)
+    """A and B bytes all tiles load: tiles·(rows + cols)·k_slice·bytes, (N, C), with the rows
+    and columns a tile holds that exist (loads past an edge are predicated off)."""
+    return grid.tiles * (grid.rows + grid.cols) * grid.k_slice * in_bytes.unsqueeze(1)
 
 
 def wave_unique_ab_bytes(grid: TileGrid, m: torch.Tensor, n: torch.Tensor,
@@ -37,7 +38,8 @@ def wave_unique_ab_bytes(grid: TileGrid, m: torch.Tensor, n: torch.Tensor,
     """Distinct A/B bytes the tiles of one full wave touch, (N, C).
 
     A wave smaller than one (batch, split) item's tile grid covers a near-square patch of
-    wm×wn tiles: it reads wm·Tm rows of A and wn·Tn columns of B. A larger wave covers
+    wm×wn tiles: it reads the wm·rows of A and wn·cols of B that exist (``TileGrid.rows``,
+    ``cols``: at most Tm and Tn a tile; loads past an edge are predicated off). A larger wave covers
     whole items, each reading its (m + n)·k_slice panel once.
     """
     mm, nn, eb = m.unsqueeze(1), n.unsqueeze(1), in_bytes.unsqueeze(1)
@@ -47,7 +49,7 @@ def wave_unique_ab_bytes(grid: TileGrid, m: torch.Tensor, n: torch.Tensor,
     w = torch.minimum(grid.tiles, grid.slots)  # tiles in one wave
     wn = torch.minimum(gn, torch.sqrt(w))
     wm = torch.minimum(gm, w / wn)
-    patch = (wm * grid.tile_m + wn * grid.tile_n) * grid.k_slice * eb
+    patch = (wm * grid.rows + wn * grid.cols) * grid.k_slice * eb
     whole = (w / per_item) * (torch.minimum(gm * grid.tile_m, mm)
                               + torch.minimum(gn * grid.tile_n, nn)) * grid.k_slice * eb
     return torch.where(w < per_item, patch, whole)

@@ -98,7 +98,7 @@ class HybridPredictor(Estimator):
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "10"
+    version = "12"
 
     # fitted state (set by fit, set_metadata or load)
     params_: dict[str, torch.Tensor]
@@ -326,7 +326,12 @@ class HybridPredictor(Estimator):
             clk = (x.sm_count * x.clock_hz * 1e-9).unsqueeze(1) * 1e9
             bw_l1 = sp(p["l1_bytes_per_clk"]) * 128.0 * clk
             bw_l2 = sp(p["l2_bytes_per_clk"]) * 64.0 * clk
-            mem_bw = effective_bandwidth(h1, h2, bw_l1, bw_l2, dram_eff)
+            # DRAM is shared by the tiles in flight, each SM drawing at most its L2 port: a grid
+            # that keeps a share `occupancy` of the slots busy gets DRAM/occupancy per slot-share
+            # (times are costed per full wave), up to the L2 rate
+            occupancy = (geo["waves"] - 1.0 + geo["last_wave_fill"]) / geo["waves"]  # (N, C)
+            dram_slot = torch.minimum(dram_eff / occupancy, bw_l2)
+            mem_bw = effective_bandwidth(h1, h2, bw_l1, bw_l2, dram_slot)
         else:
             h1 = h2 = torch.zeros_like(geo["tiles"])
             mem_bw = dram_eff.expand_as(geo["tiles"])

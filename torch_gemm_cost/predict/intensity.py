@@ -37,7 +37,7 @@ class TileTraffic:
     """Per (GEMM, candidate), (N, C)."""
 
     ops: torch.Tensor  # 2·Tm·Tn·k_slice
-    mem_bytes: torch.Tensor  # A and B panels read, C tile written
+    mem_bytes: torch.Tensor  # A and B panels read, C tile written (rows and columns that exist)
     read_inst: torch.Tensor
     write_inst: torch.Tensor
 
@@ -68,15 +68,18 @@ def tile_traffic(
     included); ``in_bytes`` when None."""
     eb, ob = in_bytes.unsqueeze(1), out_bytes.unsqueeze(1)
     bb = eb if b_elem_bytes is None else b_elem_bytes.unsqueeze(1)
-    a_bytes = grid.tile_m * grid.k_slice * eb
-    b_bytes = grid.tile_n * grid.k_slice * bb
     # NB: split-K partials are written in fp32 and reduced later; the reduce kernel is not modelled.
     c_elem = torch.where(grid.split_k > 1.0, torch.clamp(ob, min=4.0), ob)
-    c_bytes = grid.tile_m * grid.tile_n * c_elem
-    read_inst = a_bytes / a_align.unsqueeze(1) + b_bytes / b_align.unsqueeze(1)
-    write_inst = c_bytes / c_align.unsqueeze(1)
+    # a tile past the edge of A, B or C issues its loads and stores predicated off: they take
+    # issue slots (the instruction counts are the whole tile's) but move no bytes, so the bytes
+    # are those of the rows and columns that exist (grid.rows, grid.cols); the MMAs still run
+    # on the whole tile (ops)
+    read_inst = (grid.tile_m * grid.k_slice * eb / a_align.unsqueeze(1)
+                 + grid.tile_n * grid.k_slice * bb / b_align.unsqueeze(1))
+    write_inst = grid.tile_m * grid.tile_n * c_elem / c_align.unsqueeze(1)
+    mem = (grid.rows * eb + grid.cols * bb) * grid.k_slice + grid.rows * grid.cols * c_elem
     ops = 2.0 * grid.tile_m * grid.tile_n * grid.k_slice
-    return TileTraffic(ops, a_bytes + b_bytes + c_bytes, read_inst, write_inst)
+    return TileTraffic(ops, mem, read_inst, write_inst)
 
 
 def narrow_loads(grid: TileGrid, batch: torch.Tensor, m: torch.Tensor, n: torch.Tensor,

@@ -97,6 +97,8 @@ class TileGrid:
     k_slice: torch.Tensor  # k / split_k
     ops_per_wave: torch.Tensor  # 2·Tm·Tn·k_slice·slots
     valid: torch.Tensor  # (N, C) bool
+    rows: torch.Tensor  # rows of A a tile holds on average: m / ⌈m/Tm⌉ (≤ Tm)
+    cols: torch.Tensor  # columns of B a tile holds on average: n / ⌈n/Tn⌉ (≤ Tn)
 
 
 def tile_grid(
@@ -120,7 +122,8 @@ def tile_grid(
     max_ctas = torch.tensor([float(MAX_CTAS[e]) for e in ENGINES], dtype=m.dtype)[engine]
     slots = sm_count.unsqueeze(1) * ctas_per_sm(tm, tn, regfile_bytes.unsqueeze(1),
                                                 max_ctas.unsqueeze(1))
-    tiles_1 = b * torch.ceil(mm / tm) * torch.ceil(nn / tn)
+    grid_m, grid_n = torch.ceil(mm / tm), torch.ceil(nn / tn)
+    tiles_1 = b * grid_m * grid_n
     fill_split = torch.exp2(torch.floor(torch.log2(torch.clamp(slots / tiles_1, min=1.0))))
     fill_split = torch.clamp(torch.minimum(fill_split, torch.floor(kk / 128.0)), 1.0, MAX_SPLIT_K)
     sk = torch.where(sk == 0, fill_split, sk)
@@ -129,4 +132,5 @@ def tile_grid(
     fill = (tiles - (waves - 1.0) * slots) / slots
     k_slice = kk / sk
     ops = 2.0 * tm * tn * k_slice * slots
-    return TileGrid(tm, tn, sk, tiles, slots, waves, fill, k_slice, ops, valid)
+    return TileGrid(tm, tn, sk, tiles, slots, waves, fill, k_slice, ops, valid,
+                    mm / grid_m, nn / grid_n)
