@@ -16,9 +16,14 @@ from torch_gemm_cost.devices import get_device, list_devices
 from torch_gemm_cost.dtypes import DTYPES
 from torch_gemm_cost.gemms.measured import MeasuredGemms, gemm_batch_from_columns
 from torch_gemm_cost.gemms.records import DTYPE_NAMES, GemmBatch
-from torch_gemm_cost.predict.cache import effective_bandwidth
+from torch_gemm_cost.predict.cache import (
+    effective_bandwidth,
+    grid_dram_bandwidth,
+    requested_ab_bytes,
+)
 from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable, RowInputs
 from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
+from torch_gemm_cost.predict.intensity import tile_traffic
 from torch_gemm_cost.predict.power import power_cap
 from torch_gemm_cost.predict.query import predict_gemm_ms
 from torch_gemm_cost.predict.tiles import ENGINES, SPLITS, TILES, tile_grid
@@ -97,6 +102,46 @@ def test_split_k_limits() -> None:
                      one(262144))
     # one 64x64 tile in 108·4 = 432 slots: 2^⌊log2 432⌋ = 256, capped at 64
     assert float(grid.split_k.max()) == 64
+
+
+def test_a_tile_past_an_edge_moves_only_what_exists_by_hand() -> None:
+    # m = 17, n = 1000, k = 512 in bf16 on 108 SMs; the 64x128 mma tile without split-K
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)
+    grid = tile_grid(one(1), one(17), one(1000), one(512), torch.tensor([ENGINES.index("mma")]),
+                     one(108), one(262144))
+    j = [(tm, tn, s) for tm, tn in TILES["mma"] for s in SPLITS].index((64, 128, 1))
+    # rows: 17 / ⌈17/64⌉ = 17; cols: 1000 / ⌈1000/128⌉ = 1000 / 8 = 125
+    assert (float(grid.rows[0, j]), float(grid.cols[0, j])) == (17.0, 125.0)
+    two = torch.tensor([2.0])
+    t = tile_traffic(grid, two, two, one(16), one(16), one(16))
+    # bytes: (17 + 125)·512·2 read + 17·125·2 written = 145408 + 4250 = 149658
+    assert float(t.mem_bytes[0, j]) == 149658.0
+    # the instructions are the whole tile's, issued predicated off past the edge:
+    # (64 + 128)·512·2 B / 16 B a load = 12288 loads; 64·128·2 / 16 = 1024 stores
+    assert (float(t.read_inst[0, j]), float(t.write_inst[0, j])) == (12288.0, 1024.0)
+    # the MMAs run on the whole tile: 2·64·128·512
+    assert float(t.ops[0, j]) == 2 * 64 * 128 * 512
+    # all tiles together read 8 tiles·(17 + 125)·512·2 = 1163264 B of A and B: A once per
+    # column of tiles (8·17·512·2) and B once (1000·512·2)
+    assert float(requested_ab_bytes(grid, two)[0, j]) == 8 * 17 * 512 * 2 + 1000 * 512 * 2
+
+
+def test_a_grid_that_fills_part_of_the_gpu_shares_dram_among_its_tiles_by_hand() -> None:
+    f = lambda v: torch.tensor([v], dtype=torch.float64)
+    # η·BW_DRAM 0.85e12, L2 4e13: a full wave (or several) sees DRAM's own rate
+    assert float(grid_dram_bandwidth(f(0.85e12), f(4e13), f(3.0), f(1.0))) == 0.85e12
+    # 2 waves, the last 0.2 full: occupancy (1 + 0.2) / 2 = 0.6, 0.85e12 / 0.6
+    assert float(grid_dram_bandwidth(f(0.85e12), f(4e13), f(2.0), f(0.2))) == \
+        pytest.approx(0.85e12 / 0.6, rel=1e-12)
+    # one tile of 142·2 slots: occupancy 1/284, 0.85e12·284 = 2.4e14 > the L2 port, 4e13
+    assert float(grid_dram_bandwidth(f(0.85e12), f(4e13), f(1.0), f(1 / 284))) == 4e13
+    # through the predictor: a one-tile GEMM's misses go at the L2 port, not at its wave share
+    # of DRAM, which would cap the hit-weighted bandwidth at η·BW_DRAM / ((1 − H1)(1 − H2))
+    model, dev = initialised(), get_device("l40s")
+    d = model.predict(GemmBatch.from_dims(m=[1], n=[32], k=[32], dtype="bfloat16"), dev).details
+    eta = float(torch.sigmoid(model.params_["eta_dram"]))
+    dram_share_cap = eta * dev.dram_bw_bytes_per_s / ((1 - d["h1"][0]) * (1 - d["h2"][0]))
+    assert float(d["mem_bw_bytes_per_s"][0]) > 10 * float(dram_share_cap)
 
 
 def test_bandwidth_without_hits_is_eta_dram() -> None:
@@ -291,10 +336,10 @@ def test_mismatched_shapes_name_the_file_and_parameter(tmp_path) -> None:
 
 def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc = initialised().to_dict()
-    doc["version"] = "9"  # before the fp8 cast was priced per CTA and pass
-    path = tmp_path / "v9.json"
+    doc["version"] = "10"  # before tiles moved only the bytes of rows and columns that exist
+    path = tmp_path / "v10.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v9.json.*version 9 weights.*reads version 10"):
+    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 12"):
         HybridPredictor.load(path)
 
 

@@ -1,7 +1,10 @@
 """Stage 2: the three-level cache model and the effective bandwidth it gives.
 
 Tile loads hit L1 with rate H1, L2 with rate H2, and otherwise go to DRAM at η_DRAM of its
-datasheet bandwidth. The effective bandwidth weights the time per byte at each level:
+datasheet bandwidth, shared by the tiles in flight (``grid_dram_bandwidth``: a grid that keeps
+part of the GPU busy leaves DRAM to the SMs it uses, each up to its L2 port). A tile moves only
+the rows and columns that exist (``TileGrid.rows``, ``cols``). The effective bandwidth weights
+the time per byte at each level:
 
     1 / MemBw = H1 / BW_L1 + (1 − H1)·H2 / BW_L2 + (1 − H1)·(1 − H2) / (η_DRAM·BW_DRAM)
 
@@ -20,6 +23,7 @@ from .tiles import TileGrid
 __all__ = [
     "L2Geometry",
     "effective_bandwidth",
+    "grid_dram_bandwidth",
     "l2_geometry",
     "l2_hit_rate",
     "requested_ab_bytes",
@@ -112,3 +116,27 @@ def effective_bandwidth(
     """
     per_byte = h1 / bw_l1 + (1.0 - h1) * h2 / bw_l2 + (1.0 - h1) * (1.0 - h2) / bw_dram_eff
     return 1.0 / per_byte
+
+
+def grid_dram_bandwidth(bw_dram_eff: torch.Tensor, bw_l2: torch.Tensor, waves: torch.Tensor,
+                        last_wave_fill: torch.Tensor) -> torch.Tensor:
+    """DRAM bandwidth (bytes/s) as a grid's tiles see it, (N, C), in the units the memory side
+    costs them in: whole waves, every slot's tile drawing its share.
+
+    DRAM is shared by the tiles in flight. A grid that keeps a share ``occupancy`` of the slots
+    busy, (waves − 1 + last_wave_fill) / waves, leaves each of them 1/occupancy times a full
+    wave's share, up to what an SM can draw at all, its L2 port (``bw_l2``, the L2 rate of
+    every SM together):
+
+        BW = min(η·BW_DRAM / occupancy, BW_L2)
+
+    >>> f = lambda v: torch.tensor([v], dtype=torch.float64)
+    >>> float(grid_dram_bandwidth(f(1e12), f(4e13), f(1.), f(0.25)))  # a quarter-full wave
+    4000000000000.0
+    >>> float(grid_dram_bandwidth(f(1e12), f(4e13), f(1.), f(0.01)))  # one tile: the L2 port
+    40000000000000.0
+    >>> float(grid_dram_bandwidth(f(1e12), f(4e13), f(4.), f(1.)))  # full waves: DRAM's own
+    1000000000000.0
+    """
+    occupancy = (waves - 1.0 + last_wave_fill) / waves
+    return torch.minimum(bw_dram_eff / occupancy, bw_l2)

@@ -41,7 +41,7 @@ from ..devices import DeviceSpec, get_device
 from ..gemms.measured import impossible_rows
 from .base import Estimator, GemmBatch, GemmPrediction, read_fitted
 from .base import inv_softplus as _inv_softplus
-from .cache import L2Geometry, effective_bandwidth, l2_geometry, l2_hit_rate
+from .cache import L2Geometry, effective_bandwidth, grid_dram_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
@@ -326,12 +326,9 @@ class HybridPredictor(Estimator):
             clk = (x.sm_count * x.clock_hz * 1e-9).unsqueeze(1) * 1e9
             bw_l1 = sp(p["l1_bytes_per_clk"]) * 128.0 * clk
             bw_l2 = sp(p["l2_bytes_per_clk"]) * 64.0 * clk
-            # DRAM is shared by the tiles in flight, each SM drawing at most its L2 port: a grid
-            # that keeps a share `occupancy` of the slots busy gets DRAM/occupancy per slot-share
-            # (times are costed per full wave), up to the L2 rate
-            occupancy = (geo["waves"] - 1.0 + geo["last_wave_fill"]) / geo["waves"]  # (N, C)
-            dram_slot = torch.minimum(dram_eff / occupancy, bw_l2)
-            mem_bw = effective_bandwidth(h1, h2, bw_l1, bw_l2, dram_slot)
+            # a grid that keeps part of the GPU busy leaves DRAM to the SMs it uses
+            dram_grid = grid_dram_bandwidth(dram_eff, bw_l2, geo["waves"], geo["last_wave_fill"])
+            mem_bw = effective_bandwidth(h1, h2, bw_l1, bw_l2, dram_grid)
         else:
             h1 = h2 = torch.zeros_like(geo["tiles"])
             mem_bw = dram_eff.expand_as(geo["tiles"])
