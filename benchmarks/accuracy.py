@@ -3,7 +3,7 @@ each ablation. Writes benchmarks/results/accuracy.md (and .json beside it).
 The hybrid averages ``--seeds``; the ablations use the first seed (CPU time).
 
     python benchmarks/accuracy.py [--data ../shared/data] [--quick] [--seeds 0 1]
-        [--save-predictions PRED.pt]
+        [--save-predictions PRED.pt] [--reuse PRED.pt]
 
 Every number is leave-one-chip-out: each GPU's rows are predicted by models fitted without
 any board of its chip (the three A100 boards leave together, as do the two V100s), averaged
@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save-predictions", default=None,
                     help="also save the held-out predictions (torch.save) for the interval "
                          "calibration (benchmarks/intervals.py)")
+    ap.add_argument("--reuse", default=None, metavar="PRED.pt",
+                    help="predictions an earlier run saved (--save-predictions) with the same "
+                         "seeds: the variants it holds are read, not fitted again")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: the fits are many small steps, and more "
                          "threads than free cores slow them down)")
@@ -90,13 +93,29 @@ def main(argv: list[str] | None = None) -> int:
     meas = measured.latency_ms
     preds: dict[str, torch.Tensor] = {"roofline": roofline_ms(measured)}
     timing: dict[str, float] = {}
+    reused: dict[str, torch.Tensor] = {}
+    if args.reuse:
+        saved = torch.load(args.reuse, weights_only=False)
+        if saved["seeds"] != seeds:
+            raise SystemExit(f"--reuse {args.reuse} holds seeds {saved['seeds']}, not {seeds}")
+        reused = {k: v for k, v in saved["predictions"].items() if k in names}
+        for name, p in reused.items():
+            if p.shape != meas.shape:
+                raise SystemExit(f"--reuse {args.reuse}: {name} has {p.shape[0]} rows, the "
+                                 f"data {meas.shape[0]}")
     for name in names:
+        if name in reused:
+            preds[name] = reused[name]
+            log.info("%s read from %s", name, args.reuse)
+            continue
         t0 = time.perf_counter()
         preds[name] = leave_one_chip_out(
             measured, lambda seed, name=name: variants(seed=seed, **hyper)[name],
             seeds=seeds if name == "hybrid" else seeds[:1])
         timing[name] = time.perf_counter() - t0
         log.info("%s done in %.0fs", name, timing[name])
+        if args.save_predictions:  # after each variant, so a stopped run keeps what it fitted
+            torch.save({"predictions": preds, "seeds": seeds}, args.save_predictions)
 
     gpus = sorted(set(measured.gpu))
     gpu_mape = {name: per_gpu(measured, p) for name, p in preds.items()}
@@ -134,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Seeds: hybrid {seeds} (predictions averaged geometrically), ablations {seeds[:1]}. "
         f"Rows: {len(measured)} "
         f"(impossible rows dropped). Fit time per variant (all folds, all seeds): "
-        + ", ".join(f"{k} {v:.0f}s" for k, v in timing.items()) + ".",
+        + ", ".join(f"{k} {v:.0f}s" for k, v in timing.items()) + "."
+        + (f" Read from an earlier run's predictions: {', '.join(reused)}." if reused else ""),
         "",
         ("MAPE is mean(|pred − meas| / meas). Per-GPU MAPE averages that GPU's rows; 'overall' "
          "averages the GPUs, each counting once. Every hybrid/ablation number comes from models "
