@@ -24,12 +24,12 @@ def ids(batch: int, seq: int) -> torch.Tensor:
     return torch.ones(batch, seq, dtype=torch.long, device="meta")
 
 
-def gpt2() -> nn.Module:
+def gpt2(vocab_size: int = 1000) -> nn.Module:
     cfg = transformers.GPT2Config(
         n_layer=2,
         n_embd=64,
         n_head=4,
-        vocab_size=1000,
+        vocab_size=vocab_size,
         n_positions=64,
         bos_token_id=0,
         eos_token_id=0,  # inside the vocabulary: no config warning
@@ -217,7 +217,7 @@ def test_printing_and_explaining_a_report_predict_nothing(
     """The report renders what estimate() handed it: explain() reads the details kept from the
     one batched prediction, and neither it nor printing calls a predictor again."""
     with torch.device("meta"):
-        model = gpt2()
+        model = gpt2(vocab_size=1001)  # 1001 fp16 logits a row: off the 16-byte loads
     report = tgc.estimate(model, (ids(2, 63),), device="a100_sxm4_80gb", dtype="fp16")
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -229,7 +229,7 @@ def test_printing_and_explaining_a_report_predict_nothing(
     lm_head = next(g for g in report.gemms if g.site.module == "lm_head")
     assert explained.details == dict(lm_head.details) and "waves" in explained.details
     assert explained.time_ms == lm_head.time_ms
-    assert "padding advice (predicted):" in text  # 126 tokens: padding them saves time
+    assert "padding advice (predicted):" in text  # vocab 1001: padding it saves time
     assert report.to_dict()["padding_advice"]
 
 
