@@ -54,8 +54,7 @@ def wave_unique_ab_bytes(grid: TileGrid, m: torch.Tensor, n: torch.Tensor,
     wn = torch.minimum(gn, torch.sqrt(w))
     wm = torch.minimum(gm, w / wn)
     patch = (wm * grid.rows + wn * grid.cols) * grid.k_slice * eb
-    whole = (w / per_item) * (torch.minimum(gm * grid.tile_m, mm)
-                              + torch.minimum(gn * grid.tile_n, nn)) * grid.k_slice * eb
+    whole = (w / per_item) * (mm + nn) * grid.k_slice * eb  # ⌈m/Tm⌉·Tm ≥ m: all of m and n
     return torch.where(w < per_item, patch, whole)
 
 
