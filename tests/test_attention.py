@@ -23,6 +23,8 @@ from torch_gemm_cost.predict.attention import (
     attention_bytes,
     attention_flops,
     attention_geometry,
+    attention_time,
+    fill_splits,
     fp8_converted,
     kernel_tiles,
     kv_cache_write_s,
@@ -122,6 +124,58 @@ def test_decode_split_kv_by_hand() -> None:
         geo = attention_geometry(short, sm, pack_gqa(short, [kernel]), kv_tile=128,
                                  decode_q_tile=16, min_split_blocks=min_blocks)
         assert geo.splits.item() == splits, kernel
+
+
+def test_tensorrt_llm_decode_tiles_and_splits_by_hand() -> None:
+    # the generation kernels hold a KV head's query heads in one CTA: 8 rows for a group of up
+    # to 8, 16 up to 16 (keys on the MMA's M side, 256 keys a step), else the 128-row tile
+    assert [kernel_tiles("trtllm", 128, 2, causal=True, windowed=False, single=True, group=g)
+            for g in (4, 12, 48)] == [(8, 256, 8), (16, 256, 16), (128, 128, 128)]
+    # computeNumCtas: min(key blocks, max(1, ⌊SMs / CTAs⌋)); 8 CTAs on 148 SMs -> ⌊18.5⌋ = 18
+    # splits of 32 blocks; 4 blocks cap it at 4; 512 CTAs -> ⌊0.29⌋ -> 1
+    got = fill_splits(torch.tensor([8.0, 8.0, 512.0]), torch.tensor([32.0, 4.0, 32.0]),
+                      torch.full((3,), 148.0))
+    assert got.tolist() == [18.0, 4.0, 1.0]
+    # 1 sequence, 32 heads over 8 KV heads (groups of 4), 8192 keys on a B200 (148 SMs): one
+    # 8-row CTA per KV head = 8 units, ⌈8192 / 256⌉ = 32 key blocks -> 18 splits, 144 CTAs of
+    # ⌈32 / 18⌉ = 2 blocks; the kernel merges the splits itself, so no combine kernel runs,
+    # and a split call runs the static scheduler, not the persistent one. At batch 64 there
+    # are 512 units, no split: persistent, no combine.
+    model = AttentionPredictor.shipped()
+    calls = [AttentionCall("decode", batch=n, q_len=1, kv_len=8192, heads=32, kv_heads=8,
+                           head_dim=128, kernel="trtllm") for n in (1, 64)]
+    b = AttentionBatch.from_calls(calls)
+    geo, *_ = model._inputs(b, [get_device("b200")] * 2)
+    assert geo.rows_per_tile.tolist() == [8.0, 8.0]
+    assert geo.splits.tolist() == [18.0, 1.0]
+    assert geo.ctas.tolist() == [144.0, 512.0]
+    assert geo.tiles_max.tolist() == [2.0, 32.0]
+    assert geo.combines.tolist() == [0.0, 0.0]
+    assert geo.persistent.tolist() == [0.0, 1.0]
+
+
+def test_a_persistent_kernel_pays_its_fixed_chain_once_by_hand() -> None:
+    # 2048 sequences × 1 KV head (8 query heads) on a B200's 148 SMs: ⌈2048 / 148⌉ = 14 waves of
+    # one-block CTAs. A persistent CTA that prefetches its next tile hides the fixed chain
+    # (cta_latency_us + cta_kcycles at the boost clock) of all but its first tile: the grid
+    # is 13 chains shorter than the same grid launched one CTA per tile.
+    model = AttentionPredictor.shipped()
+    dev = get_device("b200")
+    b = one(AttentionCall("decode", batch=2048, q_len=1, kv_len=16, heads=8, kv_heads=1,
+                          head_dim=128, kernel="trtllm"))
+    geo, cols, family, _ = model._inputs(b, [dev])
+    assert geo.persistent.item() == 1.0
+    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
+
+    def grid_ms(g: object) -> float:
+        out = attention_time(b, g, cols, family, c, l2_share=model.l2_share,  # type: ignore
+                             l2_steepness=model.l2_steepness, warm_l2=True)
+        return float(out["grid_ms"])
+
+    chain_s = c["cta_latency_us"] * 1e-6 + c["cta_kcycles"] * 1e3 / (dev.boost_clock_mhz * 1e6)
+    launched = replace(geo, persistent=torch.zeros(1, dtype=torch.float64))
+    assert grid_ms(launched) - grid_ms(geo) == pytest.approx(13 * float(chain_s) * 1e3,
+                                                             rel=1e-9)
 
 
 def test_flash_attention_2_splits_decode_only_when_it_swaps_heads_into_rows() -> None:

@@ -43,6 +43,16 @@ CTAs when there are too few of those to fill the SMs (``split_kv_splits``, Flash
 heuristic, which counts two CTA slots an SM; FlashAttention 3's never splits 4 blocks or
 fewer), adding a combine kernel. vLLM's FlashAttention 2 splits only a decode whose query
 heads it swaps into rows (GQA without a window).
+TensorRT-LLM's generation kernels (FlashInfer's ``trtllm_paged_attention_decode``; TensorRT-LLM's
+``trtllmGenKernels/fmha/fmhaKernels.h`` selects them) hold all the query heads of a KV head in
+one CTA: a group of up to 8 or 16 heads sits on the N side of a swapped MMA whose M side steps
+256 keys, a larger group takes a 128-row tile. FlashInfer always enables their multi-CTA KV
+mode: ``computeNumCtas`` splits each (sequence, KV head)'s keys ⌊SMs / CTAs⌋ ways, at most one
+split per key block (``fill_splits``), and the kernel merges the splits itself (a cluster's
+shared memory or global-memory counters), with no combine kernel. Where that leaves one split
+it switches to its persistent scheduler: one CTA per SM walks the tiles and loads the next
+tile's K/V while it finishes the current one, so its fixed latency chain is paid once per SM,
+not once per tile (``KernelTraits.prefetches_next_tile``).
 FlashAttention 3 and FlashInfer split a multi-token query's key blocks the same way
 (``KernelTraits.splits_prefill``): FA3's ``get_num_splits`` runs for every call, and
 FlashInfer's prefill planner shrinks its KV chunk until the tiles fill the SMs; vLLM's
@@ -84,11 +94,16 @@ Every fitted constant is physical and shared by all GPUs: device facts come from
 ``devices.get_device``.
 
 NB: what a kernel does beyond its structure in ``KERNELS`` is not modelled, and shows when a GPU
-is held out (``benchmarks/results/attention.md`` measures each): TensorRT-LLM's decode on the
-B200 spends about half the per-(sequence, KV head) time of FlashAttention 2/3 (2 µs against
-4-4.7 µs per SM), FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM bandwidth in
-decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and kernel
-(6-11 µs) where the model has one launch floor.
+is held out (``benchmarks/results/attention.md`` measures each): FlashAttention 3 runs a
+persistent scheduler too, but its producer loads a tile's V only after the previous tile's
+epilogue has freed the shared memory V shares with O (``barrier_O`` in
+``hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp``), so the model credits it no prefetch; its decode
+spends about twice the per-(sequence, KV head) SM-time of TensorRT-LLM's (4 µs against 2 µs);
+TensorRT-LLM's context kernels run persistent as well, but prefill tiles run many key blocks
+each and crediting them the prefetch made the held-out prefill worse, so they are priced
+launched one CTA per tile. FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM
+bandwidth in decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and
+kernel (6-11 µs) where the model has one launch floor.
 Calls with more than ``exact_tiles`` query tiles have their key blocks summed on a sample of
 tiles (within about 2%).
 
@@ -128,6 +143,7 @@ __all__ = [
     "attention_geometry",
     "attention_time",
     "fa2_split_tiles",
+    "fill_splits",
     "fp8_converted",
     "kernel_tiles",
     "mha_fwd_splits",
@@ -158,6 +174,15 @@ class KernelTraits:
     ``splits_prefill_as_decode``: a multi-token query splits where the heuristic, counting
     64-row query blocks as for a decode, says so, and then runs the split-KV kernel's tiles
     (PyTorch's FlashAttention 2: ``mha_fwd_splits``).
+    ``splits_to_fill``: a single query's key blocks are split ⌊SMs / CTAs⌋ ways (at most one
+    split per key block) instead of by FlashAttention 2's heuristic (``fill_splits``: TensorRT-LLM's
+    ``computeNumCtas``). ``combine_kernel``: the splits' partial outputs are merged by a second
+    kernel (FlashAttention's combine); False where the main kernel merges them itself
+    (TensorRT-LLM's cluster shared-memory or global-memory reduction).
+    ``prefetches_next_tile``: a persistent CTA loads its next tile while it finishes the
+    current one, so a CTA's latency chain is paid once per SM, not once per tile; it holds
+    where the kernel runs its persistent scheduler (TensorRT-LLM: context kernels always, a
+    generation kernel when it does not split the keys, as ``computeNumCtas`` switches).
     """
 
     family: str
@@ -169,6 +194,9 @@ class KernelTraits:
     split_slots_per_sm: int = 1
     splits_packed_decode_only: bool = False
     splits_prefill_as_decode: bool = False
+    splits_to_fill: bool = False
+    combine_kernel: bool = True
+    prefetches_next_tile: bool = False
 
 
 KERNELS: dict[str, KernelTraits] = {
@@ -189,7 +217,12 @@ KERNELS: dict[str, KernelTraits] = {
                                "its prefill planner splits the KV (PrefillBinarySearchKVChunk"
                                "Size), approximated by FlashAttention 2's heuristic"),
     "trtllm": KernelTraits("flash", False, True, 2, False,
-                           "TensorRT-LLM FMHA through FlashInfer (Blackwell)"),
+                           "TensorRT-LLM FMHA through FlashInfer (Blackwell): trtllm-gen "
+                           "generation kernels group a KV head's query heads (fmhaKernels.h); "
+                           "FlashInfer enables multi-CTA KV, split by computeNumCtas and "
+                           "reduced inside the kernel",
+                           splits_to_fill=True, combine_kernel=False,
+                           prefetches_next_tile=True),
     "triton": KernelTraits("triton", True, True, 2, False,
                            "vLLM's Triton unified attention: query heads per KV head in BLOCK_M"),
 }
@@ -246,7 +279,8 @@ def fa2_split_tiles(head_dim: int) -> tuple[int, int, int]:
 def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, windowed: bool,
                  single: bool, default: tuple[int, int, int] = (128, 128, 16),
                  sm8x: bool = False, smem_bytes_per_sm: float | None = None,
-                 in_bytes: int = 2, packed_q: int = 0) -> tuple[int, int, int]:
+                 in_bytes: int = 2, packed_q: int = 0, group: int = 1
+                 ) -> tuple[int, int, int]:
     """(query rows, keys) of one CTA's tile, and the rows a single-query tile runs, as the
     kernel's source picks them for this head size; ``default`` where the source is not public.
 
@@ -278,7 +312,18 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
       (rows · d · ``in_bytes``), over 2 · d · 16 · warps along the keys · ``kv_bytes`` per
       ``NUM_MMA_KV`` (``BatchPrefillWithPagedKVCacheDispatched``). An L40S, d = 128, fp8 cache:
       128 × 64, 64 × 128, 16 × 128.
+    - ``trtllm`` (single query; its context kernels are 128 × 128, ``default``): TensorRT-LLM's
+      generation kernels (``hashFromRunnerParams`` in ``fmhaKernels.h``) hold the ``group``
+      query heads of a KV head in one CTA: up to 16 heads the "SwapsMmaAb" kernels put the keys
+      on the MMA's M side and 8 heads (a group of at most 8) or 16 on its N side, stepping 256
+      keys an iteration (their ``mStepKv`` in ``kernelMetaInfo.h``); a larger group runs the
+      "KeepsMmaAb" kernels' 128-row tile (``TileSizeQ128``), 128 keys at a time.
     """
+    if kernel == "trtllm" and single:
+        if group <= 16:
+            rows = 8 if group <= 8 else 16
+            return rows, 256, rows
+        return 128, 128, 128
     if kernel == "flashinfer" and not single:
         return _flashinfer_prefill_tiles(head_dim, kv_bytes, in_bytes, packed_q,
                                          smem_bytes_per_sm, default)
@@ -539,6 +584,8 @@ class AttentionGeometry:
     requested_kv_bytes: torch.Tensor  # K and V bytes the CTAs load (L2 or DRAM), per call
     packed: torch.Tensor  # 1 where the query heads of a KV head share tiles (GQA packing)
     kv_tile: torch.Tensor  # keys per block
+    combines: torch.Tensor  # 1 where a second kernel merges the splits' partial outputs
+    persistent: torch.Tensor  # 1 where a persistent CTA prefetches its next tile
 
 
 def split_kv_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: torch.Tensor,
@@ -569,6 +616,15 @@ def split_kv_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: tor
     first = torch.argmax(ok.to(torch.int8), dim=1).double() + 1.0  # first True; 1 if none
     out[need] = first
     return out
+
+
+def fill_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: torch.Tensor
+                ) -> torch.Tensor:
+    """TensorRT-LLM's split of a single query's keys (``computeNumCtas`` in its
+    ``fmhaKernels.h``), batched, shape (N,): min(key blocks, max(1, ⌊SMs / units⌋)), the most
+    splits one wave of CTAs holds, never more than one per key block."""
+    per_sm = torch.floor(sm_count / units).clamp(min=1.0)
+    return torch.minimum(key_blocks.clamp(min=1.0), per_sm)
 
 
 def mha_fwd_splits(b: AttentionBatch, sm_count: torch.Tensor, max_splits: int = 128
@@ -612,6 +668,9 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
                        split_prefill: torch.Tensor | float = 0.0,
                        split_slots_per_sm: torch.Tensor | float = 1.0,
                        split_packed_only: torch.Tensor | float = 0.0,
+                       split_fill: torch.Tensor | float = 0.0,
+                       combine_kernel: torch.Tensor | float = 1.0,
+                       prefetch: torch.Tensor | float = 0.0,
                        exact_tiles: int = 256) -> AttentionGeometry:
     """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
 
@@ -624,7 +683,10 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     Where ``split_prefill`` (N,) is 1, multi-token queries split their key blocks too
     (``KernelTraits.splits_prefill``); where ``split_packed_only`` (N,) is 1 a single query
     splits only if it is packed with more than one query head a KV head; the heuristic counts
-    ``split_slots_per_sm`` (N,) CTAs an SM. The three tile sizes are numbers or (N,) tensors
+    ``split_slots_per_sm`` (N,) CTAs an SM. Where ``split_fill`` (N,) is 1 a single query
+    splits by ``fill_splits`` instead. ``combine_kernel`` (N,) is 1 where a split call runs a
+    second kernel to merge its splits. ``prefetch`` (N,) is 1 where the kernel's persistent
+    scheduler prefetches the next tile; it runs unless a single query splits. The three tile sizes are numbers or (N,) tensors
     (``kernel_tiles``).
 
     Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
@@ -679,6 +741,10 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     splits = split_kv_splits(torch.where(splittable, units, torch.full_like(units, 1e9)),
                              blocks_max, sm_count * split_slots_per_sm, max_splits,
                              min_split_blocks)
+    fill = (torch.as_tensor(split_fill, dtype=torch.float64).expand(len(g)) > 0) & single
+    splits = torch.where(fill, fill_splits(units, blocks_max, sm_count), splits)
+    combines = ((splits > 1).double()
+                * torch.as_tensor(combine_kernel, dtype=torch.float64).expand(len(g)))
     bytes_per_block = 2.0 * kv_tile * b.head_dim * b.kv_bytes  # K and V of one key block
     return AttentionGeometry(
         rows_per_tile=rows,
@@ -690,6 +756,9 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
         requested_kv_bytes=b.batch * (b.heads / g) * blocks_sum * bytes_per_block,
         packed=(packed > 0).double(),
         kv_tile=kv_tile.clone(),
+        combines=combines,
+        persistent=(torch.as_tensor(prefetch, dtype=torch.float64).expand(len(g)).clone()
+                    * ((splits == 1) & single).double()),
     )
 
 
@@ -837,17 +906,21 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
                       + c["block_latency_ns"] * 1e-9)
     block_s = _pnorm(block_compute_s, block_memory_s, c["block_p"])
 
-    # one CTA: fixed latency and cycles, its Q and O, then its key blocks
-    cta_fixed_s = (c["cta_latency_us"] * 1e-6 + c["cta_kcycles"] * 1e3 / clk
+    # one CTA: fixed latency and cycles, its Q and O, then its key blocks …
+    cta_latency_s = c["cta_latency_us"] * 1e-6
+    cta_fixed_s = (cta_latency_s + c["cta_kcycles"] * 1e3 / clk
                    + qo / geo.ctas * ((1.0 - hit) / sm_dram_bw + hit / sm_l2_bw))
     waves = torch.ceil(geo.ctas / sm)
-    grid_s = torch.maximum(waves * (cta_fixed_s + geo.tiles_mean * block_s),
+    # … and one that prefetches pays its fixed chain once: the later tiles' are hidden
+    chain_s = cta_latency_s + c["cta_kcycles"] * 1e3 / clk  # (N,)
+    hidden_s = geo.persistent * (waves - 1.0) * chain_s
+    grid_s = torch.maximum(waves * (cta_fixed_s + geo.tiles_mean * block_s) - hidden_s,
                            cta_fixed_s + geo.tiles_max * block_s)
     dram_s = compulsory * (1.0 - hit) / (c["dram_efficiency"] * dev.dram_bw_bytes_per_s)
     l2_s = (geo.requested_kv_bytes + qo) / (sm_l2_bw * sm)
     memory_s = _pnorm(dram_s, l2_s, c["roof_p"])
     kernel_s = _pnorm(grid_s, memory_s, c["roof_p"])
-    overhead_s = c["launch_us"] * 1e-6 + (geo.splits > 1).double() * c["combine_us"] * 1e-6
+    overhead_s = c["launch_us"] * 1e-6 + geo.combines * c["combine_us"] * 1e-6
     cache_s = kv_cache_write_s(b, dev, c, l2_bw=sm_l2_bw * sm, l2_share=l2_share,
                                l2_steepness=l2_steepness, warm_l2=warm_l2)
     busy = torch.maximum(waves * geo.tiles_mean, geo.tiles_max)  # blocks on the busiest SM
@@ -1021,7 +1094,16 @@ class AttentionPredictor:
                                      dtype=torch.float64),
                                  split_packed_only=torch.tensor(
                                      [float(KERNELS[k].splits_packed_decode_only)
-                                      for k in kernels], dtype=torch.float64))
+                                      for k in kernels], dtype=torch.float64),
+                                 split_fill=torch.tensor(
+                                     [float(KERNELS[k].splits_to_fill) for k in kernels],
+                                     dtype=torch.float64),
+                                 combine_kernel=torch.tensor(
+                                     [float(KERNELS[k].combine_kernel) for k in kernels],
+                                     dtype=torch.float64),
+                                 prefetch=torch.tensor(
+                                     [float(KERNELS[k].prefetches_next_tile) for k in kernels],
+                                     dtype=torch.float64))
         family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
                               dtype=torch.long)
         return geo, dev, family, kernels
@@ -1039,18 +1121,22 @@ class AttentionPredictor:
         # memo to one entry per kernel and head size
         packed_q = [q if k == "flashinfer" and not one else 0 for k, q, one in
                     zip(kernels, (b.q_len * b.heads / b.kv_heads).tolist(), single)]
+        # … and the group size TensorRT-LLM's generation tiles only
+        group = [int(gr) if k == "trtllm" and one else 1 for k, gr, one in
+                 zip(kernels, (b.heads / b.kv_heads).tolist(), single)]
         keys = zip(kernels, b.head_dim.tolist(), b.kv_bytes.tolist(), b.causal.tolist(),
-                   (b.window > 0).tolist(), single, sm8x, smem, b.in_bytes.tolist(), packed_q)
+                   (b.window > 0).tolist(), single, sm8x, smem, b.in_bytes.tolist(), packed_q,
+                   group)
         memo: dict[tuple[Any, ...], tuple[int, int, int]] = {}
         rows = []
         for key in keys:
             if key not in memo:
-                k, d, kv, causal, windowed, one, minor, shared, qb, pq = key
+                k, d, kv, causal, windowed, one, minor, shared, qb, pq, gr = key
                 memo[key] = kernel_tiles(k, int(d), int(kv), causal=bool(causal),
                                          windowed=bool(windowed), single=bool(one),
                                          default=default, sm8x=minor,
                                          smem_bytes_per_sm=shared, in_bytes=int(qb),
-                                         packed_q=int(pq))
+                                         packed_q=int(pq), group=gr)
             rows.append(memo[key])
         t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)
         return t[:, 0], t[:, 1], t[:, 2]
