@@ -224,6 +224,29 @@ def test_co_resident_ctas_overlap_their_chains_and_share_the_sm_by_hand() -> Non
     assert grid_ms(geo, **work) * 15 == pytest.approx(grid_ms(alone, **work) * 16, rel=1e-9)
 
 
+def test_a_few_running_ctas_share_the_dram_between_them_by_hand() -> None:
+    # MHA decode on an L40S (FlashAttention 2 splits no MHA decode): 16 sequences × 2 heads,
+    # 16,384 keys, d = 128, bf16: 32 CTAs of ⌈16384 / 128⌉ = 128 key blocks, cold L2. With no
+    # compute and no latency a CTA streams its bytes at its share of the DRAM among the 32 that
+    # run, ε·B / 32 (below its SM's L2 port), so the grid takes the compulsory bytes over ε·B:
+    # K and V 16·2·16384·128·2·2 = 268,435,456 B, Q and O 2 · 16·2·128·2 = 16,384 B.
+    # An SM's share (ε·B / 142) would have priced it 142 / 32 = 4.4 times longer.
+    model = AttentionPredictor.shipped()
+    dev = get_device("l40s")
+    b = one(AttentionCall("decode", batch=16, q_len=1, kv_len=16384, heads=2, kv_heads=2,
+                          head_dim=128, kernel="fa2"))
+    geo, cols, family, _ = model._inputs(b, [dev])
+    assert (geo.ctas.item(), geo.splits.item(), geo.tiles_mean.item()) == (32.0, 1.0, 128.0)
+    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
+    zero = torch.tensor(0.0, dtype=torch.float64)
+    c.update(mma_efficiency=torch.tensor(1e30, dtype=torch.float64), softmax_cycles_flash=zero,
+             cta_latency_us=zero, cta_kcycles=zero, block_latency_ns=zero)
+    out = attention_time(b, geo, cols, family, c, l2_share=model.l2_share,
+                         l2_steepness=model.l2_steepness, warm_l2=False)
+    dram_bw = float(c["dram_efficiency"]) * dev.dram_bw_bytes_per_s
+    assert float(out["grid_ms"]) == pytest.approx(268_451_840 / dram_bw * 1e3, rel=1e-9)
+
+
 def test_flash_attention_2_splits_decode_only_when_it_swaps_heads_into_rows() -> None:
     # vLLM's FlashAttention 2 calls set_params_splitkv only under seqlenq_ngroups_swapped (one
     # query token, more query heads than KV heads, no window), and its heuristic counts two

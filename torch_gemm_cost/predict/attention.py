@@ -72,9 +72,15 @@ working set that fits in the L2 stays there between runs (``warm_l2``): on an L4
 0.6 TB/s. Inside a model every layer reads other K/V, so predictions default to a cold L2.
 
 **Time.** Per CTA: a fixed cost (a latency chain of dependent loads, in µs and in cycles), its
-Q and O traffic at the SM's share of DRAM (or L2) bandwidth, and per key block the larger
-(soft max) of its compute (tensor cores ⊕ softmax, and with an fp8 KV cache the conversion
-its kernel does on the SM: ``fp8_converted``) and its traffic plus a per-block latency.
+Q and O traffic, and per key block the larger (soft max) of its compute (tensor cores ⊕
+softmax, and with an fp8 KV cache the conversion its kernel does on the SM: ``fp8_converted``)
+and its traffic plus a per-block latency. A CTA's traffic runs at its SM's L2 port (shared by
+the CTAs resident on the SM), and what comes from DRAM at the CTA's share of the chip's DRAM
+bandwidth among the CTAs that run at once, no faster than the port: a grid that fills the
+SMs gets an SM's share each, but a decode of a few long MHA sequences (vLLM's FlashAttention 2
+splits no MHA decode) streams each CTA's keys faster. On an L40S that took held-out MHA
+decode from 48% to 24% MAPE (32 CTAs over 268 MB ran at 743 GB/s, where an SM's share,
+1/142 of the DRAM, priced them at 190 GB/s).
 The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
 grid and the chip-wide DRAM and L2 roofs; a launch floor (and a combine kernel under split-KV)
 comes on top. Where a kernel's launch sizes it to run r CTAs an SM at once (``resident_ctas``:
@@ -944,21 +950,26 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     blocks = geo.ctas * geo.tiles_mean  # key blocks run by all CTAs
     block_bytes = geo.requested_kv_bytes / blocks
     from_dram = (kv_compulsory / geo.requested_kv_bytes).clamp(max=1.0) * (1.0 - hit)
-    sm_dram_bw = c["dram_efficiency"] * dev.dram_bw_bytes_per_s / sm  # an SM's share
     sm_l2_bw = c["l2_bytes_per_cycle_per_sm"] * clk
     # CTAs that share an SM (``resident_ctas``; the busiest SM holds ⌈CTAs / SMs⌉ of them, at
     # most as many as fit) split its tensor cores, softmax units and bandwidth, and overlap
     # their latency chains: a wave of them takes their summed throughput work and one chain
     resident = torch.minimum(geo.ctas_per_sm, torch.ceil(geo.ctas / sm))  # (N,)
-    block_memory_s = (resident * block_bytes
-                      * (from_dram / sm_dram_bw + (1.0 - from_dram) / sm_l2_bw)
+    # a running CTA draws DRAM bytes at its share of the chip's DRAM bandwidth among the CTAs
+    # that run at once (an SM's share when the grid fills the SMs), never faster than its
+    # SM's L2 port, which its SM's resident CTAs share
+    running = torch.minimum(geo.ctas, resident * sm)  # (N,)
+    cta_l2_bw = sm_l2_bw / resident
+    cta_dram_bw = torch.minimum(c["dram_efficiency"] * dev.dram_bw_bytes_per_s / running,
+                                cta_l2_bw)
+    block_memory_s = (block_bytes * (from_dram / cta_dram_bw + (1.0 - from_dram) / cta_l2_bw)
                       + c["block_latency_ns"] * 1e-9)
     block_s = _pnorm(resident * block_compute_s, block_memory_s, c["block_p"])
 
     # one CTA: fixed latency and cycles, its Q and O, then its key blocks …
     cta_latency_s = c["cta_latency_us"] * 1e-6
     cta_fixed_s = (cta_latency_s + c["cta_kcycles"] * 1e3 / clk
-                   + resident * qo / geo.ctas * ((1.0 - hit) / sm_dram_bw + hit / sm_l2_bw))
+                   + qo / geo.ctas * ((1.0 - hit) / cta_dram_bw + hit / cta_l2_bw))
     waves = torch.ceil(geo.ctas / (resident * sm))
     # … and one that prefetches pays its fixed chain once: the later tiles' are hidden
     chain_s = cta_latency_s + c["cta_kcycles"] * 1e3 / clk  # (N,)
