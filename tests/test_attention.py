@@ -30,6 +30,7 @@ from torch_gemm_cost.predict.attention import (
     kv_cache_write_s,
     mha_fwd_splits,
     pack_gqa,
+    resident_ctas,
     split_kv_splits,
     vllm_kernel,
 )
@@ -176,6 +177,74 @@ def test_a_persistent_kernel_pays_its_fixed_chain_once_by_hand() -> None:
     launched = replace(geo, persistent=torch.zeros(1, dtype=torch.float64))
     assert grid_ms(launched) - grid_ms(geo) == pytest.approx(13 * float(chain_s) * 1e3,
                                                              rel=1e-9)
+
+
+def test_resident_ctas_follow_flashinfers_shared_memory_by_hand() -> None:
+    # FlashInfer sizes its prefill kernel for two CTAs an SM where two of its smallest CTAs fit:
+    # d = 128, fp8 cache, 16 packed rows (4 warps along the keys): Q 16·128·2 = 4,096 B, one
+    # key MMA 2·128·16·4·1 = 16,384 B; 2 · 20,480 = 40,960 ≤ 102,400 (an L40S) -> 2.
+    # d = 256, bf16, 64 rows: Q 32,768 + 2·256·16·1·2 = 16,384; 2 · 49,152 = 98,304 fits in
+    # 100 KiB but not in 64 KiB -> 2, then 1. Other kernels count one CTA an SM.
+    assert resident_ctas("flashinfer", 128, 1, packed_q=8, smem_bytes_per_sm=102400) == 2
+    assert resident_ctas("flashinfer", 256, 2, packed_q=32, smem_bytes_per_sm=102400) == 2
+    assert resident_ctas("flashinfer", 256, 2, packed_q=32, smem_bytes_per_sm=65536) == 1
+    assert resident_ctas("fa2", 128, 2, smem_bytes_per_sm=102400) == 1
+
+
+def test_co_resident_ctas_overlap_their_chains_and_share_the_sm_by_hand() -> None:
+    # FlashInfer decode on an L40S: 2048 sequences × 1 KV head (8 query heads, 16 packed rows),
+    # 16 keys: 2048 one-block CTAs on 142 SMs, two resident an SM (⌈2048 / 142⌉ = 15 ≥ 2), so
+    # ⌈2048 / 284⌉ = 8 waves instead of ⌈2048 / 142⌉ = 15.
+    model = AttentionPredictor.shipped()
+    dev = get_device("l40s")
+    b = one(AttentionCall("decode", batch=2048, q_len=1, kv_len=16, heads=8, kv_heads=1,
+                          head_dim=128, kv_dtype="fp8", kernel="flashinfer"))
+    geo, cols, family, _ = model._inputs(b, [dev])
+    assert (geo.ctas.item(), geo.ctas_per_sm.item()) == (2048.0, 2.0)
+    alone = replace(geo, ctas_per_sm=torch.ones(1, dtype=torch.float64))
+    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
+    big = torch.tensor(1e30, dtype=torch.float64)
+    zero = torch.tensor(0.0, dtype=torch.float64)
+
+    def grid_ms(g: object, **over: torch.Tensor) -> float:
+        out = attention_time(b, g, cols, family, {**c, **over},  # type: ignore[arg-type]
+                             l2_share=model.l2_share, l2_steepness=model.l2_steepness,
+                             warm_l2=True)
+        return float(out["grid_ms"])
+
+    # latency only (no compute, bandwidth without limit): a wave costs one chain whether it
+    # holds one CTA an SM or two, so the grid is 8 / 15 of the one-CTA grid
+    fast = {"mma_efficiency": big, "softmax_cycles_flash": zero, "fp8_kv_cycles": zero,
+            "l2_bytes_per_cycle_per_sm": big, "dram_efficiency": big}
+    assert grid_ms(geo, **fast) * 15 == pytest.approx(grid_ms(alone, **fast) * 8, rel=1e-9)
+    # throughput only (no latency, no fixed cycles, bandwidth without limit): two CTAs share
+    # the SM's tensor cores and softmax units, so 8 waves of twice the work: 16 / 15
+    work = {"cta_latency_us": zero, "cta_kcycles": zero, "block_latency_ns": zero,
+            "l2_bytes_per_cycle_per_sm": big, "dram_efficiency": big}
+    assert grid_ms(geo, **work) * 15 == pytest.approx(grid_ms(alone, **work) * 16, rel=1e-9)
+
+
+def test_a_few_running_ctas_share_the_dram_between_them_by_hand() -> None:
+    # MHA decode on an L40S (FlashAttention 2 splits no MHA decode): 16 sequences × 2 heads,
+    # 16,384 keys, d = 128, bf16: 32 CTAs of ⌈16384 / 128⌉ = 128 key blocks, cold L2. With no
+    # compute and no latency a CTA streams its bytes at its share of the DRAM among the 32 that
+    # run, ε·B / 32 (below its SM's L2 port), so the grid takes the compulsory bytes over ε·B:
+    # K and V 16·2·16384·128·2·2 = 268,435,456 B, Q and O 2 · 16·2·128·2 = 16,384 B.
+    # An SM's share (ε·B / 142) would have priced it 142 / 32 = 4.4 times longer.
+    model = AttentionPredictor.shipped()
+    dev = get_device("l40s")
+    b = one(AttentionCall("decode", batch=16, q_len=1, kv_len=16384, heads=2, kv_heads=2,
+                          head_dim=128, kernel="fa2"))
+    geo, cols, family, _ = model._inputs(b, [dev])
+    assert (geo.ctas.item(), geo.splits.item(), geo.tiles_mean.item()) == (32.0, 1.0, 128.0)
+    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
+    zero = torch.tensor(0.0, dtype=torch.float64)
+    c.update(mma_efficiency=torch.tensor(1e30, dtype=torch.float64), softmax_cycles_flash=zero,
+             cta_latency_us=zero, cta_kcycles=zero, block_latency_ns=zero)
+    out = attention_time(b, geo, cols, family, c, l2_share=model.l2_share,
+                         l2_steepness=model.l2_steepness, warm_l2=False)
+    dram_bw = float(c["dram_efficiency"]) * dev.dram_bw_bytes_per_s
+    assert float(out["grid_ms"]) == pytest.approx(268_451_840 / dram_bw * 1e3, rel=1e-9)
 
 
 def test_flash_attention_2_splits_decode_only_when_it_swaps_heads_into_rows() -> None:
@@ -428,7 +497,8 @@ def test_kernel_tiles_follow_the_kernels_sources() -> None:
     # 100 KiB, so each has 51,200 B: (51,200 - 32,768) / 4,096 = 4 -> 4 x 16 = 64 keys.
     # 17-64 packed rows: 64-row tiles, 1 row MMA, (51,200 - 16,384) / 4,096 = 8 -> 128 keys.
     # Up to 16: 16 rows, 4 warps along the keys: (51,200 - 4,096) / 16,384 = 2 -> 2 x 4 x 16.
-    # d = 256 never takes 128 rows: 64 x 32. A one-token query keeps the predictor's tiles.
+    # d = 256 never takes 128 rows: 64 x 32. vLLM's decode runs the same kernel with the
+    # group packed into the rows: 4 heads -> 16 x 128, 32 -> 64 x 128.
     def fi(d: int, packed_q: int) -> tuple[int, int, int]:
         return kernel_tiles("flashinfer", d, 1, causal=True, windowed=False, single=False,
                             smem_bytes_per_sm=100 * 1024, in_bytes=2, packed_q=packed_q)
@@ -436,8 +506,9 @@ def test_kernel_tiles_follow_the_kernels_sources() -> None:
     assert [fi(128, q) for q in (8, 32, 4096)] == [(16, 128, 16), (64, 128, 64),
                                                    (128, 64, 128)]
     assert fi(256, 4096) == (64, 32, 64)
-    assert kernel_tiles("flashinfer", 128, 1, causal=True, windowed=False, single=True,
-                        smem_bytes_per_sm=100 * 1024, packed_q=4) == (128, 128, 16)
+    assert [kernel_tiles("flashinfer", 128, 1, causal=True, windowed=False, single=True,
+                         smem_bytes_per_sm=100 * 1024, packed_q=q) for q in (4, 32)] == [
+        (16, 128, 16), (64, 128, 64)]
     # a kernel whose source is not public takes the predictor's tiles
     assert tiles("trtllm", 128) == (128, 128, 16)
     assert kernel_tiles("triton", 64, 2, causal=True, windowed=False, single=True,

@@ -38,7 +38,8 @@ its rows 16 (``MMA_M``) at a time, so a prefill shorter than a tile runs the ste
 fill.
 Single-query calls (decode, and one-token prefill, which vLLM sends to its decode kernel) run
 the rows their kernel's tile holds, whether the packed heads fill them or not (16 where the
-source is not public), and split the key blocks of each (sequence, KV head) over several
+source is not public; vLLM runs FlashInfer's decode through its prefill kernel, whose planner
+sizes the tile to the packed group), and split the key blocks of each (sequence, KV head) over several
 CTAs when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
 heuristic, which counts two CTA slots an SM; FlashAttention 3's never splits 4 blocks or
 fewer), adding a combine kernel. vLLM's FlashAttention 2 splits only a decode whose query
@@ -71,12 +72,23 @@ working set that fits in the L2 stays there between runs (``warm_l2``): on an L4
 0.6 TB/s. Inside a model every layer reads other K/V, so predictions default to a cold L2.
 
 **Time.** Per CTA: a fixed cost (a latency chain of dependent loads, in µs and in cycles), its
-Q and O traffic at the SM's share of DRAM (or L2) bandwidth, and per key block the larger
-(soft max) of its compute (tensor cores ⊕ softmax, and with an fp8 KV cache the conversion
-its kernel does on the SM: ``fp8_converted``) and its traffic plus a per-block latency.
+Q and O traffic, and per key block the larger (soft max) of its compute (tensor cores ⊕
+softmax, and with an fp8 KV cache the conversion its kernel does on the SM: ``fp8_converted``)
+and its traffic plus a per-block latency. A CTA's traffic runs at its SM's L2 port (shared by
+the CTAs resident on the SM), and what comes from DRAM at the CTA's share of the chip's DRAM
+bandwidth among the CTAs that run at once, no faster than the port: a grid that fills the
+SMs gets an SM's share each, but a decode of a few long MHA sequences (vLLM's FlashAttention 2
+splits no MHA decode) streams each CTA's keys faster. On an L40S that took held-out MHA
+decode from 48% to 24% MAPE (32 CTAs over 268 MB ran at 743 GB/s, where an SM's share,
+1/142 of the DRAM, priced them at 190 GB/s).
 The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
 grid and the chip-wide DRAM and L2 roofs; a launch floor (and a combine kernel under split-KV)
-comes on top.
+comes on top. Where a kernel's launch sizes it to run r CTAs an SM at once (``resident_ctas``:
+FlashInfer's prefill kernel, two where two fit in an SM's shared memory), the r CTAs of the
+busiest SM (at most ⌈CTAs / SMs⌉) share its tensor cores, softmax units and bandwidth but
+overlap their latency chains: a wave of r · SMs CTAs takes one fixed chain and one per-block
+latency, and r times each CTA's compute and traffic. On an L40S this took FlashInfer's held-out
+decode at 16 waves or more from 1.36-1.38x too slow to 1.00-1.07x.
 
 **The KV-cache write.** A serving engine's attention layer first writes the new tokens' K and V
 into its paged cache, then runs the kernel: vLLM's ``reshape_and_cache_flash``, one CTA per
@@ -103,7 +115,11 @@ TensorRT-LLM's context kernels run persistent as well, but prefill tiles run man
 each and crediting them the prefetch made the held-out prefill worse, so they are priced
 launched one CTA per tile. FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM
 bandwidth in decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and
-kernel (6-11 µs) where the model has one launch floor.
+kernel (6-11 µs) where the model has one launch floor. A decode split 64 ways or more takes
+1.4-1.7x its predicted time held out on every GPU, whether a combine kernel merges its
+splits (FlashAttention) or the kernel itself (TensorRT-LLM), while FlashInfer's split calls
+on the L40S run faster than predicted (its planner's split, PrefillSplitQOKVIndptr, is not
+modelled; pricing it split more and fit worse); a cost per merged split fitted no better.
 Calls with more than ``exact_tiles`` query tiles have their key blocks summed on a sample of
 tiles (within about 2%).
 
@@ -148,6 +164,7 @@ __all__ = [
     "kernel_tiles",
     "mha_fwd_splits",
     "pack_gqa",
+    "resident_ctas",
     "sdpa_kernel",
     "single_query",
     "split_kv_splits",
@@ -213,9 +230,10 @@ KERNELS: dict[str, KernelTraits] = {
                         "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; "
                         "get_num_splits for every call, never 4 key blocks or fewer"),
     "flashinfer": KernelTraits("flash", True, True, 2, True,
-                               "FlashInfer prefill/decode: the GQA group is fused into the tile; "
-                               "its prefill planner splits the KV (PrefillBinarySearchKVChunk"
-                               "Size), approximated by FlashAttention 2's heuristic"),
+                               "FlashInfer prefill/decode (vLLM's decode runs the prefill kernel, "
+                               "use_tensor_cores=True): the GQA group is fused into the tile; "
+                               "its planner splits the KV (PrefillSplitQOKVIndptr), "
+                               "approximated by FlashAttention 2's heuristic"),
     "trtllm": KernelTraits("flash", False, True, 2, False,
                            "TensorRT-LLM FMHA through FlashInfer (Blackwell): trtllm-gen "
                            "generation kernels group a KV head's query heads (fmhaKernels.h); "
@@ -302,7 +320,9 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
       memory but less than 192 KiB (the A100), else 64 × 64. A one-token query takes the
       split-KV kernel's tiles, as ``fa2``, and so does (``single``) a multi-token query
       that ``mha_fwd_splits`` splits.
-    - ``flashinfer`` (prefill; its decode kernel's tiles are not modelled, ``default``): the
+    - ``flashinfer``: vLLM builds FlashInfer's decode wrapper with ``use_tensor_cores=True``
+      (``vllm/v1/attention/backends/flashinfer.py``), which runs a single query through the
+      prefill kernel as a one-token prefill, so decode and prefill share its tiles: the
       planner's ``FA2DetermineCtaTileQ`` takes 128 rows when the packed query (``packed_q`` =
       q_len · heads / kv_heads) exceeds 64 and d < 256, 64 when it exceeds 16, else 16, with
       4 warps along the rows (1 for 16 rows, which put 4 along the keys instead). The keys are
@@ -311,7 +331,7 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
       memory (``smem_bytes_per_sm``), halved when two minimal CTAs fit, less the Q tile
       (rows · d · ``in_bytes``), over 2 · d · 16 · warps along the keys · ``kv_bytes`` per
       ``NUM_MMA_KV`` (``BatchPrefillWithPagedKVCacheDispatched``). An L40S, d = 128, fp8 cache:
-      128 × 64, 64 × 128, 16 × 128.
+      128 × 64, 64 × 128, 16 × 128. Two CTAs an SM where they fit (``resident_ctas``).
     - ``trtllm`` (single query; its context kernels are 128 × 128, ``default``): TensorRT-LLM's
       generation kernels (``hashFromRunnerParams`` in ``fmhaKernels.h``) hold the ``group``
       query heads of a KV head in one CTA: up to 16 heads the "SwapsMmaAb" kernels put the keys
@@ -324,7 +344,7 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
             rows = 8 if group <= 8 else 16
             return rows, 256, rows
         return 128, 128, 128
-    if kernel == "flashinfer" and not single:
+    if kernel == "flashinfer":
         return _flashinfer_prefill_tiles(head_dim, kv_bytes, in_bytes, packed_q,
                                          smem_bytes_per_sm, default)
     if kernel == "fa2" or (kernel == "torch_fa2" and single):
@@ -355,12 +375,12 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
     return rows, keys, rows
 
 
-def _flashinfer_prefill_tiles(head_dim: int, kv_bytes: int, in_bytes: int, packed_q: int,
-                              smem_bytes_per_sm: float | None, default: tuple[int, int, int]
-                              ) -> tuple[int, int, int]:
-    """FlashInfer's prefill tile (``kernel_tiles``); ``default`` without the shared memory."""
+def _flashinfer_layout(head_dim: int, kv_bytes: int, in_bytes: int, packed_q: int,
+                       smem_bytes_per_sm: float | None) -> tuple[int, int, int] | None:
+    """FlashInfer's prefill kernel as its dispatch builds it: (query rows, keys of a key block,
+    CTAs an SM holds), or None without the shared memory (``kernel_tiles``)."""
     if not smem_bytes_per_sm:
-        return default
+        return None
     rows = 128 if packed_q > 64 and head_dim < 256 else 64 if packed_q > 16 else 16
     warps_q = 4 if rows > 16 else 1
     warps_kv = 4 // warps_q
@@ -371,9 +391,39 @@ def _flashinfer_prefill_tiles(head_dim: int, kv_bytes: int, in_bytes: int, packe
     fit = int((smem_bytes_per_sm // ctas - q_smem) // per_mma_kv)
     mma_kv = min(fit, 8 // mma_q)
     if mma_kv < 1:
-        return default
+        return None
     mma_kv = 1 << (mma_kv.bit_length() - 1)  # DISPATCH_NUM_MMA_KV: a power of two
-    return rows, 16 * warps_kv * mma_kv, rows
+    return rows, 16 * warps_kv * mma_kv, ctas
+
+
+def _flashinfer_prefill_tiles(head_dim: int, kv_bytes: int, in_bytes: int, packed_q: int,
+                              smem_bytes_per_sm: float | None, default: tuple[int, int, int]
+                              ) -> tuple[int, int, int]:
+    """FlashInfer's prefill tile (``kernel_tiles``); ``default`` without the shared memory."""
+    layout = _flashinfer_layout(head_dim, kv_bytes, in_bytes, packed_q, smem_bytes_per_sm)
+    if layout is None:
+        return default
+    rows, keys, _ = layout
+    return rows, keys, rows
+
+
+def resident_ctas(kernel: str, head_dim: int, kv_bytes: int, *, in_bytes: int = 2,
+                  packed_q: int = 0, smem_bytes_per_sm: float | None = None) -> int:
+    """CTAs of ``kernel`` one SM runs at once, as the kernel's launch sizes them.
+
+    FlashInfer's prefill kernel (which vLLM's decode runs too, ``kernel_tiles``) sizes its
+    shared memory for two CTAs an SM ("we expect each sm execute two threadblocks":
+    ``num_ctas_per_sm`` in ``BatchPrefillWithPagedKVCacheDispatched``,
+    ``include/flashinfer/attention/prefill.cuh``) wherever two of its smallest CTAs (the Q tile
+    and one key MMA of K and V per warp along the keys) fit in an SM's shared memory; its 128
+    threads a CTA never bind before the shared memory does. Every other kernel here is priced
+    one CTA an SM (FlashAttention 3 and TensorRT-LLM fill an SM's shared memory with one; vLLM's
+    FlashAttention 2 split-KV CTA is not counted twice: pricing it so made A100 and L40S worse).
+    """
+    if kernel != "flashinfer":
+        return 1
+    layout = _flashinfer_layout(head_dim, kv_bytes, in_bytes, packed_q, smem_bytes_per_sm)
+    return 1 if layout is None else layout[2]
 
 
 # K/V elements of a key block (× kv_tile · head_dim) a kernel converts on the SM before its
@@ -586,6 +636,7 @@ class AttentionGeometry:
     kv_tile: torch.Tensor  # keys per block
     combines: torch.Tensor  # 1 where a second kernel merges the splits' partial outputs
     persistent: torch.Tensor  # 1 where a persistent CTA prefetches its next tile
+    ctas_per_sm: torch.Tensor  # CTAs one SM runs at once (``resident_ctas``)
 
 
 def split_kv_splits(units: torch.Tensor, key_blocks: torch.Tensor, sm_count: torch.Tensor,
@@ -671,6 +722,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
                        split_fill: torch.Tensor | float = 0.0,
                        combine_kernel: torch.Tensor | float = 1.0,
                        prefetch: torch.Tensor | float = 0.0,
+                       ctas_per_sm: torch.Tensor | float = 1.0,
                        exact_tiles: int = 256) -> AttentionGeometry:
     """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
 
@@ -686,8 +738,9 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     ``split_slots_per_sm`` (N,) CTAs an SM. Where ``split_fill`` (N,) is 1 a single query
     splits by ``fill_splits`` instead. ``combine_kernel`` (N,) is 1 where a split call runs a
     second kernel to merge its splits. ``prefetch`` (N,) is 1 where the kernel's persistent
-    scheduler prefetches the next tile; it runs unless a single query splits. The three tile sizes are numbers or (N,) tensors
-    (``kernel_tiles``).
+    scheduler prefetches the next tile; it runs unless a single query splits. The three tile
+    sizes are numbers or (N,) tensors (``kernel_tiles``); ``ctas_per_sm`` (N,) is the CTAs an
+    SM runs at once (``resident_ctas``).
 
     Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
     ``exact_tiles`` tiles at the midpoints of equal strata, each standing for its stratum (the
@@ -759,6 +812,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
         combines=combines,
         persistent=(torch.as_tensor(prefetch, dtype=torch.float64).expand(len(g)).clone()
                     * ((splits == 1) & single).double()),
+        ctas_per_sm=torch.as_tensor(ctas_per_sm, dtype=torch.float64).expand(len(g)).clone(),
     )
 
 
@@ -900,17 +954,27 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     blocks = geo.ctas * geo.tiles_mean  # key blocks run by all CTAs
     block_bytes = geo.requested_kv_bytes / blocks
     from_dram = (kv_compulsory / geo.requested_kv_bytes).clamp(max=1.0) * (1.0 - hit)
-    sm_dram_bw = c["dram_efficiency"] * dev.dram_bw_bytes_per_s / sm  # an SM's share
     sm_l2_bw = c["l2_bytes_per_cycle_per_sm"] * clk
-    block_memory_s = (block_bytes * (from_dram / sm_dram_bw + (1.0 - from_dram) / sm_l2_bw)
+    # CTAs that share an SM (``resident_ctas``; the busiest SM holds ⌈CTAs / SMs⌉ of them, at
+    # most as many as fit) split its tensor cores, softmax units and bandwidth, and overlap
+    # their latency chains: a wave of them takes their summed throughput work and one chain
+    resident = torch.minimum(geo.ctas_per_sm, torch.ceil(geo.ctas / sm))  # (N,)
+    # a running CTA draws DRAM bytes at its share of the chip's DRAM bandwidth among the CTAs
+    # that run at once (an SM's share when the grid fills the SMs), never faster than its
+    # SM's L2 port, which its SM's resident CTAs share
+    running = torch.minimum(geo.ctas, resident * sm)  # (N,)
+    cta_l2_bw = sm_l2_bw / resident
+    cta_dram_bw = torch.minimum(c["dram_efficiency"] * dev.dram_bw_bytes_per_s / running,
+                                cta_l2_bw)
+    block_memory_s = (block_bytes * (from_dram / cta_dram_bw + (1.0 - from_dram) / cta_l2_bw)
                       + c["block_latency_ns"] * 1e-9)
-    block_s = _pnorm(block_compute_s, block_memory_s, c["block_p"])
+    block_s = _pnorm(resident * block_compute_s, block_memory_s, c["block_p"])
 
     # one CTA: fixed latency and cycles, its Q and O, then its key blocks …
     cta_latency_s = c["cta_latency_us"] * 1e-6
     cta_fixed_s = (cta_latency_s + c["cta_kcycles"] * 1e3 / clk
-                   + qo / geo.ctas * ((1.0 - hit) / sm_dram_bw + hit / sm_l2_bw))
-    waves = torch.ceil(geo.ctas / sm)
+                   + qo / geo.ctas * ((1.0 - hit) / cta_dram_bw + hit / cta_l2_bw))
+    waves = torch.ceil(geo.ctas / (resident * sm))
     # … and one that prefetches pays its fixed chain once: the later tiles' are hidden
     chain_s = cta_latency_s + c["cta_kcycles"] * 1e3 / clk  # (N,)
     hidden_s = geo.persistent * (waves - 1.0) * chain_s
@@ -923,7 +987,8 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     overhead_s = c["launch_us"] * 1e-6 + geo.combines * c["combine_us"] * 1e-6
     cache_s = kv_cache_write_s(b, dev, c, l2_bw=sm_l2_bw * sm, l2_share=l2_share,
                                l2_steepness=l2_steepness, warm_l2=warm_l2)
-    busy = torch.maximum(waves * geo.tiles_mean, geo.tiles_max)  # blocks on the busiest SM
+    # key blocks on the busiest SM
+    busy = torch.maximum(waves * resident * geo.tiles_mean, geo.tiles_max)
     return {
         "time_ms": (kernel_s + overhead_s + cache_s) * 1e3,
         "cache_write_ms": cache_s * 1e3,
@@ -1082,7 +1147,7 @@ class AttentionPredictor:
         if bool(as_decode.any()):
             split_kernel = (as_decode & (b.dropout == 0)
                             & (mha_fwd_splits(b, dev.sm_count, self.max_splits) > 1))
-        q_tile, kv_tile, decode_q_tile = self._tiles(b, kernels, devices, split_kernel)
+        q_tile, kv_tile, decode_q_tile, per_sm = self._tiles(b, kernels, devices, split_kernel)
         geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=q_tile,
                                  kv_tile=kv_tile, decode_q_tile=decode_q_tile,
                                  max_splits=self.max_splits, min_split_blocks=min_split,
@@ -1103,43 +1168,47 @@ class AttentionPredictor:
                                      dtype=torch.float64),
                                  prefetch=torch.tensor(
                                      [float(KERNELS[k].prefetches_next_tile) for k in kernels],
-                                     dtype=torch.float64))
+                                     dtype=torch.float64),
+                                 ctas_per_sm=per_sm)
         family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
                               dtype=torch.long)
         return geo, dev, family, kernels
 
     def _tiles(self, b: AttentionBatch, kernels: Sequence[str], devices: Sequence[DeviceSpec],
-               split_kernel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Each call's (q_tile, kv_tile, decode_q_tile) (``kernel_tiles``), (N,) each; the
-        hyperparameters where a kernel's source is not public. ``split_kernel`` (N,): calls
-        that run their kernel's split-KV variant, as a single query does."""
+               split_kernel: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each call's (q_tile, kv_tile, decode_q_tile) (``kernel_tiles``), the
+        hyperparameters where a kernel's source is not public, and the CTAs an SM holds
+        (``resident_ctas``), (N,) each. ``split_kernel`` (N,): calls that run their kernel's
+        split-KV variant, as a single query does."""
         default = (self.q_tile, self.kv_tile, self.decode_q_tile)
         single = ((single_query(b) > 0) | split_kernel).tolist()
         sm8x = [d.compute_capability in ("8.6", "8.7", "8.9") for d in devices]
         smem = [d.smem_bytes_per_sm for d in devices]
-        # the packed query length sets FlashInfer's prefill tiles only: 0 elsewhere keeps the
-        # memo to one entry per kernel and head size
-        packed_q = [q if k == "flashinfer" and not one else 0 for k, q, one in
-                    zip(kernels, (b.q_len * b.heads / b.kv_heads).tolist(), single)]
+        # the packed query length sets FlashInfer's tiles only: 0 elsewhere keeps the memo
+        # to one entry per kernel and head size
+        packed_q = [q if k == "flashinfer" else 0 for k, q in
+                    zip(kernels, (b.q_len * b.heads / b.kv_heads).tolist())]
         # … and the group size TensorRT-LLM's generation tiles only
         group = [int(gr) if k == "trtllm" and one else 1 for k, gr, one in
                  zip(kernels, (b.heads / b.kv_heads).tolist(), single)]
         keys = zip(kernels, b.head_dim.tolist(), b.kv_bytes.tolist(), b.causal.tolist(),
                    (b.window > 0).tolist(), single, sm8x, smem, b.in_bytes.tolist(), packed_q,
                    group)
-        memo: dict[tuple[Any, ...], tuple[int, int, int]] = {}
+        memo: dict[tuple[Any, ...], tuple[int, int, int, int]] = {}
         rows = []
         for key in keys:
             if key not in memo:
                 k, d, kv, causal, windowed, one, minor, shared, qb, pq, gr = key
-                memo[key] = kernel_tiles(k, int(d), int(kv), causal=bool(causal),
-                                         windowed=bool(windowed), single=bool(one),
-                                         default=default, sm8x=minor,
-                                         smem_bytes_per_sm=shared, in_bytes=int(qb),
-                                         packed_q=int(pq), group=gr)
+                tiles = kernel_tiles(k, int(d), int(kv), causal=bool(causal),
+                                     windowed=bool(windowed), single=bool(one),
+                                     default=default, sm8x=minor, smem_bytes_per_sm=shared,
+                                     in_bytes=int(qb), packed_q=int(pq), group=gr)
+                memo[key] = (*tiles, resident_ctas(k, int(d), int(kv), in_bytes=int(qb),
+                                                   packed_q=int(pq), smem_bytes_per_sm=shared))
             rows.append(memo[key])
-        t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)
-        return t[:, 0], t[:, 1], t[:, 2]
+        t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 4)
+        return t[:, 0], t[:, 1], t[:, 2], t[:, 3]
 
     def _check_fitted(self) -> dict[str, torch.Tensor]:
         raw = getattr(self, "params_", None)
