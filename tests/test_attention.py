@@ -7,6 +7,7 @@ import gzip
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -40,6 +41,24 @@ from torch_gemm_cost.train.attention import score_attention
 
 def one(call: AttentionCall) -> AttentionBatch:
     return AttentionBatch.from_calls([call])
+
+
+def priced_inputs(call: AttentionCall, gpu: str) -> tuple[Any, ...]:
+    """The shipped model, a one-call batch on ``gpu``, its geometry, device columns, family and
+    physical constants as float64 tensors: what ``attention_time`` takes."""
+    model = AttentionPredictor.shipped()
+    b = one(call)
+    geo, cols, family, _ = model._inputs(b, [get_device(gpu)])
+    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
+    return model, b, geo, cols, family, c
+
+
+def grid_ms(model: AttentionPredictor, b: AttentionBatch, geo: Any, cols: Any, family: Any,
+            c: dict[str, torch.Tensor], *, warm_l2: bool = True) -> float:
+    """The grid's time alone (launch and combine aside), ms."""
+    out = attention_time(b, geo, cols, family, c, l2_share=model.l2_share,
+                         l2_steepness=model.l2_steepness, warm_l2=warm_l2)
+    return float(out["grid_ms"])
 
 
 # ---------------------------------------------------------------- hand-worked FLOPs and bytes
@@ -160,23 +179,16 @@ def test_a_persistent_kernel_pays_its_fixed_chain_once_by_hand() -> None:
     # one-block CTAs. A persistent CTA that prefetches its next tile hides the fixed chain
     # (cta_latency_us + cta_kcycles at the boost clock) of all but its first tile: the grid
     # is 13 chains shorter than the same grid launched one CTA per tile.
-    model = AttentionPredictor.shipped()
+    model, b, geo, cols, family, c = priced_inputs(
+        AttentionCall("decode", batch=2048, q_len=1, kv_len=16, heads=8, kv_heads=1,
+                      head_dim=128, kernel="trtllm"), "b200")
     dev = get_device("b200")
-    b = one(AttentionCall("decode", batch=2048, q_len=1, kv_len=16, heads=8, kv_heads=1,
-                          head_dim=128, kernel="trtllm"))
-    geo, cols, family, _ = model._inputs(b, [dev])
     assert geo.persistent.item() == 1.0
-    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
-
-    def grid_ms(g: object) -> float:
-        out = attention_time(b, g, cols, family, c, l2_share=model.l2_share,  # type: ignore
-                             l2_steepness=model.l2_steepness, warm_l2=True)
-        return float(out["grid_ms"])
-
     chain_s = c["cta_latency_us"] * 1e-6 + c["cta_kcycles"] * 1e3 / (dev.boost_clock_mhz * 1e6)
     launched = replace(geo, persistent=torch.zeros(1, dtype=torch.float64))
-    assert grid_ms(launched) - grid_ms(geo) == pytest.approx(13 * float(chain_s) * 1e3,
-                                                             rel=1e-9)
+    assert (grid_ms(model, b, launched, cols, family, c)
+            - grid_ms(model, b, geo, cols, family, c)) == pytest.approx(
+        13 * float(chain_s) * 1e3, rel=1e-9)
 
 
 def test_resident_ctas_follow_flashinfers_shared_memory_by_hand() -> None:
@@ -195,33 +207,29 @@ def test_co_resident_ctas_overlap_their_chains_and_share_the_sm_by_hand() -> Non
     # FlashInfer decode on an L40S: 2048 sequences × 1 KV head (8 query heads, 16 packed rows),
     # 16 keys: 2048 one-block CTAs on 142 SMs, two resident an SM (⌈2048 / 142⌉ = 15 ≥ 2), so
     # ⌈2048 / 284⌉ = 8 waves instead of ⌈2048 / 142⌉ = 15.
-    model = AttentionPredictor.shipped()
-    dev = get_device("l40s")
-    b = one(AttentionCall("decode", batch=2048, q_len=1, kv_len=16, heads=8, kv_heads=1,
-                          head_dim=128, kv_dtype="fp8", kernel="flashinfer"))
-    geo, cols, family, _ = model._inputs(b, [dev])
+    model, b, geo, cols, family, c = priced_inputs(
+        AttentionCall("decode", batch=2048, q_len=1, kv_len=16, heads=8, kv_heads=1,
+                      head_dim=128, kv_dtype="fp8", kernel="flashinfer"), "l40s")
     assert (geo.ctas.item(), geo.ctas_per_sm.item()) == (2048.0, 2.0)
     alone = replace(geo, ctas_per_sm=torch.ones(1, dtype=torch.float64))
-    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
     big = torch.tensor(1e30, dtype=torch.float64)
     zero = torch.tensor(0.0, dtype=torch.float64)
 
-    def grid_ms(g: object, **over: torch.Tensor) -> float:
-        out = attention_time(b, g, cols, family, {**c, **over},  # type: ignore[arg-type]
-                             l2_share=model.l2_share, l2_steepness=model.l2_steepness,
-                             warm_l2=True)
-        return float(out["grid_ms"])
+    def ratio(**over: torch.Tensor) -> float:  # the grid's time, two CTAs an SM over one
+        with_over = {**c, **over}
+        return (grid_ms(model, b, geo, cols, family, with_over)
+                / grid_ms(model, b, alone, cols, family, with_over))
 
     # latency only (no compute, bandwidth without limit): a wave costs one chain whether it
     # holds one CTA an SM or two, so the grid is 8 / 15 of the one-CTA grid
     fast = {"mma_efficiency": big, "softmax_cycles_flash": zero, "fp8_kv_cycles": zero,
             "l2_bytes_per_cycle_per_sm": big, "dram_efficiency": big}
-    assert grid_ms(geo, **fast) * 15 == pytest.approx(grid_ms(alone, **fast) * 8, rel=1e-9)
+    assert ratio(**fast) == pytest.approx(8 / 15, rel=1e-9)
     # throughput only (no latency, no fixed cycles, bandwidth without limit): two CTAs share
     # the SM's tensor cores and softmax units, so 8 waves of twice the work: 16 / 15
     work = {"cta_latency_us": zero, "cta_kcycles": zero, "block_latency_ns": zero,
             "l2_bytes_per_cycle_per_sm": big, "dram_efficiency": big}
-    assert grid_ms(geo, **work) * 15 == pytest.approx(grid_ms(alone, **work) * 16, rel=1e-9)
+    assert ratio(**work) == pytest.approx(16 / 15, rel=1e-9)
 
 
 def test_a_few_running_ctas_share_the_dram_between_them_by_hand() -> None:
@@ -231,20 +239,17 @@ def test_a_few_running_ctas_share_the_dram_between_them_by_hand() -> None:
     # run, ε·B / 32 (below its SM's L2 port), so the grid takes the compulsory bytes over ε·B:
     # K and V 16·2·16384·128·2·2 = 268,435,456 B, Q and O 2 · 16·2·128·2 = 16,384 B.
     # An SM's share (ε·B / 142) would have priced it 142 / 32 = 4.4 times longer.
-    model = AttentionPredictor.shipped()
+    model, b, geo, cols, family, c = priced_inputs(
+        AttentionCall("decode", batch=16, q_len=1, kv_len=16384, heads=2, kv_heads=2,
+                      head_dim=128, kernel="fa2"), "l40s")
     dev = get_device("l40s")
-    b = one(AttentionCall("decode", batch=16, q_len=1, kv_len=16384, heads=2, kv_heads=2,
-                          head_dim=128, kernel="fa2"))
-    geo, cols, family, _ = model._inputs(b, [dev])
     assert (geo.ctas.item(), geo.splits.item(), geo.tiles_mean.item()) == (32.0, 1.0, 128.0)
-    c = {k: torch.tensor(v, dtype=torch.float64) for k, v in model.physical_constants().items()}
     zero = torch.tensor(0.0, dtype=torch.float64)
     c.update(mma_efficiency=torch.tensor(1e30, dtype=torch.float64), softmax_cycles_flash=zero,
              cta_latency_us=zero, cta_kcycles=zero, block_latency_ns=zero)
-    out = attention_time(b, geo, cols, family, c, l2_share=model.l2_share,
-                         l2_steepness=model.l2_steepness, warm_l2=False)
+    cold_ms = grid_ms(model, b, geo, cols, family, c, warm_l2=False)
     dram_bw = float(c["dram_efficiency"]) * dev.dram_bw_bytes_per_s
-    assert float(out["grid_ms"]) == pytest.approx(268_451_840 / dram_bw * 1e3, rel=1e-9)
+    assert cold_ms == pytest.approx(268_451_840 / dram_bw * 1e3, rel=1e-9)
 
 
 def test_flash_attention_2_splits_decode_only_when_it_swaps_heads_into_rows() -> None:
