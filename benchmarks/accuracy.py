@@ -36,6 +36,7 @@ from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_
 from torch_gemm_cost.predict.hybrid import variants
 from torch_gemm_cost.predict.roofline import RooflinePredictor
 from torch_gemm_cost.train.gemm import leave_one_chip_out, score_groups
+from torch_gemm_cost.train.intervals import held_out_rows
 
 log = logging.getLogger("accuracy")
 
@@ -56,6 +57,27 @@ def mape(pred: torch.Tensor, meas: torch.Tensor) -> float:
 def per_gpu(measured: MeasuredGemms, pred: torch.Tensor) -> dict[str, float]:
     return {g: mape(pred[measured.mask(gpu=g)], measured.latency_ms[measured.mask(gpu=g)])
             for g in sorted(set(measured.gpu))}
+
+
+def held_out_main(doc: str, out: Path, argv: list[str] | None
+                  ) -> tuple[argparse.Namespace, MeasuredGemms, torch.Tensor | None]:
+    """The command line of a benchmark that reads the held-out predictions this script saves
+    (``--data``, ``--held-out``, ``--out`` defaulting to ``out``): its arguments, the measured
+    rows of ``held_out_rows`` and those predictions (None without ``--held-out``), on one
+    CPU thread."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
+    ap.add_argument("--held-out", type=Path, default=None,
+                    help="chip-held-out predictions of every measured row (accuracy.py "
+                         "--save-predictions)")
+    ap.add_argument("--out", type=Path, default=out)
+    args = ap.parse_args(argv)
+    if not (args.data / "gemm").is_dir():
+        ap.error(f"no measured GEMMs under {args.data} (expected {args.data / 'gemm'}); pass "
+                 "--data pointing at the shared data folder")
+    torch.set_num_threads(1)
+    measured, held = held_out_rows(args.data, args.held_out)
+    return args, measured, held
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,6 @@ Writes ``benchmarks/results/fp8_cast.md``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -38,10 +37,13 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+RESULTS = ROOT / "benchmarks" / "results"
+
+from accuracy import held_out_main
 
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.predict.hybrid import CAST_ELEMENTS_PER_PASS, HybridPredictor
-from torch_gemm_cost.train.intervals import held_out_rows
 
 MIN_ELEMENTS = 2**24  # M·K of the (M, K) series scored
 DEEP_ROWS = 4096  # M of the series whose time per row an SM works through is tabulated
@@ -103,19 +105,8 @@ def _fmt(values: Sequence[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
-    ap.add_argument("--held-out", type=Path, default=None,
-                    help="chip-held-out predictions of every measured row (accuracy.py "
-                         "--save-predictions)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fp8_cast.md")
-    args = ap.parse_args(argv)
-    if not (args.data / "gemm").is_dir():
-        ap.error(f"no measured GEMMs under {args.data} (expected {args.data / 'gemm'}); pass "
-                 "--data pointing at the shared data folder")
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
-    measured, held = held_out_rows(args.data, args.held_out)
+    args, measured, held = held_out_main(__doc__ or "", RESULTS / "fp8_cast.md", argv)
     names = measured.gemms.dtype_names()
     fp8 = measured.mask(source="aiconfigurator") & torch.tensor([d == FP8 for d in names])
     gpus = sorted({g for g, keep in zip(measured.gpu, fp8.tolist()) if keep})

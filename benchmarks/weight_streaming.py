@@ -24,7 +24,6 @@ A priced share below the measured one is a prediction too slow by their ratio. W
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -36,9 +35,12 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+RESULTS = ROOT / "benchmarks" / "results"
+
+from accuracy import held_out_main
 
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.train.intervals import held_out_rows
 
 COPIES = 6  # layers in aiconfigurator's CUDA graph, each with its own weights
 MAX_TOKENS = 64
@@ -61,19 +63,8 @@ def bin_of(ratio: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
-    ap.add_argument("--held-out", type=Path, default=None,
-                    help="chip-held-out predictions of every measured row (accuracy.py "
-                         "--save-predictions)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "weight_streaming.md")
-    args = ap.parse_args(argv)
-    if not (args.data / "gemm").is_dir():
-        ap.error(f"no measured GEMMs under {args.data} (expected {args.data / 'gemm'}); pass "
-                 "--data pointing at the shared data folder")
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
-    measured, held = held_out_rows(args.data, args.held_out)
+    args, measured, held = held_out_main(__doc__ or "", RESULTS / "weight_streaming.md", argv)
     g = measured.gemms
     keep = torch.tensor([s == "aiconfigurator" for s in measured.source]) \
         & (g.m <= MAX_TOKENS) & (measured.latency_ms >= MIN_MS)
