@@ -339,7 +339,7 @@ def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc["version"] = "10"  # before tiles moved only the bytes of rows and columns that exist
     path = tmp_path / "v10.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 12"):
+    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 13"):
         HybridPredictor.load(path)
 
 
