@@ -339,7 +339,7 @@ def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc["version"] = "10"  # before tiles moved only the bytes of rows and columns that exist
     path = tmp_path / "v10.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 12"):
+    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 13"):
         HybridPredictor.load(path)
 
 
@@ -563,10 +563,12 @@ def test_fp8_cast_by_hand() -> None:
     # 4096 rows, one CTA each, ⌈4096 / 148⌉ = 28 deep on every SM; ⌈8192 / 2048⌉ = 4 passes a
     # row. At 1.0 µs a CTA and 0.5 µs a further pass: 28 · (1.0 + 3 · 0.5) = 70 µs; its
     # 3 bytes an element at the prior η = 0.8: 3 · 33,554,432 / (0.8 · 7.7e12) s = 16.34144 µs;
-    # with its own launch (the prior kernel floor, 0.004 ms): 0.09034144 ms on top of the GEMM.
+    # with its own launch (the prior kernel floor, 6,000 clocks at the B200's 1965 MHz:
+    # 0.0030534351 ms): 0.0893948751 ms on top of the GEMM.
     model = initialised(use_mlp=False)
     model.params_["cast_cta_us"][0] = math.log(math.expm1(1.0))  # softplus⁻¹
     model.params_["cast_pass_us"][0] = math.log(math.expm1(0.5))
+    floor = 6000 / 1965e6 * 1e3  # ms
 
     def cast_ms(m: int, k: int) -> float:
         gemms = GemmBatch.from_dims(m=[m], n=[4096], k=[k], dtype="float8_e4m3fn")
@@ -574,11 +576,25 @@ def test_fp8_cast_by_hand() -> None:
         return float(model.predict(cast, "b200").time_ms[0]
                      - model.predict(gemms, "b200").time_ms[0])
 
-    assert cast_ms(4096, 8192) == pytest.approx(0.09034144, rel=1e-5)
-    # one pass (K = 2048): 28 · 1.0 µs + 3 · 8,388,608 / 6.16e12 s (4.08536 µs) + 0.004 ms
-    assert cast_ms(4096, 2048) == pytest.approx(0.03608536, rel=1e-5)
+    assert cast_ms(4096, 8192) == pytest.approx(0.0893948751, rel=1e-5)
+    # one pass (K = 2048): 28 · 1.0 µs + 3 · 8,388,608 / 6.16e12 s (4.08536 µs) + the floor
+    assert cast_ms(4096, 2048) == pytest.approx(0.03208536 + floor, rel=1e-5)
     # one row: a single CTA deep, whatever the SMs
-    assert cast_ms(1, 2048) == pytest.approx(0.001 + 3 * 2048 / 6.16e12 * 1e3 + 0.004, rel=1e-5)
+    assert cast_ms(1, 2048) == pytest.approx(0.001 + 3 * 2048 / 6.16e12 * 1e3 + floor, rel=1e-5)
+
+
+def test_kernel_floor_is_a_count_of_clocks() -> None:
+    # the prior kernel floor is 0.004 ms at 1.5 GHz, 6,000 SM clocks: 6000 / 1410 MHz =
+    # 4.2553191 µs on an A100 SXM4, 6000 / 2520 MHz = 2.3809524 µs on an L40S; a host-timed
+    # (event) floor is the host's, the prior 0.02 ms on both
+    model = initialised(use_mlp=False)
+    empty_ish = GemmBatch.from_dims(m=[1], n=[8], k=[8], dtype="bfloat16")
+    for gpu, kernel_us in (("a100_sxm4_80gb", 4.2553191), ("l40s", 2.3809524)):
+        pred = model.predict(empty_ish, gpu)
+        assert float(pred.details["launch_ms"][0]) * 1e3 == pytest.approx(kernel_us, rel=1e-6)
+        event = model.predict(empty_ish, gpu, timing="event")
+        assert float(event.details["launch_ms"][0]) == pytest.approx(0.02, rel=1e-6)
+    assert model.physical_constants()["kernel_floor_clocks"] == pytest.approx(6000.0, rel=1e-9)
 
 
 def test_large_tile_engine_takes_the_fastest_tile() -> None:

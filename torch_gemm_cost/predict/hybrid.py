@@ -19,6 +19,12 @@ or P4 inherits it; a family never seen gets the shared preference alone. Non-bat
 the shared preference only: there cuBLAS picks by shape, which a constant per family cannot
 follow (it misled DeepBench's n = 8..32 shapes on P100 by 3x).
 
+launch is one fitted floor per timing (TIMINGS) with an offset per data source. A
+kernel-timed floor is the GPU's own time for its smallest GEMM, a fixed count of SM clocks (CTA
+start, the first tiles' round trip, the epilogue), so it scales as 1 / boost clock: the medians
+of aiconfigurator's tiny GEMMs (kernel time) are 4.06 µs on the A100, 2.63 on the H200 and 2.15
+on the L40S, 5,200-5,700 clocks each. An event- or table-timed floor is the host's and does not.
+
 NB: the chosen tile is an envelope over plausible kernels, not always the kernel cuBLAS runs.
 
 Every stage is a batched torch function (see tiles, cache, intensity, mlp), so one call predicts
@@ -57,6 +63,9 @@ FORMAT = "torch_gemm_cost.hybrid"
 # 16-bit elements (``static_scaled_fp8_quant``, csrc/quantization/fp8/common.cu)
 CAST_ELEMENTS_PER_PASS = 256 * 16 // 2
 TIMINGS: tuple[str, ...] = ("kernel", "event", "table")
+# the SM clock at which exp(launch_log_ms["kernel"]) is the kernel floor in ms (the prior
+# 0.004 ms is 6,000 clocks)
+FLOOR_REF_CLOCK_HZ = 1.5e9
 SOURCES: tuple[str, ...] = ("neusight", "neusight-test", "vidur", "deepbench", "xla-ptable",
                             "llmcompass", "aiconfigurator", "tgc-align", "calibrate")
 _HYPER = ("use_cache", "use_instr", "use_mlp", "per_family", "loss", "hidden", "steps", "lr", "softmin_tau",
@@ -98,7 +107,7 @@ class HybridPredictor(Estimator):
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "12"
+    version = "13"
 
     # fitted state (set by fit, set_metadata or load)
     params_: dict[str, torch.Tensor]
@@ -481,6 +490,11 @@ class HybridPredictor(Estimator):
         launch_log = launch_log + torch.where(
             source >= 0, p["launch_source"][source.clamp(min=0)], torch.zeros_like(launch_log)
         )
+        # a kernel-timed floor is the GPU's own time for the smallest GEMM: a fixed number of
+        # SM clocks, so it scales as 1 / clock; an event- or table-timed floor is the host's
+        launch_log = launch_log + torch.where(
+            x.launch == TIMINGS.index("kernel"),
+            torch.log(FLOOR_REF_CLOCK_HZ / x.clock_hz), torch.zeros_like(launch_log))
         zero = torch.zeros_like(gemm_s)
         # launch and GEMM combine as a p-norm: p = 1 adds them, large p takes the larger
         lp = sp(p["launch_p"]) + 1.0
@@ -800,7 +814,10 @@ class HybridPredictor(Estimator):
             "cast_cta_us": float(sp(p["cast_cta_us"])),
             "cast_pass_us": float(sp(p["cast_pass_us"])),
             "dram_roof_p": float(sp(p["dram_p"]) + 1.0),
+            # the kernel floor at FLOOR_REF_CLOCK_HZ; a GPU's own is this × reference / its clock
             "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
+            "kernel_floor_clocks": float(torch.exp(p["launch_log_ms"][0])) * 1e-3
+            * FLOOR_REF_CLOCK_HZ,
         }
 
 
