@@ -18,7 +18,11 @@ the GPU's L2 capacity. Per (GPU, dtype, bin), as a share of the datasheet DRAM b
   (``--held-out``: a file written by ``benchmarks/accuracy.py --save-predictions``, the rows of
   ``load_all_gemms`` after ``impossible_rows``), where given.
 
-A priced share below the measured one is a prediction too slow by their ratio. Writes
+A priced share below the measured one is a prediction too slow by their ratio.
+
+Below the streaming rows, the kernel floor: the median measured time of the bf16 rows of at most
+2^20 FLOPs (too small to stream or compute anything), in µs and in SM clocks at the boost clock,
+beside the same median priced in-sample and held out. Writes
 ``benchmarks/results/weight_streaming.md``.
 """
 
@@ -40,10 +44,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 from accuracy import held_out_main
 
+from torch_gemm_cost.gemms.measured import MeasuredGemms
 from torch_gemm_cost.predict import default_predictor
 
 COPIES = 6  # layers in aiconfigurator's CUDA graph, each with its own weights
 MAX_TOKENS = 64
+FLOOR_FLOPS = 2**20  # GEMMs at most this size time the kernel floor
 MIN_MS = 0.01
 # bins of the working set over the L2 capacity
 EDGES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -140,11 +146,41 @@ def main(argv: list[str] | None = None) -> int:
         lines.append("Held out, every bin of 100 rows or more priced below what was measured: "
                      + "; ".join(f"{g} {d}: measured {min(m):.2f}–{max(m):.2f}, priced "
                                  f"{min(h):.2f}–{max(h):.2f}" for g, d, m, h in low) + ".")
-    lines.append("")
+    lines += ["", floor_section(measured, held), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+def floor_section(measured: MeasuredGemms, held: torch.Tensor | None) -> str:
+    """The kernel floor per GPU: aiconfigurator's bf16 rows of at most ``FLOOR_FLOPS``,
+    median measured and priced time, in µs and in SM clocks at the boost clock."""
+    g = measured.gemms
+    tiny = (torch.tensor([s == "aiconfigurator" for s in measured.source])
+            & torch.tensor([d == "bfloat16" for d in g.dtype_names()])
+            & (2 * g.batch * g.m * g.n * g.k <= FLOOR_FLOPS))
+    sub = measured.select(tiny)
+    priced = {"in-sample": default_predictor().predict_measured(sub).to(torch.float64)}
+    if held is not None:
+        priced["held out"] = held[tiny]
+    rows = []
+    for gpu in sorted(set(sub.gpu)):
+        mask = sub.mask(gpu=gpu)
+        mhz = sub.device(gpu).boost_clock_mhz or float("nan")
+        row: list[object] = [gpu, int(mask.sum()), mhz]
+        for times in (sub.latency_ms, *priced.values()):
+            us = float(times[mask].median()) * 1e3
+            row += [f"{us:.2f}", f"{us * mhz:,.0f}"]
+        rows.append(row)
+    headers = ["gpu", "rows", "boost MHz", "measured µs", "measured clocks"]
+    for name in priced:
+        headers += [f"priced {name} µs", f"priced {name} clocks"]
+    return ("## The kernel floor\n\n"
+            f"aiconfigurator's bf16 rows of at most 2^{FLOOR_FLOPS.bit_length() - 1} FLOPs, "
+            "median time (kernel-timed, so no host overhead), in µs and in SM clocks at the "
+            "boost clock. The predictor prices this floor as a count of clocks shared by every "
+            "GPU.\n\n" + tabulate(rows, headers, tablefmt="github"))
 
 
 if __name__ == "__main__":

@@ -21,9 +21,10 @@ follow (it misled DeepBench's n = 8..32 shapes on P100 by 3x).
 
 launch is one fitted floor per timing (TIMINGS) with an offset per data source. A
 kernel-timed floor is the GPU's own time for its smallest GEMM, a fixed count of SM clocks (CTA
-start, the first tiles' round trip, the epilogue), so it scales as 1 / boost clock: the medians
-of aiconfigurator's tiny GEMMs (kernel time) are 4.06 µs on the A100, 2.63 on the H200 and 2.15
-on the L40S, 5,200-5,700 clocks each. An event- or table-timed floor is the host's and does not.
+start, the first tiles' round trip, the epilogue), so it scales as 1 / boost clock: the median
+of aiconfigurator's bf16 GEMMs of at most 2^20 FLOPs (kernel time) is 4.00 µs on the A100, 2.69
+on the H200 and 2.19 on the L40S, 5,300-5,600 clocks each, and 4,200 clocks on the B200
+(``benchmarks/weight_streaming.py``). An event- or table-timed floor is the host's and does not.
 
 NB: the chosen tile is an envelope over plausible kernels, not always the kernel cuBLAS runs.
 
@@ -816,8 +817,8 @@ class HybridPredictor(Estimator):
             "dram_roof_p": float(sp(p["dram_p"]) + 1.0),
             # the kernel floor at FLOOR_REF_CLOCK_HZ; a GPU's own is this × reference / its clock
             "launch_ms": {t: float(torch.exp(v)) for t, v in zip(TIMINGS, p["launch_log_ms"])},
-            "kernel_floor_clocks": float(torch.exp(p["launch_log_ms"][0])) * 1e-3
-            * FLOOR_REF_CLOCK_HZ,
+            "kernel_floor_clocks": float(torch.exp(p["launch_log_ms"][TIMINGS.index("kernel")]))
+            * 1e-3 * FLOOR_REF_CLOCK_HZ,
         }
 
 
