@@ -27,6 +27,7 @@ from torch_gemm_cost.predict.attention import (
     attention_time,
     fill_splits,
     fp8_converted,
+    gqa_copy_kernels,
     kernel_tiles,
     kv_cache_write_s,
     mha_fwd_splits,
@@ -275,6 +276,72 @@ def test_flash_attention_2_splits_decode_only_when_it_swaps_heads_into_rows() ->
     assert splits(8, 0) == 8
     assert splits(32, 0) == 1
     assert splits(8, 256) == 1
+
+
+def test_flash_attention_2_copies_a_packed_group_only_when_torch_cannot_view_it() -> None:
+    # mha_varlen_fwd packs a decode's GQA group: q.reshape(b, h_k, g, d).transpose(1, 2)
+    # .reshape(b·g, h_k, d), and the output back. The last reshape is a view only when a
+    # merged dimension is 1: b = 1, or h_k = 1 (then g sits beside a size-1 dimension).
+    # Without packing (heads = kv_heads, a window) there is no reshape at all.
+    def copies(batch: int, heads: int, kv_heads: int, window: int = 0, kernel: str = "fa2",
+               phase: str = "decode", q_len: int = 1) -> float:
+        b = one(AttentionCall(phase, batch=batch, q_len=q_len, kv_len=1000, heads=heads,
+                              kv_heads=kv_heads, head_dim=128, window=window, kernel=kernel))
+        return gqa_copy_kernels(b, [kernel]).item()
+
+    assert copies(2, 32, 8) == 2.0  # (2·4, 8, d) from a transposed (2, 8, 4, d): q in, O out
+    assert copies(1, 32, 8) == 0.0  # batch 1: a view
+    assert copies(64, 32, 1) == 0.0  # one KV head: a view
+    assert copies(64, 32, 32) == 0.0  # MHA: not packed
+    assert copies(64, 32, 8, window=128) == 0.0  # a window turns packing off
+    assert copies(64, 32, 8, kernel="fa3") == 0.0  # FlashAttention 3 packs inside its kernel
+    assert copies(64, 32, 8, phase="prefill", q_len=16) == 0.0  # multi-token: not packed
+
+
+def test_a_small_extra_kernel_costs_sm_clocks_by_hand() -> None:
+    # Each extra kernel (split-KV combine, GQA copy) adds extra_kernel_kcycles thousand SM
+    # clocks: two copies on an A100 (1410 MHz boost) add 2 · k · 1000 / 1.41e9 s, the same
+    # count of clocks on an L40S (2520 MHz) 1410 / 2520 of that time.
+    call = AttentionCall("decode", batch=8, q_len=1, kv_len=512, heads=32, kv_heads=8,
+                         head_dim=128, kernel="fa2")
+    added = {}
+    for gpu in ("a100_sxm4_80gb", "l40s"):
+        model, b, geo, cols, family, c = priced_inputs(call, gpu)
+        t = [float(attention_time(b, geo, cols, family, c, copy_kernels=n,
+                                  l2_share=model.l2_share, l2_steepness=model.l2_steepness,
+                                  warm_l2=True)["time_ms"]) for n in (0.0, 2.0)]
+        added[gpu] = t[1] - t[0]
+        clock_hz = get_device(gpu).boost_clock_mhz * 1e6
+        expect_ms = 2 * float(c["extra_kernel_kcycles"]) * 1e3 / clock_hz * 1e3
+        assert added[gpu] == pytest.approx(expect_ms, rel=1e-9)
+    assert added["l40s"] / added["a100_sxm4_80gb"] == pytest.approx(1410 / 2520, rel=1e-9)
+    # … and the shipped predictor counts them where gqa_copy_kernels says
+    pred = AttentionPredictor.shipped()
+    dev = get_device("a100_sxm4_80gb")
+    one_seq, two_seq = (pred.predict([replace(call, batch=n, kv_len=16)], dev).time_ms.item()
+                        for n in (1, 2))
+    assert two_seq - one_seq > 0.9 * added["a100_sxm4_80gb"]
+
+
+def test_triton_pairs_cost_sm_cycles_not_the_tensor_peak() -> None:
+    # vLLM's Triton kernel is priced per (row, key) pair in SM-cycles alone, so neither the
+    # tensor peak nor the MMA efficiency moves its time; FlashAttention 2's compute-bound
+    # prefill moves with both
+    def times(kernel: str) -> list[float]:
+        call = AttentionCall("prefill", batch=4, q_len=4096, kv_len=4096, heads=32,
+                             kv_heads=8, head_dim=128, kernel=kernel)
+        model, b, geo, cols, family, c = priced_inputs(call, "l40s")
+        slower = dict(c, mma_efficiency=c["mma_efficiency"] / 2)
+        fewer_flops = replace(cols, peak_flops_per_s=cols.peak_flops_per_s / 8)
+        return [float(attention_time(b, geo, cl, family, cc, l2_share=model.l2_share,
+                                     l2_steepness=model.l2_steepness,
+                                     warm_l2=True)["time_ms"])
+                for cl, cc in ((cols, c), (cols, slower), (fewer_flops, c))]
+
+    base, slower, fewer = times("triton")
+    assert base == slower == fewer
+    base, slower, fewer = times("fa2")
+    assert slower > 1.2 * base and fewer > 2 * base
 
 
 def test_prefill_split_kv_by_hand() -> None:

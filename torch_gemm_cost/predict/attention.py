@@ -82,8 +82,11 @@ splits no MHA decode) streams each CTA's keys faster. On an L40S that took held-
 decode from 48% to 24% MAPE (32 CTAs over 268 MB ran at 743 GB/s, where an SM's share,
 1/142 of the DRAM, priced them at 190 GB/s).
 The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
-grid and the chip-wide DRAM and L2 roofs; a launch floor (and a combine kernel under split-KV)
-comes on top. Where a kernel's launch sizes it to run r CTAs an SM at once (``resident_ctas``:
+grid and the chip-wide DRAM and L2 roofs; a launch floor comes on top, and each small kernel
+the call runs beside its main one (a split-KV combine, FlashAttention 2's GQA copies:
+``gqa_copy_kernels``) costs a count of SM clocks, as the GEMM model's kernel floor does: the
+copies' measured step is 8,648 clocks on the A100 and 9,032 on the L40S for two of them
+(``benchmarks/results/attention.md``), and every held-out fit puts the constant at 4,100-4,600. Where a kernel's launch sizes it to run r CTAs an SM at once (``resident_ctas``:
 FlashInfer's prefill kernel, two where two fit in an SM's shared memory), the r CTAs of the
 busiest SM (at most ⌈CTAs / SMs⌉) share its tensor cores, softmax units and bandwidth but
 overlap their latency chains: a wave of r · SMs CTAs takes one fixed chain and one per-block
@@ -161,6 +164,7 @@ __all__ = [
     "fa2_split_tiles",
     "fill_splits",
     "fp8_converted",
+    "gqa_copy_kernels",
     "kernel_tiles",
     "mha_fwd_splits",
     "pack_gqa",
@@ -178,8 +182,9 @@ PHASES: tuple[str, ...] = ("prefill", "decode")
 class KernelTraits:
     """What the time model needs to know of an attention kernel: its structure, not its speed.
 
-    ``family`` chooses the softmax cost constant ("flash": CUDA kernels with an online softmax
-    on tensor-core tiles; "triton": vLLM's Triton kernel). ``packs_prefill``: query heads of a
+    ``family`` chooses how a (row, key) pair is priced ("flash": CUDA kernels whose MMAs run
+    at the tensor cores' rate, beside an online softmax; "triton": vLLM's Triton kernel, priced
+    in SM-cycles per pair alone, see ``attention_time``). ``packs_prefill``: query heads of a
     KV head share tiles in multi-token prefill; ``packs_windowed_decode``: they still do in
     decode when a sliding window is set. ``min_split_blocks``: the fewest key blocks split-KV
     splits. ``splits_prefill``: a multi-token query's key blocks are split too when its tiles
@@ -200,9 +205,11 @@ class KernelTraits:
     current one, so a CTA's latency chain is paid once per SM, not once per tile; it holds
     where the kernel runs its persistent scheduler (TensorRT-LLM: context kernels always, a
     generation kernel when it does not split the keys, as ``computeNumCtas`` switches).
+    ``copies_packed_gqa``: the entry point packs a single query's GQA group with a reshape that
+    torch can only copy, and copies the output back the same way (``gqa_copy_kernels``).
     """
 
-    family: str
+    family: str  # "flash" or "triton" (``FAMILIES``)
     packs_prefill: bool
     packs_windowed_decode: bool
     min_split_blocks: int
@@ -214,13 +221,15 @@ class KernelTraits:
     splits_to_fill: bool = False
     combine_kernel: bool = True
     prefetches_next_tile: bool = False
+    copies_packed_gqa: bool = False
 
 
 KERNELS: dict[str, KernelTraits] = {
     "fa2": KernelTraits("flash", False, False, 2, False,
                         "FlashAttention 2 (vllm-flash-attn): packs only through "
                         "seqlenq_ngroups_swapped; num_splits_heuristic",
-                        split_slots_per_sm=2, splits_packed_decode_only=True),
+                        split_slots_per_sm=2, splits_packed_decode_only=True,
+                        copies_packed_gqa=True),
     "torch_fa2": KernelTraits("flash", False, False, 2, False,
                              "PyTorch's bundled FlashAttention 2 (no paged KV cache): "
                              "packs only through seqlenq_ngroups_swapped; mha_fwd calls "
@@ -702,6 +711,25 @@ def single_query(b: AttentionBatch) -> torch.Tensor:
     return ((b.decode > 0) | (b.q_len == 1)).double()
 
 
+def gqa_copy_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
+    """Copy kernels a call runs beside its attention kernel, shape (N,): 2 or 0.
+
+    vLLM's FlashAttention 2 (``mha_varlen_fwd``) runs a single query whose KV heads are shared
+    (``seqlenq_ngroups_swapped``: one query token, heads > kv_heads, no window, no dropout, d a
+    multiple of 8) with its group as query rows:
+    ``q.reshape(b, h_k, g, d).transpose(1, 2).reshape(b·g, h_k, d)``, and the output back the
+    same way. ``reshape`` returns a view only where the strides allow one, which a transposed
+    tensor's do only when a dimension it merges is 1: with more than one sequence and more than
+    one KV head both reshapes copy (``KernelTraits.copies_packed_gqa``). The measurements show
+    the two copies as a step from batch 1 to 2 in that layout alone
+    (``benchmarks/results/attention.md``).
+    """
+    copies = torch.tensor([KERNELS[k].copies_packed_gqa for k in kernels], dtype=torch.bool)
+    swapped = ((single_query(b) > 0) & (b.heads > b.kv_heads) & (b.window == 0)
+               & (b.dropout == 0) & (torch.remainder(b.head_dim, 8) == 0))
+    return 2.0 * (copies & swapped & (b.batch > 1) & (b.kv_heads > 1)).double()
+
+
 def pack_gqa(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
     """1 where the query heads of a KV head share tiles, per ``KERNELS`` traits, shape (N,)."""
     single = single_query(b) > 0
@@ -877,7 +905,7 @@ def _pnorm(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 PARAMS: dict[str, tuple[float, str]] = {
     "mma_efficiency": (0.7, "sigmoid"),  # share of the dense tensor peak the MMAs sustain
     "softmax_cycles_flash": (0.05, "softplus"),  # SM-cycles per executed (row, key) pair
-    "softmax_cycles_triton": (1.0, "softplus"),
+    "pair_cycles_triton": (1.0, "softplus"),  # … of the Triton kernel, its MMAs included
     "fp8_kv_cycles": (0.05, "softplus"),  # SM-cycles to convert one fp8 K/V element
     "overlap_p": (1.7, "softplus+1"),  # MMA ⊕ softmax: 1 adds them, large overlaps them
     "cta_latency_us": (2.0, "softplus"),  # a CTA's fixed latency chain …
@@ -891,7 +919,8 @@ PARAMS: dict[str, tuple[float, str]] = {
     "l2_bytes_per_cycle_per_sm": (64.0, "softplus"),
     "roof_p": (3.0, "softplus+1"),  # grid ⊕ DRAM ⊕ L2
     "launch_us": (5.0, "softplus"),  # event-timed floor of one kernel
-    "combine_us": (2.0, "softplus"),  # the split-KV combine kernel
+    # a small kernel beside the main one (split-KV combine, GQA copies), thousands of SM clocks
+    "extra_kernel_kcycles": (4.0, "softplus"),
 }
 
 
@@ -922,14 +951,15 @@ def _warm_hit(working_set: torch.Tensor, dev: DeviceColumns, l2_share: float,
 def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns,
                    family: torch.Tensor, constants: Mapping[str, torch.Tensor], *,
                    fp8_elements: torch.Tensor | float = 0.0,
+                   copy_kernels: torch.Tensor | float = 0.0,
                    l2_share: float, l2_steepness: float, warm_l2: bool
                    ) -> dict[str, torch.Tensor]:
     """Time (ms) of every call and its parts, the KV-cache write (``kv_cache_write_s``)
     included where the call makes one, from physical ``constants`` (``PARAMS`` names, physical
     units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
-    ``fp8_converted``. Differentiable in the constants. With ``warm_l2``, a compulsory working
-    set below ``l2_share`` of the L2 stays resident between runs (hit share
-    1 / (1 + (bytes / (share · L2))^steepness)).
+    ``fp8_converted``; ``copy_kernels`` (N,) is ``gqa_copy_kernels``. Differentiable in the
+    constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
+    resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
     """
     c = constants
     sm, clk = dev.sm_count, dev.clock_hz
@@ -941,9 +971,16 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     # one key block of one CTA: tensor cores ⊕ online softmax, in SM-cycles
     pairs = geo.rows_per_tile * geo.kv_tile  # (N,) (row, key) pairs per block
     flops_per_cycle = dev.peak_flops_per_s / (sm * clk)  # per SM
-    mma_cycles = 4.0 * b.head_dim * pairs / (flops_per_cycle * c["mma_efficiency"])
-    softmax_cpp = torch.stack([c["softmax_cycles_flash"], c["softmax_cycles_triton"]])
-    softmax_cycles = pairs * softmax_cpp[family]
+    # vLLM's Triton kernel is priced per pair in SM-cycles alone: its tl.dot tiles (16 query
+    # rows in decode) do not bind at the tensor cores' rate, and it reaches the same FLOPs per
+    # SM-cycle on the B200 and the L40S (226 and 208 in its compute-bound prefill), whose
+    # tensor peaks per SM-cycle differ 7.6x (``benchmarks/results/attention.md``)
+    triton = family == FAMILIES.index("triton")
+    mma_cycles = torch.where(
+        triton, torch.zeros_like(pairs),
+        4.0 * b.head_dim * pairs / (flops_per_cycle * c["mma_efficiency"]))
+    pair_cycles = torch.stack([c["softmax_cycles_flash"], c["pair_cycles_triton"]])
+    softmax_cycles = pairs * pair_cycles[family]
     # an fp8 KV block's conversion on the SM (``fp8_converted``) runs beside the softmax
     softmax_cycles = softmax_cycles + (fp8_elements * c["fp8_kv_cycles"] * geo.kv_tile
                                        * b.head_dim)
@@ -984,7 +1021,8 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     l2_s = (geo.requested_kv_bytes + qo) / (sm_l2_bw * sm)
     memory_s = _pnorm(dram_s, l2_s, c["roof_p"])
     kernel_s = _pnorm(grid_s, memory_s, c["roof_p"])
-    overhead_s = c["launch_us"] * 1e-6 + geo.combines * c["combine_us"] * 1e-6
+    extra_kernels = geo.combines + copy_kernels
+    overhead_s = c["launch_us"] * 1e-6 + extra_kernels * c["extra_kernel_kcycles"] * 1e3 / clk
     cache_s = kv_cache_write_s(b, dev, c, l2_bw=sm_l2_bw * sm, l2_share=l2_share,
                                l2_steepness=l2_steepness, warm_l2=warm_l2)
     # key blocks on the busiest SM
@@ -1102,7 +1140,7 @@ class AttentionPredictor:
     """
 
     name = "attention"
-    version = "2"
+    version = "3"
     params_: dict[str, torch.Tensor]  # raw (unconstrained) constants, ``PARAMS`` order
     metadata_: dict[str, Any]  # provenance and metrics, saved with the weights
 
@@ -1222,7 +1260,8 @@ class AttentionPredictor:
         constants = self._check_fitted()
         geo, dev, family, kernels = self._inputs(b, devices)
         out = attention_time(b, geo, dev, family, constants,
-                             fp8_elements=fp8_converted(b, kernels), l2_share=self.l2_share,
+                             fp8_elements=fp8_converted(b, kernels),
+                             copy_kernels=gqa_copy_kernels(b, kernels), l2_share=self.l2_share,
                              l2_steepness=self.l2_steepness, warm_l2=warm_l2)
         details = {k: v for k, v in out.items()
                    if k not in ("time_ms", "compute_ms", "memory_ms", "dram_bytes")}
@@ -1276,6 +1315,7 @@ class AttentionPredictor:
         devices = [get_device(g) for g in sub.gpu]
         geo, dev, family, kernels = self._inputs(sub.calls, devices)
         fp8 = fp8_converted(sub.calls, kernels)
+        copies = gqa_copy_kernels(sub.calls, kernels)
         log_y = torch.log(sub.latency_ms)
 
         t0 = time.perf_counter()
@@ -1288,7 +1328,7 @@ class AttentionPredictor:
         for step in range(self.steps):
             opt.zero_grad()
             pred = attention_time(sub.calls, geo, dev, family, self._physical(raw),
-                                  fp8_elements=fp8,
+                                  fp8_elements=fp8, copy_kernels=copies,
                                   l2_share=self.l2_share, l2_steepness=self.l2_steepness,
                                   warm_l2=True)["time_ms"]
             loss = (w * (torch.log(pred) - log_y).abs()).sum()
