@@ -87,8 +87,11 @@ def evidence(measured: MeasuredAttention) -> dict[str, list[list[Any]]]:
             sel = big & (c.head_dim == d)
             tflops = flops[sel] / y[sel] / 1e9
             peak = spec.peak_flops_per_s("bfloat16") / 1e12
+            sm_cycles_per_s = spec.sm_count * spec.boost_clock_mhz * 1e6
             out["prefill"].append([gpu, kernel, kv, int(d), int(sel.sum()),
-                                   f"{median(tflops):.0f}", f"{median(tflops) / peak:.2f}"])
+                                   f"{median(tflops):.0f}", f"{median(tflops) / peak:.2f}",
+                                   f"{median(tflops) * 1e12 / sm_cycles_per_s:.0f}",
+                                   f"{peak * 1e12 / sm_cycles_per_s:.0f}"])
         # large decode: the DRAM roof
         sel = m & (c.decode > 0) & (traffic >= 5e8)
         if sel.any():
@@ -305,10 +308,14 @@ def main(argv: list[str] | None = None) -> int:
                                            "share of DRAM"], tablefmt="github"),
         "",
         ("**Compute roof of prefill.** Causal prefill of 8192 tokens or more, batch × heads ≥ 64, "
-        "no window: achieved TFLOP/s (needed FLOPs) and its share of the dense bf16 peak."),
+        "no window: achieved TFLOP/s (needed FLOPs), its share of the dense bf16 peak, and "
+         "FLOPs per SM-cycle (boost clock) beside the peak's. vLLM's Triton kernel reaches "
+         "about the same FLOPs per SM-cycle on the B200 and the L40S, whose tensor peaks per "
+         "SM-cycle differ 7.6x: the model prices its (row, key) pairs in SM-cycles alone."),
         "",
         tabulate(ev["prefill"], headers=["gpu", "kernel", "kv", "head_dim", "rows", "TFLOP/s",
-                                         "share of peak"], tablefmt="github"),
+                                         "share of peak", "FLOPs per SM-cycle",
+                                         "peak per SM-cycle"], tablefmt="github"),
         "",
         ("**The KV-cache write.** Causal prefill of 8 sequences × 4096 tokens, 32 query heads, "
         "d = 128 (ms) against kv_heads. The kernel's work is the same at every kv_heads (its "
@@ -336,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     "kv_heads 1", "2", "4", "8"],
                  tablefmt="github"),
         "",
-        ("**FlashAttention 2's GQA copies (not priced).** Decode of at most 16 keys, d = 128, no "
+        ("**FlashAttention 2's GQA copies.** Decode of at most 16 keys, d = 128, no "
          "window, on the two GPUs that run vLLM's FlashAttention 2: median µs at batch 1 and at "
          "batches 2-8 per KV-head layout, the step between them, and the held-out median "
          "pred/meas at batches 2-8. To pack a decode's GQA group (`seqlenq_ngroups_swapped`), "
@@ -346,10 +353,13 @@ def main(argv: list[str] | None = None) -> int:
          "merges is 1: with more than one sequence and more than one KV head both reshapes copy, "
          "two small kernels beside the attention kernel. The step is there only in that layout, "
          "and it is about the same count of SM clocks on both GPUs (two copies of 4,300-4,500 "
-         "clocks each), as a short kernel's floor is. The model does not price the copies: "
-         "held out, the A100's calls in this layout come out at 0.69 of the measured time "
-         "against 1.03-1.17 in the others; on the L40S every small decode comes out slow, "
-         "these least."),
+         "clocks each), as a short kernel's floor is. The model prices them so "
+         "(`gqa_copy_kernels`, two kernels of `extra_kernel_kcycles` thousand clocks, the "
+         "constant a split-KV combine kernel costs too); held out, the A100's calls in this "
+         "layout come out at 1.03 of the measured time (0.69 before the copies were priced). "
+         "The L40S's small decodes come out 1.36-1.66x slow in every layout: held out, its "
+         "launch floor is the other GPUs' (7.7 µs measured at batch 1 against 10.9-12.6 on "
+         "the A100)."),
         "",
         tabulate(gqa_copy_step(measured, held),
                  headers=["gpu", "kernel", "layout", "rows b=1", "µs b=1", "rows b=2-8",
