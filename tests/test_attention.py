@@ -33,7 +33,9 @@ from torch_gemm_cost.predict.attention import (
     mha_fwd_splits,
     pack_gqa,
     resident_ctas,
+    side_kernels,
     split_kv_splits,
+    varlen_schedule_kernels,
     vllm_kernel,
 )
 from torch_gemm_cost.predict.attention_measured import ATTENTION_COLUMNS, load_attention
@@ -298,6 +300,22 @@ def test_flash_attention_2_copies_a_packed_group_only_when_torch_cannot_view_it(
     assert copies(64, 32, 8, phase="prefill", q_len=16) == 0.0  # multi-token: not packed
 
 
+def test_flash_attention_3_plans_a_varlen_call_of_at_most_992_sequences() -> None:
+    # mha_fwd: use_dynamic_split = is_varlen && b <= 992 (32 · 31, the most
+    # prepare_varlen_num_blocks handles), and then that kernel runs before the attention kernel
+    def side(batch: int, kernel: str, phase: str = "decode", q_len: int = 1) -> tuple[float, ...]:
+        b = one(AttentionCall(phase, batch=batch, q_len=q_len, kv_len=512, heads=32,
+                              kv_heads=8, head_dim=128, kernel=kernel))
+        return (varlen_schedule_kernels(b, [kernel]).item(), side_kernels(b, [kernel]).item())
+
+    assert side(992, "fa3") == (1.0, 1.0)
+    assert side(993, "fa3") == (0.0, 0.0)
+    assert side(4, "fa3", phase="prefill", q_len=256) == (1.0, 1.0)
+    # FlashAttention 2 plans on the host, but copies a packed group: two side kernels
+    assert side(4, "fa2") == (0.0, 2.0)
+    assert side(4, "trtllm") == (0.0, 0.0)
+
+
 def test_a_small_extra_kernel_costs_sm_clocks_by_hand() -> None:
     # Each extra kernel (split-KV combine, GQA copy) adds extra_kernel_kcycles thousand SM
     # clocks: two copies on an A100 (1410 MHz boost) add 2 · k · 1000 / 1.41e9 s, the same
@@ -307,7 +325,7 @@ def test_a_small_extra_kernel_costs_sm_clocks_by_hand() -> None:
     added = {}
     for gpu in ("a100_sxm4_80gb", "l40s"):
         model, b, geo, cols, family, c = priced_inputs(call, gpu)
-        t = [float(attention_time(b, geo, cols, family, c, copy_kernels=n,
+        t = [float(attention_time(b, geo, cols, family, c, side_count=n,
                                   l2_share=model.l2_share, l2_steepness=model.l2_steepness,
                                   warm_l2=True)["time_ms"]) for n in (0.0, 2.0)]
         added[gpu] = t[1] - t[0]

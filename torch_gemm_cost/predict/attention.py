@@ -83,10 +83,12 @@ decode from 48% to 24% MAPE (32 CTAs over 268 MB ran at 743 GB/s, where an SM's 
 1/142 of the DRAM, priced them at 190 GB/s).
 The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
 grid and the chip-wide DRAM and L2 roofs; a launch floor comes on top, and each small kernel
-the call runs beside its main one (a split-KV combine, FlashAttention 2's GQA copies:
-``gqa_copy_kernels``) costs a count of SM clocks, as the GEMM model's kernel floor does: the
-copies' measured step is 8,648 clocks on the A100 and 9,032 on the L40S for two of them
-(``benchmarks/results/attention.md``), and every held-out fit puts the constant at 4,100-4,600. Where a kernel's launch sizes it to run r CTAs an SM at once (``resident_ctas``:
+the call runs beside its main one (a split-KV combine, FlashAttention 2's GQA copies and
+FlashAttention 3's schedule: ``side_kernels``) costs a count of SM clocks, as the GEMM model's
+kernel floor does: the copies' measured step is 8,648 clocks on the A100 and 9,032 on the L40S
+for two of them (``benchmarks/results/attention.md``), and every held-out fit puts the
+constant at 4,600-5,000.
+Where a kernel's launch sizes it to run r CTAs an SM at once (``resident_ctas``:
 FlashInfer's prefill kernel, two where two fit in an SM's shared memory), the r CTAs of the
 busiest SM (at most ⌈CTAs / SMs⌉) share its tensor cores, softmax units and bandwidth but
 overlap their latency chains: a wave of r · SMs CTAs takes one fixed chain and one per-block
@@ -170,8 +172,10 @@ __all__ = [
     "pack_gqa",
     "resident_ctas",
     "sdpa_kernel",
+    "side_kernels",
     "single_query",
     "split_kv_splits",
+    "varlen_schedule_kernels",
     "vllm_kernel",
 ]
 
@@ -207,6 +211,8 @@ class KernelTraits:
     generation kernel when it does not split the keys, as ``computeNumCtas`` switches).
     ``copies_packed_gqa``: the entry point packs a single query's GQA group with a reshape that
     torch can only copy, and copies the output back the same way (``gqa_copy_kernels``).
+    ``schedules_varlen``: the varlen entry runs a kernel of its own before the attention kernel
+    to plan its tiles and splits (``varlen_schedule_kernels``).
     """
 
     family: str  # "flash" or "triton" (``FAMILIES``)
@@ -222,6 +228,7 @@ class KernelTraits:
     combine_kernel: bool = True
     prefetches_next_tile: bool = False
     copies_packed_gqa: bool = False
+    schedules_varlen: bool = False
 
 
 KERNELS: dict[str, KernelTraits] = {
@@ -237,7 +244,10 @@ KERNELS: dict[str, KernelTraits] = {
                              split_slots_per_sm=2, splits_prefill_as_decode=True),
     "fa3": KernelTraits("flash", True, True, 5, True,
                         "FlashAttention 3 (and 4) on Hopper: pack_gqa in the varlen path; "
-                        "get_num_splits for every call, never 4 key blocks or fewer"),
+                        "get_num_splits for every call, never 4 key blocks or fewer; "
+                        "prepare_varlen_num_blocks before a varlen call of at most 992 "
+                        "sequences",
+                        schedules_varlen=True),
     "flashinfer": KernelTraits("flash", True, True, 2, True,
                                "FlashInfer prefill/decode (vLLM's decode runs the prefill kernel, "
                                "use_tensor_cores=True): the GQA group is fused into the tile; "
@@ -730,6 +740,24 @@ def gqa_copy_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
     return 2.0 * (copies & swapped & (b.batch > 1) & (b.kv_heads > 1)).double()
 
 
+def varlen_schedule_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
+    """Scheduling kernels a call runs before its attention kernel, shape (N,): 1 or 0.
+
+    FlashAttention 3's ``mha_fwd`` plans a varlen call's splits dynamically when it has at most
+    992 sequences (``use_dynamic_split = is_varlen && b <= 992``: 32 · 31, the most its
+    ``prepare_varlen_num_blocks`` kernel handles), and then runs that kernel before the
+    attention kernel (``KernelTraits.schedules_varlen``). vLLM calls its varlen entry.
+    """
+    plans = torch.tensor([KERNELS[k].schedules_varlen for k in kernels], dtype=torch.bool)
+    return (plans & (b.batch <= 992)).double()
+
+
+def side_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
+    """Small kernels a call runs beside its attention kernel, split-KV combine aside, shape
+    (N,): ``gqa_copy_kernels`` plus ``varlen_schedule_kernels``."""
+    return gqa_copy_kernels(b, kernels) + varlen_schedule_kernels(b, kernels)
+
+
 def pack_gqa(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
     """1 where the query heads of a KV head share tiles, per ``KERNELS`` traits, shape (N,)."""
     single = single_query(b) > 0
@@ -951,13 +979,13 @@ def _warm_hit(working_set: torch.Tensor, dev: DeviceColumns, l2_share: float,
 def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns,
                    family: torch.Tensor, constants: Mapping[str, torch.Tensor], *,
                    fp8_elements: torch.Tensor | float = 0.0,
-                   copy_kernels: torch.Tensor | float = 0.0,
+                   side_count: torch.Tensor | float = 0.0,
                    l2_share: float, l2_steepness: float, warm_l2: bool
                    ) -> dict[str, torch.Tensor]:
     """Time (ms) of every call and its parts, the KV-cache write (``kv_cache_write_s``)
     included where the call makes one, from physical ``constants`` (``PARAMS`` names, physical
     units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
-    ``fp8_converted``; ``copy_kernels`` (N,) is ``gqa_copy_kernels``. Differentiable in the
+    ``fp8_converted``; ``side_count`` (N,) is ``side_kernels``. Differentiable in the
     constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
     resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
     """
@@ -1021,7 +1049,7 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     l2_s = (geo.requested_kv_bytes + qo) / (sm_l2_bw * sm)
     memory_s = _pnorm(dram_s, l2_s, c["roof_p"])
     kernel_s = _pnorm(grid_s, memory_s, c["roof_p"])
-    extra_kernels = geo.combines + copy_kernels
+    extra_kernels = geo.combines + side_count
     overhead_s = c["launch_us"] * 1e-6 + extra_kernels * c["extra_kernel_kcycles"] * 1e3 / clk
     cache_s = kv_cache_write_s(b, dev, c, l2_bw=sm_l2_bw * sm, l2_share=l2_share,
                                l2_steepness=l2_steepness, warm_l2=warm_l2)
@@ -1140,7 +1168,7 @@ class AttentionPredictor:
     """
 
     name = "attention"
-    version = "3"
+    version = "4"
     params_: dict[str, torch.Tensor]  # raw (unconstrained) constants, ``PARAMS`` order
     metadata_: dict[str, Any]  # provenance and metrics, saved with the weights
 
@@ -1261,7 +1289,7 @@ class AttentionPredictor:
         geo, dev, family, kernels = self._inputs(b, devices)
         out = attention_time(b, geo, dev, family, constants,
                              fp8_elements=fp8_converted(b, kernels),
-                             copy_kernels=gqa_copy_kernels(b, kernels), l2_share=self.l2_share,
+                             side_count=side_kernels(b, kernels), l2_share=self.l2_share,
                              l2_steepness=self.l2_steepness, warm_l2=warm_l2)
         details = {k: v for k, v in out.items()
                    if k not in ("time_ms", "compute_ms", "memory_ms", "dram_bytes")}
@@ -1315,7 +1343,7 @@ class AttentionPredictor:
         devices = [get_device(g) for g in sub.gpu]
         geo, dev, family, kernels = self._inputs(sub.calls, devices)
         fp8 = fp8_converted(sub.calls, kernels)
-        copies = gqa_copy_kernels(sub.calls, kernels)
+        extra = side_kernels(sub.calls, kernels)
         log_y = torch.log(sub.latency_ms)
 
         t0 = time.perf_counter()
@@ -1328,7 +1356,7 @@ class AttentionPredictor:
         for step in range(self.steps):
             opt.zero_grad()
             pred = attention_time(sub.calls, geo, dev, family, self._physical(raw),
-                                  fp8_elements=fp8, copy_kernels=copies,
+                                  fp8_elements=fp8, side_count=extra,
                                   l2_share=self.l2_share, l2_steepness=self.l2_steepness,
                                   warm_l2=True)["time_ms"]
             loss = (w * (torch.log(pred) - log_y).abs()).sum()
