@@ -355,11 +355,11 @@ def main(argv: list[str] | None = None) -> int:
          "and it is about the same count of SM clocks on both GPUs (two copies of 4,300-4,500 "
          "clocks each), as a short kernel's floor is. The model prices them so "
          "(`gqa_copy_kernels`, two kernels of `extra_kernel_kcycles` thousand clocks, the "
-         "constant a split-KV combine kernel costs too); held out, the A100's calls in this "
-         "layout come out at 1.03 of the measured time (0.69 before the copies were priced). "
-         "The L40S's small decodes come out 1.36-1.66x slow in every layout: held out, its "
-         "launch floor is the other GPUs' (7.7 µs measured at batch 1 against 10.9-12.6 on "
-         "the A100)."),
+         "constant a split-KV combine kernel costs too): held out, the A100's calls in this "
+         "layout come out as close as in the others (last column; 0.69 of the measured time "
+         "before the copies were priced). The L40S's small decodes come out slow in every "
+         "layout: held out, its launch floor is the other GPUs' (its batch-1 calls take "
+         "7.7-8.7 µs, the A100's 10.9-12.6)."),
         "",
         tabulate(gqa_copy_step(measured, held),
                  headers=["gpu", "kernel", "layout", "rows b=1", "µs b=1", "rows b=2-8",
