@@ -314,6 +314,10 @@ def test_flash_attention_3_plans_a_varlen_call_of_at_most_992_sequences() -> Non
     # FlashAttention 2 plans on the host, but copies a packed group: two side kernels
     assert side(4, "fa2") == (0.0, 2.0)
     assert side(4, "trtllm") == (0.0, 0.0)
+    # a schedule computed ahead (vLLM's aot_schedule) leaves the call none of its own
+    ahead = one(AttentionCall("decode", batch=4, q_len=1, kv_len=512, heads=32, kv_heads=8,
+                              head_dim=128, kernel="fa3", scheduled=True))
+    assert varlen_schedule_kernels(ahead, ["fa3"]).item() == 0.0
 
 
 def test_a_small_extra_kernel_costs_sm_clocks_by_hand() -> None:

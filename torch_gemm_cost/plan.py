@@ -758,7 +758,9 @@ def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization:
         (f"Attention: {kernel}, the kernel vLLM runs on this device for this head size and KV "
         "dtype, priced by the fused-attention model (fitted on vLLM's kernels, each GPU held "
         "out: benchmarks/results/attention.md) with a cold L2; a prefill step's chunks against "
-        "their own context (varlen)."),
+        "their own context (varlen). FlashAttention 3's varlen schedule is planned once a "
+        "step by vLLM's metadata builder (aot_schedule, get_scheduler_metadata), not in each "
+        "layer's call; that one small kernel a step is not priced."),
         ("CUDA graphs in decode (vLLM's default, docs.vllm.ai Optimization and Tuning) and a "
         "host that runs ahead in prefill: each kernel costs its own GPU time, at least its "
         "floor, with no launch gaps."),
@@ -995,7 +997,9 @@ class _Attention:
             phase="decode" if q == 1 else "prefill", batch=b, q_len=q, kv_len=k,
             heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim, window=w, causal=True,
             dtype=self.cd.name, kv_dtype=self.kv.name,
-            cache_write=False)  # the step's KV-cache write is its own op (``_kv_writes``)
+            # the step's KV-cache write is its own op (``_kv_writes``); vLLM's metadata
+            # builder plans FlashAttention 3's varlen schedule once a step (aot_schedule)
+            cache_write=False, scheduled=True)
             for b, q, k, w in todo], self.spec)
         for c, t, f in zip(todo, pred.time_ms.tolist(), pred.flops.tolist()):
             self.cache[c] = (t - self.launch_ms, f)

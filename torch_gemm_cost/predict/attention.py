@@ -481,6 +481,10 @@ class AttentionCall:
     cache, as a serving engine's attention layer does (False: PyTorch's SDPA, which writes none).
     ``dropout``: the call drops attention probabilities (a training step's attention dropout);
     FlashAttention 2 then never splits the keys ("SplitKV is not implemented for dropout").
+    ``scheduled``: the call's varlen schedule was computed before it, so FlashAttention 3 runs
+    no schedule kernel of its own (``varlen_schedule_kernels``): vLLM's metadata builder does
+    so once a step (``aot_schedule``: ``get_scheduler_metadata``) and hands the result to every
+    layer; the measured calls ran the kernel themselves.
     """
 
     phase: str
@@ -497,6 +501,7 @@ class AttentionCall:
     kernel: str = "auto"
     cache_write: bool = True
     dropout: bool = False
+    scheduled: bool = False
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -512,7 +517,7 @@ class AttentionCall:
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
             raise ValueError(f"window must be a non-negative integer (0: none), got "
                              f"{self.window!r}")
-        for flag in ("cache_write", "dropout"):
+        for flag in ("cache_write", "dropout", "scheduled"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.causal and self.q_len > self.kv_len:
@@ -534,7 +539,7 @@ def _col(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
 class AttentionBatch:
     """N attention calls as float64 tensors of shape (N,), ready for batched physics.
 
-    ``decode``, ``causal``, ``cache_write`` and ``dropout`` are 0/1; ``in_bytes`` is the element
+    ``decode``, ``causal``, ``cache_write``, ``dropout`` and ``scheduled`` are 0/1; ``in_bytes`` is the element
     size of Q and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a
     ``KERNELS`` name or "auto") are per call.
     """
@@ -552,6 +557,7 @@ class AttentionBatch:
     kv_bytes: torch.Tensor
     cache_write: torch.Tensor
     dropout: torch.Tensor
+    scheduled: torch.Tensor
     dtype: tuple[str, ...]
     kernel: tuple[str, ...]
 
@@ -576,6 +582,7 @@ class AttentionBatch:
             kv_bytes=_col([resolve_dtype(c.kv_dtype).in_bytes for c in calls]),
             cache_write=_col([float(c.cache_write) for c in calls]),
             dropout=_col([float(c.dropout) for c in calls]),
+            scheduled=_col([float(c.scheduled) for c in calls]),
             dtype=tuple(c.dtype for c in calls),
             kernel=tuple(c.kernel for c in calls),
         )
@@ -746,10 +753,11 @@ def varlen_schedule_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.
     FlashAttention 3's ``mha_fwd`` plans a varlen call's splits dynamically when it has at most
     992 sequences (``use_dynamic_split = is_varlen && b <= 992``: 32 · 31, the most its
     ``prepare_varlen_num_blocks`` kernel handles), and then runs that kernel before the
-    attention kernel (``KernelTraits.schedules_varlen``). vLLM calls its varlen entry.
+    attention kernel (``KernelTraits.schedules_varlen``), unless the caller hands it a schedule
+    computed ahead (``AttentionCall.scheduled``). vLLM calls its varlen entry.
     """
     plans = torch.tensor([KERNELS[k].schedules_varlen for k in kernels], dtype=torch.bool)
-    return (plans & (b.batch <= 992)).double()
+    return (plans & (b.batch <= 992) & (b.scheduled == 0)).double()
 
 
 def side_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:

@@ -236,6 +236,8 @@ def load_attention(path: str | Path) -> MeasuredAttention:
         # vLLM's attention forward, as timed, writes the new tokens' K and V into the cache
         cache_write=torch.ones(len(rows), dtype=torch.float64),
         dropout=torch.zeros(len(rows), dtype=torch.float64),  # inference: no dropout
+        # each timed forward planned its own varlen schedule (FlashAttention 3)
+        scheduled=torch.zeros(len(rows), dtype=torch.float64),
         dtype=tuple(r.dtype for r in rows), kernel=tuple(KERNEL_OF[r.kernel] for r in rows),
     )
     return MeasuredAttention(calls=calls, gpu=tuple(r.gpu for r in rows),
