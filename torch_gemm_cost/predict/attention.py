@@ -539,9 +539,9 @@ def _col(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
 class AttentionBatch:
     """N attention calls as float64 tensors of shape (N,), ready for batched physics.
 
-    ``decode``, ``causal``, ``cache_write``, ``dropout`` and ``scheduled`` are 0/1; ``in_bytes`` is the element
-    size of Q and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and ``kernel`` (a
-    ``KERNELS`` name or "auto") are per call.
+    ``decode``, ``causal``, ``cache_write``, ``dropout`` and ``scheduled`` are 0/1; ``in_bytes``
+    is the element size of Q and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and
+    ``kernel`` (a ``KERNELS`` name or "auto") are per call.
     """
 
     decode: torch.Tensor
@@ -955,7 +955,8 @@ PARAMS: dict[str, tuple[float, str]] = {
     "l2_bytes_per_cycle_per_sm": (64.0, "softplus"),
     "roof_p": (3.0, "softplus+1"),  # grid ⊕ DRAM ⊕ L2
     "launch_us": (5.0, "softplus"),  # event-timed floor of one kernel
-    # a small kernel beside the main one (split-KV combine, GQA copies), thousands of SM clocks
+    # a small kernel beside the main one (split-KV combine, ``side_kernels``), in thousands
+    # of SM clocks
     "extra_kernel_kcycles": (4.0, "softplus"),
 }
 
