@@ -35,7 +35,11 @@ from torch_gemm_cost.predict.attention import (
     attention_bytes,
     attention_flops,
 )
-from torch_gemm_cost.predict.attention_measured import MeasuredAttention, load_attention
+from torch_gemm_cost.predict.attention_measured import (
+    KERNEL_OF,
+    MeasuredAttention,
+    load_attention,
+)
 from torch_gemm_cost.train.attention import (
     MIN_MS,
     AttentionScore,
@@ -141,7 +145,7 @@ def gqa_copy_step(measured: MeasuredAttention, held: torch.Tensor) -> list[list[
                ("kv_heads = 1 < heads", (c.kv_heads == 1) & (c.heads > 1)),
                ("1 < kv_heads < heads", (c.kv_heads > 1) & (c.kv_heads < c.heads)))
     for gpu, kern in sorted(set(zip(measured.gpu, measured.kernel))):
-        if get_device(gpu).compute_capability[:1] != "8" or "flash_attn" not in kern:
+        if KERNEL_OF[kern] != "fa2":
             continue
         base = (measured.mask(gpu=gpu, kernel=kern) & (c.decode > 0) & (c.kv_len <= 16)
                 & (c.head_dim == 128) & (c.window == 0))

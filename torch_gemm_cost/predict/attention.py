@@ -737,13 +737,12 @@ def gqa_copy_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
     ``q.reshape(b, h_k, g, d).transpose(1, 2).reshape(b·g, h_k, d)``, and the output back the
     same way. ``reshape`` returns a view only where the strides allow one, which a transposed
     tensor's do only when a dimension it merges is 1: with more than one sequence and more than
-    one KV head both reshapes copy (``KernelTraits.copies_packed_gqa``). The measurements show
-    the two copies as a step from batch 1 to 2 in that layout alone
-    (``benchmarks/results/attention.md``).
+    one KV head both reshapes copy (``KernelTraits.copies_packed_gqa``), wherever ``pack_gqa``
+    packs the group. The measurements show the two copies as a step from batch 1 to 2 in that
+    layout alone (``benchmarks/results/attention.md``).
     """
     copies = torch.tensor([KERNELS[k].copies_packed_gqa for k in kernels], dtype=torch.bool)
-    swapped = ((single_query(b) > 0) & (b.heads > b.kv_heads) & (b.window == 0)
-               & (b.dropout == 0) & (torch.remainder(b.head_dim, 8) == 0))
+    swapped = (pack_gqa(b, kernels) > 0) & (b.heads > b.kv_heads)
     return 2.0 * (copies & swapped & (b.batch > 1) & (b.kv_heads > 1)).double()
 
 
