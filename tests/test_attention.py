@@ -35,6 +35,7 @@ from torch_gemm_cost.predict.attention import (
     resident_ctas,
     side_kernels,
     split_kv_splits,
+    triton_segmented,
     varlen_schedule_kernels,
     vllm_kernel,
 )
@@ -605,8 +606,40 @@ def test_kernel_tiles_follow_the_kernels_sources() -> None:
         (16, 128, 16), (64, 128, 64)]
     # a kernel whose source is not public takes the predictor's tiles
     assert tiles("trtllm", 128) == (128, 128, 16)
-    assert kernel_tiles("triton", 64, 2, causal=True, windowed=False, single=True,
+    assert kernel_tiles("aotriton", 64, 2, causal=True, windowed=False, single=True,
                         default=(32, 64, 8)) == (32, 64, 8)
+
+
+def test_vllm_triton_tiles_and_segments_by_hand() -> None:
+    # BLOCK_M: 16 rows up to a group of 16 query heads a KV head, else the group's next power
+    # of two (a group of 20 -> 32); TILE_SIZE: 32 keys in the 2D kernel, 16 in the 3D one for a
+    # 16-bit query, 32 for an 8-bit one
+    def tri(group: int, segmented: bool = False, in_bytes: int = 2) -> tuple[int, int, int]:
+        return kernel_tiles("triton", 192, 1, causal=True, windowed=False, single=segmented,
+                            group=group, segmented=segmented, in_bytes=in_bytes)
+
+    assert [tri(g) for g in (1, 4, 16, 20)] == [(16, 32, 16), (16, 32, 16), (16, 32, 16),
+                                                 (32, 32, 32)]
+    assert tri(4, segmented=True) == (16, 16, 16)
+    assert tri(4, segmented=True, in_bytes=1) == (16, 32, 16)
+    # the 3D kernel: a single query of at most 128 // kv_heads sequences (8 KV heads: 16)
+    calls = [AttentionCall("decode", batch=n, q_len=1, kv_len=4096, heads=32, kv_heads=8,
+                           head_dim=192, kv_dtype="fp8") for n in (16, 17)]
+    calls.append(AttentionCall("prefill", batch=1, q_len=64, kv_len=64, heads=32, kv_heads=8,
+                               head_dim=192, kv_dtype="fp8"))
+    b = AttentionBatch.from_calls(calls)
+    assert triton_segmented(b, ["triton"] * 3).tolist() == [16.0, 0.0, 0.0]
+    assert triton_segmented(b, ["fa3"] * 3).tolist() == [0.0, 0.0, 0.0]
+    # one sequence, 2 KV heads (a group of 16), 16384 keys: 1 x 2 x 16 segments = 32 CTAs,
+    # each over 16384 / 16 keys / 16 segments = 64 tiles of 16 keys, merged by one more kernel
+    call = AttentionCall("decode", batch=1, q_len=1, kv_len=16384, heads=32, kv_heads=2,
+                         head_dim=192, kv_dtype="fp8", kernel="triton")
+    _, _, geo, _, _, _ = priced_inputs(call, "b200")
+    assert (geo.ctas.item(), geo.splits.item(), geo.tiles_mean.item(),
+            geo.combines.item(), geo.ctas_per_sm.item()) == (32.0, 16.0, 64.0, 1.0, 2.0)
+    # 2D above the threshold: 128 sequences x 2 KV heads, unsplit, 16384 / 32 = 512 tiles
+    _, _, geo, _, _, _ = priced_inputs(replace(call, batch=128), "b200")
+    assert (geo.ctas.item(), geo.splits.item(), geo.tiles_mean.item()) == (256.0, 1.0, 512.0)
 
 
 def test_fp8_kv_conversion_by_kernel() -> None:

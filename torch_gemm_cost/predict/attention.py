@@ -175,6 +175,7 @@ __all__ = [
     "side_kernels",
     "single_query",
     "split_kv_splits",
+    "triton_segmented",
     "varlen_schedule_kernels",
     "vllm_kernel",
 ]
@@ -213,6 +214,9 @@ class KernelTraits:
     torch can only copy, and copies the output back the same way (``gqa_copy_kernels``).
     ``schedules_varlen``: the varlen entry runs a kernel of its own before the attention kernel
     to plan its tiles and splits (``varlen_schedule_kernels``).
+    ``segments``: a single query's keys are split into this many segments, no split heuristic,
+    when the batch is at most ``segment_grid`` / kv_heads, and never otherwise
+    (``triton_segmented``).
     """
 
     family: str  # "flash" or "triton" (``FAMILIES``)
@@ -229,6 +233,8 @@ class KernelTraits:
     prefetches_next_tile: bool = False
     copies_packed_gqa: bool = False
     schedules_varlen: bool = False
+    segments: int = 0
+    segment_grid: int = 0
 
 
 KERNELS: dict[str, KernelTraits] = {
@@ -261,7 +267,15 @@ KERNELS: dict[str, KernelTraits] = {
                            splits_to_fill=True, combine_kernel=False,
                            prefetches_next_tile=True),
     "triton": KernelTraits("triton", True, True, 2, False,
-                           "vLLM's Triton unified attention: query heads per KV head in BLOCK_M"),
+                           "vLLM's Triton unified attention (triton_unified_attention.py): the "
+                           "query heads of a KV head in BLOCK_M rows; a single query of at most "
+                           "128 / kv_heads sequences runs its 3D kernel, 16 key segments and a "
+                           "reduce_segments kernel (backends/triton_attn.py: "
+                           "MIN_LAUNCH_GRID_SIZE_2D, NUM_PAR_SOFTMAX_SEGMENTS)",
+                           segments=16, segment_grid=128),
+    "aotriton": KernelTraits("triton", True, True, 2, False,
+                             "AOTriton (PyTorch's SDPA on AMD GPUs): Triton flash attention, "
+                             "tiles not public (the model's defaults)"),
 }
 FAMILIES: tuple[str, ...] = ("flash", "triton")
 KERNEL_CHOICES: tuple[str, ...] = ("auto", *KERNELS)
@@ -297,10 +311,10 @@ def sdpa_kernel(device: DeviceSpec) -> str:
     explicit mask) or to its memory-efficient kernel (fp32, or a mask), both tiled kernels with
     an online softmax that keep the scores on chip and do not pack GQA heads in prefill: both are
     priced with FlashAttention 2's structure, as PyTorch builds it ("torch_fa2": its own tiles,
-    no paged KV cache). On AMD GPUs PyTorch runs AOTriton's Triton kernels ("triton").
+    no paged KV cache). On AMD GPUs PyTorch runs AOTriton's Triton kernels ("aotriton").
     NB: the memory-efficient kernel's own speed was not measured.
     """
-    return "triton" if device.vendor == "AMD" else "torch_fa2"
+    return "aotriton" if device.vendor == "AMD" else "torch_fa2"
 
 
 MMA_M = 16  # rows of one tensor-core MMA step (mma.sync m16n8k16; a wgmma's 64 is 4 of them)
@@ -316,8 +330,8 @@ def fa2_split_tiles(head_dim: int) -> tuple[int, int, int]:
 def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, windowed: bool,
                  single: bool, default: tuple[int, int, int] = (128, 128, 16),
                  sm8x: bool = False, smem_bytes_per_sm: float | None = None,
-                 in_bytes: int = 2, packed_q: int = 0, group: int = 1
-                 ) -> tuple[int, int, int]:
+                 in_bytes: int = 2, packed_q: int = 0, group: int = 1,
+                 segmented: bool = False) -> tuple[int, int, int]:
     """(query rows, keys) of one CTA's tile, and the rows a single-query tile runs, as the
     kernel's source picks them for this head size; ``default`` where the source is not public.
 
@@ -357,7 +371,15 @@ def kernel_tiles(kernel: str, head_dim: int, kv_bytes: int, *, causal: bool, win
       on the MMA's M side and 8 heads (a group of at most 8) or 16 on its N side, stepping 256
       keys an iteration (their ``mStepKv`` in ``kernelMetaInfo.h``); a larger group runs the
       "KeepsMmaAb" kernels' 128-row tile (``TileSizeQ128``), 128 keys at a time.
+    - ``triton``: vLLM's Triton unified attention (``unified_attention``) holds the ``group``
+      query heads of a KV head in ``BLOCK_M`` rows, 16 up to a group of 16, else the group's
+      next power of two, and steps ``TILE_SIZE`` keys: 32 (``TILE_SIZE_PREFILL``), but in the
+      3D kernel (``segmented``, ``triton_segmented``) 16 for a 16-bit query, 32 for an 8-bit one
+      (``TILE_SIZE_DECODE``).
     """
+    if kernel == "triton":
+        rows = 16 if group <= 16 else 1 << (group - 1).bit_length()
+        return rows, (16 if in_bytes >= 2 else 32) if segmented else 32, rows
     if kernel == "trtllm" and single:
         if group <= 16:
             rows = 8 if group <= 8 else 16
@@ -437,8 +459,13 @@ def resident_ctas(kernel: str, head_dim: int, kv_bytes: int, *, in_bytes: int = 
     and one key MMA of K and V per warp along the keys) fit in an SM's shared memory; its 128
     threads a CTA never bind before the shared memory does. Every other kernel here is priced
     one CTA an SM (FlashAttention 3 and TensorRT-LLM fill an SM's shared memory with one; vLLM's
-    FlashAttention 2 split-KV CTA is not counted twice: pricing it so made A100 and L40S worse).
+    FlashAttention 2 split-KV CTA is not counted twice: pricing it so made A100 and L40S worse),
+    but vLLM's Triton kernel, two: its launch sets no ``num_warps``, so a CTA is Triton's
+    default 4 warps, and 128 threads at Triton's cap of 255 registers take half an SM's 64K
+    registers (a count from the register file, not from the kernel's compiled use).
     """
+    if kernel == "triton":
+        return 2
     if kernel != "flashinfer":
         return 1
     layout = _flashinfer_layout(head_dim, kv_bytes, in_bytes, packed_q, smem_bytes_per_sm)
@@ -452,7 +479,8 @@ def resident_ctas(kernel: str, head_dim: int, kv_bytes: int, *, in_bytes: int = 
 # Blackwell kernels run fp8 MMAs on both layouts. FlashAttention 2 takes no fp8 cache (as
 # FlashInfer where it would).
 FP8_CONVERTED: dict[str, float] = {"flashinfer": 2.0, "triton": 2.0, "fa2": 2.0,
-                                   "torch_fa2": 2.0, "fa3": 1.0, "trtllm": 0.0}
+                                   "torch_fa2": 2.0, "fa3": 1.0, "trtllm": 0.0,
+                                   "aotriton": 2.0}
 
 
 def fp8_converted(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
@@ -728,6 +756,22 @@ def single_query(b: AttentionBatch) -> torch.Tensor:
     return ((b.decode > 0) | (b.q_len == 1)).double()
 
 
+def triton_segmented(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
+    """Key segments a call's keys are split into by a kernel that segments instead of
+    splitting by a heuristic (``KernelTraits.segments``), shape (N,): the kernel's segment count
+    where it runs its segmented path, else 0.
+
+    vLLM's Triton backend runs its 3D kernel, ``NUM_PAR_SOFTMAX_SEGMENTS`` = 16 segments of the
+    keys and a ``reduce_segments`` kernel after, for a single query (``max_seqlen_q`` 1) of at
+    most ``seq_threshold_3D`` = ``MIN_LAUNCH_GRID_SIZE_2D`` (128) // kv_heads sequences; every
+    other call runs its 2D kernel, one CTA per (query block, KV head), unsplit.
+    """
+    seg = torch.tensor([float(KERNELS[k].segments) for k in kernels], dtype=torch.float64)
+    grid = torch.tensor([float(KERNELS[k].segment_grid) for k in kernels], dtype=torch.float64)
+    on = (seg > 0) & (single_query(b) > 0) & (b.batch <= torch.floor(grid / b.kv_heads))
+    return torch.where(on, seg, torch.zeros_like(seg))
+
+
 def gqa_copy_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
     """Copy kernels a call runs beside its attention kernel, shape (N,): 2 or 0.
 
@@ -786,6 +830,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
                        combine_kernel: torch.Tensor | float = 1.0,
                        prefetch: torch.Tensor | float = 0.0,
                        ctas_per_sm: torch.Tensor | float = 1.0,
+                       segments: torch.Tensor | float = 0.0,
                        exact_tiles: int = 256) -> AttentionGeometry:
     """Grid, key blocks per CTA and split-KV for every call on SMs ``sm_count`` (N,).
 
@@ -803,7 +848,9 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
     second kernel to merge its splits. ``prefetch`` (N,) is 1 where the kernel's persistent
     scheduler prefetches the next tile; it runs unless a single query splits. The three tile
     sizes are numbers or (N,) tensors (``kernel_tiles``); ``ctas_per_sm`` (N,) is the CTAs an
-    SM runs at once (``resident_ctas``).
+    SM runs at once (``resident_ctas``). Where ``segments`` (N,) is above 0 a call's keys split
+    into that many segments instead (``triton_segmented``), and a call of a kernel that segments
+    (``min_split_blocks`` infinite there) splits no other way.
 
     Up to ``exact_tiles`` tiles per call are counted one by one; a call with more is counted on
     ``exact_tiles`` tiles at the midpoints of equal strata, each standing for its stratum (the
@@ -859,6 +906,8 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
                              min_split_blocks)
     fill = (torch.as_tensor(split_fill, dtype=torch.float64).expand(len(g)) > 0) & single
     splits = torch.where(fill, fill_splits(units, blocks_max, sm_count), splits)
+    seg = torch.as_tensor(segments, dtype=torch.float64).expand(len(g))
+    splits = torch.where(seg > 0, seg, splits)
     combines = ((splits > 1).double()
                 * torch.as_tensor(combine_kernel, dtype=torch.float64).expand(len(g)))
     bytes_per_block = 2.0 * kv_tile * b.head_dim * b.kv_bytes  # K and V of one key block
@@ -1176,7 +1225,7 @@ class AttentionPredictor:
     """
 
     name = "attention"
-    version = "4"
+    version = "5"
     params_: dict[str, torch.Tensor]  # raw (unconstrained) constants, ``PARAMS`` order
     metadata_: dict[str, Any]  # provenance and metrics, saved with the weights
 
@@ -1214,14 +1263,19 @@ class AttentionPredictor:
         # with dropout no kernel splits the keys (FlashAttention 2's set_params_splitkv)
         min_split = torch.tensor([float(KERNELS[k].min_split_blocks) for k in kernels],
                                  dtype=torch.float64)
-        min_split = torch.where(b.dropout > 0, torch.full_like(min_split, math.inf), min_split)
+        # … and a kernel that segments its keys (vLLM's Triton) splits no other way
+        segmenting = torch.tensor([KERNELS[k].segments > 0 for k in kernels])
+        min_split = torch.where((b.dropout > 0) | segmenting,
+                                torch.full_like(min_split, math.inf), min_split)
+        segments = triton_segmented(b, kernels)
         # a multi-token query that PyTorch's FlashAttention 2 splits runs its split-KV kernel
         as_decode = torch.tensor([KERNELS[k].splits_prefill_as_decode for k in kernels])
         split_kernel = torch.zeros(len(kernels), dtype=torch.bool)
         if bool(as_decode.any()):
             split_kernel = (as_decode & (b.dropout == 0)
                             & (mha_fwd_splits(b, dev.sm_count, self.max_splits) > 1))
-        q_tile, kv_tile, decode_q_tile, per_sm = self._tiles(b, kernels, devices, split_kernel)
+        q_tile, kv_tile, decode_q_tile, per_sm = self._tiles(b, kernels, devices, split_kernel,
+                                                             segments > 0)
         geo = attention_geometry(b, dev.sm_count, pack_gqa(b, kernels), q_tile=q_tile,
                                  kv_tile=kv_tile, decode_q_tile=decode_q_tile,
                                  max_splits=self.max_splits, min_split_blocks=min_split,
@@ -1243,18 +1297,19 @@ class AttentionPredictor:
                                  prefetch=torch.tensor(
                                      [float(KERNELS[k].prefetches_next_tile) for k in kernels],
                                      dtype=torch.float64),
-                                 ctas_per_sm=per_sm)
+                                 ctas_per_sm=per_sm, segments=segments)
         family = torch.tensor([FAMILIES.index(KERNELS[k].family) for k in kernels],
                               dtype=torch.long)
         return geo, dev, family, kernels
 
     def _tiles(self, b: AttentionBatch, kernels: Sequence[str], devices: Sequence[DeviceSpec],
-               split_kernel: torch.Tensor
+               split_kernel: torch.Tensor, segmented: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Each call's (q_tile, kv_tile, decode_q_tile) (``kernel_tiles``), the
         hyperparameters where a kernel's source is not public, and the CTAs an SM holds
         (``resident_ctas``), (N,) each. ``split_kernel`` (N,): calls that run their kernel's
-        split-KV variant, as a single query does."""
+        split-KV variant, as a single query does; ``segmented`` (N,): calls that run their
+        kernel's segmented path (``triton_segmented``)."""
         default = (self.q_tile, self.kv_tile, self.decode_q_tile)
         single = ((single_query(b) > 0) | split_kernel).tolist()
         sm8x = [d.compute_capability in ("8.6", "8.7", "8.9") for d in devices]
@@ -1263,21 +1318,22 @@ class AttentionPredictor:
         # to one entry per kernel and head size
         packed_q = [q if k == "flashinfer" else 0 for k, q in
                     zip(kernels, (b.q_len * b.heads / b.kv_heads).tolist())]
-        # … and the group size TensorRT-LLM's generation tiles only
-        group = [int(gr) if k == "trtllm" and one else 1 for k, gr, one in
+        # … and the group size TensorRT-LLM's generation tiles and vLLM's Triton tiles only
+        group = [int(gr) if (k == "trtllm" and one) or k == "triton" else 1 for k, gr, one in
                  zip(kernels, (b.heads / b.kv_heads).tolist(), single)]
         keys = zip(kernels, b.head_dim.tolist(), b.kv_bytes.tolist(), b.causal.tolist(),
                    (b.window > 0).tolist(), single, sm8x, smem, b.in_bytes.tolist(), packed_q,
-                   group)
+                   group, segmented.tolist())
         memo: dict[tuple[Any, ...], tuple[int, int, int, int]] = {}
         rows = []
         for key in keys:
             if key not in memo:
-                k, d, kv, causal, windowed, one, minor, shared, qb, pq, gr = key
+                k, d, kv, causal, windowed, one, minor, shared, qb, pq, gr, seg = key
                 tiles = kernel_tiles(k, int(d), int(kv), causal=bool(causal),
                                      windowed=bool(windowed), single=bool(one),
                                      default=default, sm8x=minor, smem_bytes_per_sm=shared,
-                                     in_bytes=int(qb), packed_q=int(pq), group=gr)
+                                     in_bytes=int(qb), packed_q=int(pq), group=gr,
+                                     segmented=bool(seg))
                 memo[key] = (*tiles, resident_ctas(k, int(d), int(kv), in_bytes=int(qb),
                                                    packed_q=int(pq), smem_bytes_per_sm=shared))
             rows.append(memo[key])
