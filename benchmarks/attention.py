@@ -114,6 +114,37 @@ def evidence(measured: MeasuredAttention) -> dict[str, list[list[Any]]]:
     return out
 
 
+def triton_pairs(measured: MeasuredAttention) -> list[list[Any]]:
+    """vLLM's Triton kernel on the B200 and the L40S, identical calls: the median of the
+    B200's time over the L40S's per (phase, window, query length), beside the ratio of their
+    SM-cycles a second (the L40S's over the B200's)."""
+    c = measured.calls
+    gpus = ("b200", "l40s")
+    specs = [get_device(g) for g in gpus]
+    cycles = [d.sm_count * d.boost_clock_mhz for d in specs]
+    keyed: list[dict[tuple[float, ...], float]] = []
+    for gpu in gpus:
+        sel = torch.nonzero(measured.mask(gpu=gpu, kernel="vllm_triton_attn")).flatten().tolist()
+        keyed.append({(float(c.decode[i]), float(c.window[i]), float(c.batch[i]),
+                       float(c.q_len[i]), float(c.kv_len[i]), float(c.heads[i]),
+                       float(c.kv_heads[i]), float(c.head_dim[i]), float(c.kv_bytes[i])):
+                      float(measured.latency_ms[i]) for i in sel})
+    bins = ((1, 1), (2, 128), (129, 1024), (1025, 8192), (8193, 10**9))
+    rows = []
+    for decode in (0.0, 1.0):
+        for window in sorted({k[1] for k in keyed[0]}):
+            for lo, hi in bins if decode == 0 else ((1, 1),):
+                ratios = torch.tensor([t / keyed[1][k] for k, t in keyed[0].items()
+                                       if k in keyed[1] and k[0] == decode and k[1] == window
+                                       and lo <= k[3] <= hi], dtype=torch.float64)
+                if len(ratios):
+                    rows.append(["decode" if decode else "prefill", int(window),
+                                 str(lo) if lo == hi else f"{lo}+" if hi >= 10**9
+                                 else f"{lo}-{hi}", len(ratios),
+                                 f"{median(ratios):.2f}", f"{cycles[1] / cycles[0]:.2f}"])
+    return rows
+
+
 def window_packing(measured: MeasuredAttention) -> list[list[Any]]:
     """Decode at batch 128, 32 query heads, 1024 keys: time against kv_heads, window or not."""
     c = measured.calls
@@ -335,6 +366,16 @@ def main(argv: list[str] | None = None) -> int:
         "**Launch floor.** The fastest call and the 5th percentile per kernel (µs).",
         "",
         tabulate(ev["floor"], headers=["gpu", "kernel", "kv", "rows", "min µs", "p5 µs"],
+                 tablefmt="github"),
+        "",
+        ("**vLLM's Triton kernel runs in SM-cycles.** Identical calls on the B200 and the "
+        "L40S (its only two GPUs): the B200's time over the L40S's, against the ratio of the "
+        "L40S's SM-cycles a second to the B200's (SMs x boost clock). The model prices the "
+        "kernel's pairs in SM-cycles alone, with its own tiles (`kernel_tiles`) and the 16 key "
+        "segments of its 3D decode (`triton_segmented`)."),
+        "",
+        tabulate(triton_pairs(measured), headers=["phase", "window", "q_len", "calls",
+                                                  "B200 / L40S time", "SM-cycle ratio"],
                  tablefmt="github"),
         "",
         ("**GQA packing.** Decode at batch 128, 32 query heads, 1024 keys, d = 128 (ms) against "
