@@ -30,6 +30,7 @@ from torch_gemm_cost.predict.attention import (
     gqa_copy_kernels,
     kernel_tiles,
     kv_cache_write_s,
+    masked_blocks,
     mha_fwd_splits,
     pack_gqa,
     resident_ctas,
@@ -227,7 +228,7 @@ def test_co_resident_ctas_overlap_their_chains_and_share_the_sm_by_hand() -> Non
     # latency only (no compute, bandwidth without limit): a wave costs one chain whether it
     # holds one CTA an SM or two, so the grid is 8 / 15 of the one-CTA grid
     fast = {"mma_efficiency": big, "softmax_cycles_flash": zero, "fp8_kv_cycles": zero,
-            "l2_bytes_per_cycle_per_sm": big, "dram_efficiency": big}
+            "mask_cycles": zero, "l2_bytes_per_cycle_per_sm": big, "dram_efficiency": big}
     assert ratio(**fast) == pytest.approx(8 / 15, rel=1e-9)
     # throughput only (no latency, no fixed cycles, bandwidth without limit): two CTAs share
     # the SM's tensor cores and softmax units, so 8 waves of twice the work: 16 / 15
@@ -365,6 +366,52 @@ def test_triton_pairs_cost_sm_cycles_not_the_tensor_peak() -> None:
     assert base == slower == fewer
     base, slower, fewer = times("fa2")
     assert slower > 1.2 * base and fewer > 2 * base
+
+
+def test_masked_blocks_by_hand() -> None:
+    # 128-key blocks. Causal prefill of 256 tokens: rows 0-63 see keys [0, 64), one block, seen
+    # in part by every row (the diagonal); rows 128-191 see [0, 192), two blocks, of which
+    # block 0 every row sees whole and block 1 holds the diagonal. With a 128-key window those
+    # rows see [1, 192): the last row's first key is 64, so no block is whole and both are
+    # masked. A decode over 200 keys runs two blocks, the second ragged; over 256, none masked.
+    def mb(q: float, kv: float, window: float, first: float, last: float) -> list[float]:
+        t = [torch.tensor([v], dtype=torch.float64) for v in (q, kv, 1.0, window, first, last)]
+        blocks, masked = masked_blocks(*t, kv_tile=128.0)
+        return [blocks.item(), masked.item()]
+
+    assert mb(256, 256, 0, 0, 63) == [1.0, 1.0]
+    assert mb(256, 256, 0, 128, 191) == [2.0, 1.0]
+    assert mb(256, 256, 128, 128, 191) == [2.0, 2.0]
+    assert mb(1, 200, 0, 0, 0) == [2.0, 1.0]
+    assert mb(1, 256, 0, 0, 0) == [2.0, 0.0]
+
+
+def test_o_store_is_paid_in_the_last_wave_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a CTA retires once its O store is issued: dropping the O bytes shortens a grid of 32
+    # waves and one of 249 by the same time, one CTA's store (FlashAttention 3 on an H200: 128
+    # packed rows, 32 positions a tile, 512 tiles x 8 KV heads a sequence on 132 SMs)
+    import torch_gemm_cost.predict.attention as att
+
+    full = att.attention_bytes
+
+    def no_o(b: AttentionBatch) -> dict[str, torch.Tensor]:
+        out = full(b)
+        out["o_bytes"] = torch.zeros_like(out["o_bytes"])
+        return out
+
+    saved = []
+    for batch in (1, 8):
+        call = AttentionCall("prefill", batch=batch, q_len=16384, kv_len=16384, heads=32,
+                             kv_heads=8, head_dim=128)
+        model, b, geo, cols, family, c = priced_inputs(call, "h200_sxm_141gb")
+        with_o = grid_ms(model, b, geo, cols, family, c, warm_l2=False)
+        with monkeypatch.context() as m:
+            m.setattr(att, "attention_bytes", no_o)
+            without = grid_ms(model, b, geo, cols, family, c, warm_l2=False)
+        waves = float(torch.ceil(geo.ctas / (geo.ctas_per_sm * cols.sm_count)))
+        saved.append((waves, with_o - without))
+    assert saved[0][0] == 32.0 and saved[1][0] == 249.0
+    assert saved[1][1] == pytest.approx(saved[0][1], rel=1e-9) and saved[0][1] > 0
 
 
 def test_prefill_split_kv_by_hand() -> None:
