@@ -28,8 +28,8 @@ lo(p) ≤ j < hi(p): hi = p + 1 when causal (else kv_len), lo = p − window + 1
 
 **Grid.** A CTA holds a tile of query rows of one head and runs the key blocks of its rows. The
 tile's rows and a key block's keys are the kernel's own for the head size (``kernel_tiles``:
-FlashAttention 2 and 3 and FlashInfer's prefill as their sources pick them; 128 × 128 for
-kernels whose source is not public). Where a kernel packs GQA (``KERNELS``), the query heads
+FlashAttention 2 and 3, FlashInfer's prefill and vLLM's Triton kernel as their sources pick
+them; 128 × 128 for kernels whose source is not public). Where a kernel packs GQA (``KERNELS``), the query heads
 of one KV head share a tile, interleaved per position, so K/V are loaded once for the group:
 FA3 always does (``pack_gqa`` in its varlen path), FlashInfer and vLLM's Triton kernel do,
 FlashAttention 2 only for one-token queries without a window (``seqlenq_ngroups_swapped``
@@ -43,7 +43,9 @@ sizes the tile to the packed group), and split the key blocks of each (sequence,
 CTAs when there are too few of those to fill the SMs (``split_kv_splits``, FlashAttention 2's
 heuristic, which counts two CTA slots an SM; FlashAttention 3's never splits 4 blocks or
 fewer), adding a combine kernel. vLLM's FlashAttention 2 splits only a decode whose query
-heads it swaps into rows (GQA without a window).
+heads it swaps into rows (GQA without a window); vLLM's Triton kernel splits none by a
+heuristic, but a decode of at most 128 / kv_heads sequences into 16 key segments
+(``triton_segmented``).
 TensorRT-LLM's generation kernels (FlashInfer's ``trtllm_paged_attention_decode``; TensorRT-LLM's
 ``trtllmGenKernels/fmha/fmhaKernels.h`` selects them) hold all the query heads of a KV head in
 one CTA: a group of up to 8 or 16 heads sits on the N side of a swapped MMA whose M side steps
