@@ -130,10 +130,11 @@ each and crediting them the prefetch made the held-out prefill worse, so they ar
 launched one CTA per tile. FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM
 bandwidth in decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and
 kernel (6-11 µs) where the model has one launch floor. A decode split 64 ways or more takes
-1.4-1.7x its predicted time held out on every GPU, whether a combine kernel merges its
-splits (FlashAttention) or the kernel itself (TensorRT-LLM), while FlashInfer's split calls
-on the L40S run faster than predicted (its planner's split, PrefillSplitQOKVIndptr, is not
-modelled; pricing it split more and fit worse); a cost per merged split fitted no better.
+1.3-1.7x its predicted time held out (medians: FlashAttention 2 1.69x on the A100 and 1.45x on
+the L40S, FlashAttention 3 1.27x, TensorRT-LLM 1.64x), whether a combine kernel merges its
+splits (FlashAttention) or the kernel itself (TensorRT-LLM); FlashInfer's on the L40S 1.15x
+(its planner's split, PrefillSplitQOKVIndptr, is not modelled; pricing it split more fit
+worse); a cost per merged split fitted no better.
 Calls with more than ``exact_tiles`` query tiles have their key blocks summed on a sample of
 tiles (within about 2%).
 
