@@ -227,7 +227,8 @@ class KernelTraits:
     to plan its tiles and splits (``varlen_schedule_kernels``).
     ``segments``: a single query's keys are split into this many segments, no split heuristic,
     when the batch is at most ``segment_grid`` / kv_heads, and never otherwise
-    (``triton_segmented``).
+    (``triton_segmented``). ``ctas_per_sm``: the CTAs an SM runs at once where the launch
+    fixes it (``resident_ctas``).
     """
 
     family: str  # "flash" or "triton" (``FAMILIES``)
@@ -246,6 +247,7 @@ class KernelTraits:
     schedules_varlen: bool = False
     segments: int = 0
     segment_grid: int = 0
+    ctas_per_sm: int = 1
 
 
 KERNELS: dict[str, KernelTraits] = {
@@ -283,7 +285,7 @@ KERNELS: dict[str, KernelTraits] = {
                            "128 / kv_heads sequences runs its 3D kernel, 16 key segments and a "
                            "reduce_segments kernel (backends/triton_attn.py: "
                            "MIN_LAUNCH_GRID_SIZE_2D, NUM_PAR_SOFTMAX_SEGMENTS)",
-                           segments=16, segment_grid=128),
+                           segments=16, segment_grid=128, ctas_per_sm=2),
     "aotriton": KernelTraits("triton", True, True, 2, False,
                              "AOTriton (PyTorch's SDPA on AMD GPUs): Triton flash attention, "
                              "tiles not public (the model's defaults)"),
@@ -473,12 +475,11 @@ def resident_ctas(kernel: str, head_dim: int, kv_bytes: int, *, in_bytes: int = 
     FlashAttention 2 split-KV CTA is not counted twice: pricing it so made A100 and L40S worse),
     but vLLM's Triton kernel, two: its launch sets no ``num_warps``, so a CTA is Triton's
     default 4 warps, and 128 threads at Triton's cap of 255 registers take half an SM's 64K
-    registers (a count from the register file, not from the kernel's compiled use).
+    registers (a count from the register file, not from the kernel's compiled use). Those
+    fixed counts are each kernel's ``KernelTraits.ctas_per_sm``.
     """
-    if kernel == "triton":
-        return 2
     if kernel != "flashinfer":
-        return 1
+        return KERNELS[kernel].ctas_per_sm
     layout = _flashinfer_layout(head_dim, kv_bytes, in_bytes, packed_q, smem_bytes_per_sm)
     return 1 if layout is None else layout[2]
 
@@ -1131,12 +1132,12 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
 
     # one CTA: fixed latency and cycles, its Q load, then its key blocks …
     cta_latency_s = c["cta_latency_us"] * 1e-6
+    cta_byte_s = (1.0 - hit) / cta_dram_bw + hit / cta_l2_bw  # a CTA's Q or O byte
     cta_fixed_s = (cta_latency_s + c["cta_kcycles"] * 1e3 / clk
-                   + traffic["q_bytes"] / geo.ctas * ((1.0 - hit) / cta_dram_bw
-                                                     + hit / cta_l2_bw))
+                   + traffic["q_bytes"] / geo.ctas * cta_byte_s)
     # … and its O store, which holds the SM only in the last wave (a CTA retires once its
     # stores are issued; the kernel ends when the last ones land)
-    store_s = traffic["o_bytes"] / geo.ctas * ((1.0 - hit) / cta_dram_bw + hit / cta_l2_bw)
+    store_s = traffic["o_bytes"] / geo.ctas * cta_byte_s
     waves = torch.ceil(geo.ctas / (resident * sm))
     # … and one that prefetches pays its fixed chain once: the later tiles' are hidden
     chain_s = cta_latency_s + c["cta_kcycles"] * 1e3 / clk  # (N,)
