@@ -384,6 +384,14 @@ def test_masked_blocks_by_hand() -> None:
     assert mb(256, 256, 128, 128, 191) == [2.0, 2.0]
     assert mb(1, 200, 0, 0, 0) == [2.0, 1.0]
     assert mb(1, 256, 0, 0, 0) == [2.0, 0.0]
+    # in a call: FlashAttention 2's 64 x 128 tiles over 256 tokens, a 128-key window: tiles
+    # 0-63 and 64-127 run block 0 (masked), 128-191 and 192-255 blocks 0-1 and 0-1 of [1, 192)
+    # and [65, 256), all masked: 1.5 blocks a CTA, all masked, the longest CTA two, both masked
+    call = AttentionCall("prefill", batch=1, q_len=256, kv_len=256, heads=1, kv_heads=1,
+                         head_dim=128, window=128, kernel="fa2")
+    _, _, geo, _, _, _ = priced_inputs(call, "l40s")
+    assert (geo.tiles_mean.item(), geo.masked_mean.item(), geo.tiles_max.item(),
+            geo.masked_max.item()) == (1.5, 1.5, 2.0, 2.0)
 
 
 def test_o_store_is_paid_in_the_last_wave_only(monkeypatch: pytest.MonkeyPatch) -> None:

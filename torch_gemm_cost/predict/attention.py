@@ -130,9 +130,9 @@ each and crediting them the prefetch made the held-out prefill worse, so they ar
 launched one CTA per tile. FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM
 bandwidth in decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and
 kernel (6-11 µs) where the model has one launch floor. A decode split 64 ways or more takes
-1.3-1.7x its predicted time held out (medians: FlashAttention 2 1.69x on the A100 and 1.45x on
-the L40S, FlashAttention 3 1.27x, TensorRT-LLM 1.64x), whether a combine kernel merges its
-splits (FlashAttention) or the kernel itself (TensorRT-LLM); FlashInfer's on the L40S 1.15x
+1.2-1.7x its predicted time held out (medians: FlashAttention 2 1.71x on the A100 and 1.45x on
+the L40S, FlashAttention 3 1.25x, TensorRT-LLM 1.64x), whether a combine kernel merges its
+splits (FlashAttention) or the kernel itself (TensorRT-LLM); FlashInfer's on the L40S 1.16x
 (its planner's split, PrefillSplitQOKVIndptr, is not modelled; pricing it split more fit
 worse); a cost per merged split fitted no better.
 Calls with more than ``exact_tiles`` query tiles have their key blocks summed on a sample of
@@ -715,6 +715,7 @@ class AttentionGeometry:
     tiles_mean: torch.Tensor  # key blocks one CTA runs, mean over CTAs
     tiles_max: torch.Tensor  # … and on the longest CTA (causal prefill: the last query tile)
     masked_mean: torch.Tensor  # … of them, those some row sees only in part (``masked_blocks``)
+    masked_max: torch.Tensor  # … and on the longest CTA
     executed_pairs: torch.Tensor  # (query row, key) pairs the MMAs run, per call (padding in)
     requested_kv_bytes: torch.Tensor  # K and V bytes the CTAs load (L2 or DRAM), per call
     packed: torch.Tensor  # 1 where the query heads of a KV head share tiles (GQA packing)
@@ -917,7 +918,8 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
 
     blocks_sum = torch.zeros_like(n_t)
     masked_sum = torch.zeros_like(n_t)
-    blocks_max = blocks_of(n_t_s - 1, len(n_t_s))[0]  # the last tile sees the most if causal
+    # the last tile sees the most keys if causal
+    blocks_max, masked_max = blocks_of(n_t_s - 1, len(n_t_s))
     live = n_eff[order]
     for j in range(int(live.max())):
         n = int((live > j).sum())
@@ -926,11 +928,13 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
         blocks, masked = blocks_of(t, n)
         blocks_sum[:n] += blocks * w_s[:n]
         masked_sum[:n] += masked * w_s[:n]
-        blocks_max[:n] = torch.maximum(blocks_max[:n], blocks)
+        more = blocks > blocks_max[:n]
+        blocks_max[:n] = torch.where(more, blocks, blocks_max[:n])
+        masked_max[:n] = torch.where(more, masked, masked_max[:n])
     unsort = torch.empty_like(order)
     unsort[order] = torch.arange(len(order))
     blocks_sum, blocks_max = blocks_sum[unsort], blocks_max[unsort]
-    masked_sum = masked_sum[unsort]
+    masked_sum, masked_max = masked_sum[unsort], masked_max[unsort]
 
     swapped = (packed > 0) & (group > 1)
     single_ok = single & (swapped | (torch.as_tensor(split_packed_only, dtype=torch.float64) == 0))
@@ -952,6 +956,7 @@ def attention_geometry(b: AttentionBatch, sm_count: torch.Tensor, packed: torch.
         tiles_mean=blocks_sum / n_t / splits,
         tiles_max=torch.ceil(blocks_max / splits),
         masked_mean=masked_sum / n_t / splits,
+        masked_max=torch.minimum(masked_max, torch.ceil(blocks_max / splits)),
         executed_pairs=b.batch * (b.heads / g) * blocks_sum * rows * kv_tile,
         requested_kv_bytes=b.batch * (b.heads / g) * blocks_sum * bytes_per_block,
         packed=(packed > 0).double(),
@@ -1144,7 +1149,8 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     hidden_s = geo.persistent * (waves - 1.0) * chain_s
     grid_s = torch.maximum(waves * (cta_fixed_s + geo.tiles_mean * block_s
                                     + geo.masked_mean * mask_s) - hidden_s,
-                           cta_fixed_s + geo.tiles_max * block_s) + store_s
+                           cta_fixed_s + geo.tiles_max * block_s
+                           + geo.masked_max * mask_s) + store_s
     dram_s = compulsory * (1.0 - hit) / (c["dram_efficiency"] * dev.dram_bw_bytes_per_s)
     l2_s = (geo.requested_kv_bytes + qo) / (sm_l2_bw * sm)
     memory_s = _pnorm(dram_s, l2_s, c["roof_p"])
@@ -1268,7 +1274,7 @@ class AttentionPredictor:
     """
 
     name = "attention"
-    version = "6"
+    version = "7"
     params_: dict[str, torch.Tensor]  # raw (unconstrained) constants, ``PARAMS`` order
     metadata_: dict[str, Any]  # provenance and metrics, saved with the weights
 
