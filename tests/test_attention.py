@@ -39,6 +39,7 @@ from torch_gemm_cost.predict.attention import (
     triton_segmented,
     varlen_schedule_kernels,
     vllm_kernel,
+    warp_specialized,
 )
 from torch_gemm_cost.predict.attention_measured import ATTENTION_COLUMNS, load_attention
 from torch_gemm_cost.train.attention import score_attention
@@ -59,10 +60,12 @@ def priced_inputs(call: AttentionCall, gpu: str) -> tuple[Any, ...]:
 
 
 def grid_ms(model: AttentionPredictor, b: AttentionBatch, geo: Any, cols: Any, family: Any,
-            c: dict[str, torch.Tensor], *, warm_l2: bool = True) -> float:
+            c: dict[str, torch.Tensor], *, warm_l2: bool = True,
+            specialized: float = 0.0) -> float:
     """The grid's time alone (launch and combine aside), ms."""
     out = attention_time(b, geo, cols, family, c, l2_share=model.l2_share,
-                         l2_steepness=model.l2_steepness, warm_l2=warm_l2)
+                         l2_steepness=model.l2_steepness, warm_l2=warm_l2,
+                         specialized=specialized)
     return float(out["grid_ms"])
 
 
@@ -182,18 +185,55 @@ def test_tensorrt_llm_decode_tiles_and_splits_by_hand() -> None:
 def test_a_persistent_kernel_pays_its_fixed_chain_once_by_hand() -> None:
     # 2048 sequences × 1 KV head (8 query heads) on a B200's 148 SMs: ⌈2048 / 148⌉ = 14 waves of
     # one-block CTAs. A persistent CTA that prefetches its next tile hides the fixed chain
-    # (cta_latency_us + cta_kcycles at the boost clock) of all but its first tile: the grid
-    # is 13 chains shorter than the same grid launched one CTA per tile.
+    # (cta_kcycles + cta_kcycles_specialized thousand cycles at the boost clock: TensorRT-LLM's
+    # kernel is warp-specialized) of all but its first tile: the grid is 13 chains shorter
+    # than the same grid launched one CTA per tile.
     model, b, geo, cols, family, c = priced_inputs(
         AttentionCall("decode", batch=2048, q_len=1, kv_len=16, heads=8, kv_heads=1,
                       head_dim=128, kernel="trtllm"), "b200")
     dev = get_device("b200")
     assert geo.persistent.item() == 1.0
-    chain_s = c["cta_latency_us"] * 1e-6 + c["cta_kcycles"] * 1e3 / (dev.boost_clock_mhz * 1e6)
+    chain_s = ((c["cta_kcycles"] + c["cta_kcycles_specialized"]) * 1e3
+               / (dev.boost_clock_mhz * 1e6))
     launched = replace(geo, persistent=torch.zeros(1, dtype=torch.float64))
-    assert (grid_ms(model, b, launched, cols, family, c)
-            - grid_ms(model, b, geo, cols, family, c)) == pytest.approx(
+    assert (grid_ms(model, b, launched, cols, family, c, specialized=1.0)
+            - grid_ms(model, b, geo, cols, family, c, specialized=1.0)) == pytest.approx(
         13 * float(chain_s) * 1e3, rel=1e-9)
+
+
+def test_warp_specialized_kernels_overlap_and_set_up_by_their_own_constants_by_hand() -> None:
+    # FlashAttention 3 and TensorRT-LLM's Blackwell FMHA run producer and consumer warps over
+    # asynchronous MMAs; FlashAttention 2, FlashInfer's sm80 template and the Triton kernels
+    # issue mma.sync (or tl.dot) and run their softmax in the same warps.
+    assert warp_specialized(["fa3", "trtllm", "fa2", "torch_fa2", "flashinfer", "triton",
+                             "aotriton"]).tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    # FlashAttention 3 decode on an H200, 16 sequences × 1 KV head (8 query heads), 16 keys,
+    # d = 128: 16 one-block CTAs, one wave on 132 SMs. Constants set by hand: no memory time,
+    # no per-block latency, no masking; MMA cycles of a 64 × 128 block
+    # 4·128·(64·128) / (flops per SM-cycle · 0.5) and softmax cycles s · 64 · 128 chosen equal.
+    model, b, geo, cols, family, c = priced_inputs(
+        AttentionCall("decode", batch=16, q_len=1, kv_len=16, heads=8, kv_heads=1,
+                      head_dim=128, kernel="fa3"), "h200_sxm_141gb")
+    dev = get_device("h200_sxm_141gb")
+    clk = dev.boost_clock_mhz * 1e6
+    assert (geo.ctas.item(), geo.tiles_max.item(), geo.rows_per_tile.item(),
+            geo.kv_tile.item()) == (16.0, 1.0, 64.0, 128.0)
+    per_cycle = float(cols.peak_flops_per_s[0]) / (dev.sm_count * clk)  # per SM
+    mma = 4 * 128 * 64 * 128 / (per_cycle * 0.5)
+    def t(v: float) -> torch.Tensor:
+        return torch.tensor(v, dtype=torch.float64)
+
+    big, zero = t(1e30), t(0.0)
+    c.update(mma_efficiency=t(0.5), softmax_cycles_flash=t(mma / (64 * 128)),
+             mask_cycles=zero, block_latency_ns=zero, l2_bytes_per_cycle_per_sm=big,
+             dram_efficiency=t(1.0 - 1e-12), cta_kcycles=t(1.0), cta_kcycles_specialized=t(3.0),
+             overlap_p=t(1.0), overlap_p_specialized=t(2.0))
+    # the synchronous schedule adds the two (p = 1): 2 · mma; the specialized one
+    # (p = 2) takes sqrt(2) · mma; the chains are 1,000 and 1,000 + 3,000 cycles
+    sync = grid_ms(model, b, geo, cols, family, c, specialized=0.0)
+    spec = grid_ms(model, b, geo, cols, family, c, specialized=1.0)
+    assert sync == pytest.approx((1e3 + 2 * mma) / clk * 1e3, rel=1e-6)
+    assert spec == pytest.approx((4e3 + 2 ** 0.5 * mma) / clk * 1e3, rel=1e-6)
 
 
 def test_resident_ctas_follow_flashinfers_shared_memory_by_hand() -> None:
@@ -232,7 +272,7 @@ def test_co_resident_ctas_overlap_their_chains_and_share_the_sm_by_hand() -> Non
     assert ratio(**fast) == pytest.approx(8 / 15, rel=1e-9)
     # throughput only (no latency, no fixed cycles, bandwidth without limit): two CTAs share
     # the SM's tensor cores and softmax units, so 8 waves of twice the work: 16 / 15
-    work = {"cta_latency_us": zero, "cta_kcycles": zero, "block_latency_ns": zero,
+    work = {"cta_kcycles": zero, "block_latency_ns": zero,
             "l2_bytes_per_cycle_per_sm": big, "dram_efficiency": big}
     assert ratio(**work) == pytest.approx(16 / 15, rel=1e-9)
 
@@ -251,7 +291,7 @@ def test_a_few_running_ctas_share_the_dram_between_them_by_hand() -> None:
     assert (geo.ctas.item(), geo.splits.item(), geo.tiles_mean.item()) == (32.0, 1.0, 128.0)
     zero = torch.tensor(0.0, dtype=torch.float64)
     c.update(mma_efficiency=torch.tensor(1e30, dtype=torch.float64), softmax_cycles_flash=zero,
-             cta_latency_us=zero, cta_kcycles=zero, block_latency_ns=zero)
+             cta_kcycles=zero, block_latency_ns=zero)
     cold_ms = grid_ms(model, b, geo, cols, family, c, warm_l2=False)
     dram_bw = float(c["dram_efficiency"]) * dev.dram_bw_bytes_per_s
     assert cold_ms == pytest.approx(268_451_840 / dram_bw * 1e3, rel=1e-9)

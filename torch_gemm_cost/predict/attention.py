@@ -73,10 +73,21 @@ working set that fits in the L2 stays there between runs (``warm_l2``): on an L4
 0.86 TB/s of DRAM) a decode over 67 MB of KV cache runs at 1.5 TB/s and one over 134 MB at
 0.6 TB/s. Inside a model every layer reads other K/V, so predictions default to a cold L2.
 
-**Time.** Per CTA: a fixed cost (a latency chain of dependent loads, in µs and in cycles), its
-Q load, and per key block the larger (soft max) of its compute (tensor cores ⊕ softmax, and
-with an fp8 KV cache the conversion its kernel does on the SM: ``fp8_converted``) and its
-traffic plus a per-block latency. A key block that some row of the tile sees only in part (the
+**Time.** Per CTA: a fixed chain in SM-cycles (prologue, epilogue), its Q load, and per key
+block the larger (soft max) of its compute (tensor cores ⊕ softmax, and with an fp8 KV cache
+the conversion its kernel does on the SM: ``fp8_converted``) and its traffic plus a per-block
+latency. How far the MMAs and the softmax overlap, and how long a CTA's setup is, follow the
+kernel's schedule (``KernelTraits.warp_specialized``): FlashAttention 3 and TensorRT-LLM run
+producer and consumer warps over asynchronous MMAs and overlap one tile's softmax with
+another's MMAs, while FlashAttention 2, FlashInfer's sm80 template and the Triton kernels issue
+``mma.sync`` and run the softmax in the same warps, so the two add up. Each schedule has its
+own overlap exponent and setup cycles; every fold fits the synchronous exponent at 1.07-1.17
+(about a sum) and the specialized one at 2.3-3.3. Pricing the chain in µs, one overlap for all
+kernels, made FlashAttention 2's decode on the L40S, held out, 1.17x slow (its unit of work
+takes 4.7 µs there as on the A100, but the L40S does half the A100's bf16 MMA work per
+SM-cycle, so its chain is shorter in µs); with the schedules and the chain in cycles its
+held-out decode went from 20.2% to 11.8% MAPE, and every GPU's held-out MAPE fell
+(``benchmarks/results/attention.md``). A key block that some row of the tile sees only in part (the
 causal diagonal, a window's left edge, the ragged end of the keys) has its scores masked
 element by element on the SM: SM-cycles per pair of such a block (``masked_blocks``). A CTA
 retires once its O store is issued, so the store holds an SM in the grid's last wave alone.
@@ -130,8 +141,8 @@ each and crediting them the prefetch made the held-out prefill worse, so they ar
 launched one CTA per tile. FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM
 bandwidth in decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and
 kernel (6-11 µs) where the model has one launch floor. A decode split 64 ways or more takes
-1.2-1.7x its predicted time held out (medians: FlashAttention 2 1.71x on the A100 and 1.45x on
-the L40S, FlashAttention 3 1.25x, TensorRT-LLM 1.64x), whether a combine kernel merges its
+1.2-1.75x its predicted time held out (medians: FlashAttention 2 1.75x on the A100 and 1.60x on
+the L40S, FlashAttention 3 1.22x, TensorRT-LLM 1.59x), whether a combine kernel merges its
 splits (FlashAttention) or the kernel itself (TensorRT-LLM); FlashInfer's on the L40S 1.16x
 (its planner's split, PrefillSplitQOKVIndptr, is not modelled; pricing it split more fit
 worse); a cost per merged split fitted no better.
@@ -189,6 +200,7 @@ __all__ = [
     "triton_segmented",
     "varlen_schedule_kernels",
     "vllm_kernel",
+    "warp_specialized",
 ]
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
@@ -229,6 +241,13 @@ class KernelTraits:
     when the batch is at most ``segment_grid`` / kv_heads, and never otherwise
     (``triton_segmented``). ``ctas_per_sm``: the CTAs an SM runs at once where the launch
     fixes it (``resident_ctas``).
+    ``warp_specialized``: producer warps load K/V (TMA) while consumer warps issue asynchronous
+    MMAs (Hopper's wgmma, Blackwell's tcgen05) and scheduling overlaps one tile's softmax with
+    another's MMAs: FlashAttention 3's ping-pong and intra-warpgroup pipelining (its paper,
+    section 3.1-3.2), TensorRT-LLM's Blackwell FMHA. A kernel whose warps issue synchronous
+    ``mma.sync`` and then run the softmax themselves (FlashAttention 2, FlashInfer's sm80
+    template, Triton's ``tl.dot``) does not. It sets how a key block's MMAs and softmax overlap
+    and what a CTA's setup costs (``attention_time``), each a constant of its own.
     """
 
     family: str  # "flash" or "triton" (``FAMILIES``)
@@ -248,6 +267,7 @@ class KernelTraits:
     segments: int = 0
     segment_grid: int = 0
     ctas_per_sm: int = 1
+    warp_specialized: bool = False
 
 
 KERNELS: dict[str, KernelTraits] = {
@@ -266,7 +286,7 @@ KERNELS: dict[str, KernelTraits] = {
                         "get_num_splits for every call, never 4 key blocks or fewer; "
                         "prepare_varlen_num_blocks before a varlen call of at most 992 "
                         "sequences",
-                        schedules_varlen=True),
+                        schedules_varlen=True, warp_specialized=True),
     "flashinfer": KernelTraits("flash", True, True, 2, True,
                                "FlashInfer prefill/decode (vLLM's decode runs the prefill kernel, "
                                "use_tensor_cores=True): the GQA group is fused into the tile; "
@@ -278,7 +298,7 @@ KERNELS: dict[str, KernelTraits] = {
                            "FlashInfer enables multi-CTA KV, split by computeNumCtas and "
                            "reduced inside the kernel",
                            splits_to_fill=True, combine_kernel=False,
-                           prefetches_next_tile=True),
+                           prefetches_next_tile=True, warp_specialized=True),
     "triton": KernelTraits("triton", True, True, 2, False,
                            "vLLM's Triton unified attention (triton_unified_attention.py): the "
                            "query heads of a KV head in BLOCK_M rows; a single query of at most "
@@ -493,6 +513,13 @@ def resident_ctas(kernel: str, head_dim: int, kv_bytes: int, *, in_bytes: int = 
 FP8_CONVERTED: dict[str, float] = {"flashinfer": 2.0, "triton": 2.0, "fa2": 2.0,
                                    "torch_fa2": 2.0, "fa3": 1.0, "trtllm": 0.0,
                                    "aotriton": 2.0}
+
+
+def warp_specialized(kernels: Sequence[str]) -> torch.Tensor:
+    """1 where each call's kernel is warp-specialized (``KernelTraits.warp_specialized``),
+    else 0, (N,)."""
+    return torch.tensor([float(KERNELS[k].warp_specialized) for k in kernels],
+                        dtype=torch.float64)
 
 
 def fp8_converted(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
@@ -1032,9 +1059,10 @@ PARAMS: dict[str, tuple[float, str]] = {
     "pair_cycles_triton": (1.0, "softplus"),  # … of the Triton kernel, its MMAs included
     "fp8_kv_cycles": (0.05, "softplus"),  # SM-cycles to convert one fp8 K/V element
     "mask_cycles": (0.05, "softplus"),  # … to mask one pair of a block seen in part
-    "overlap_p": (1.7, "softplus+1"),  # MMA ⊕ softmax: 1 adds them, large overlaps them
-    "cta_latency_us": (2.0, "softplus"),  # a CTA's fixed latency chain …
-    "cta_kcycles": (1.0, "softplus"),  # … and its fixed cycles (prologue, epilogue)
+    "overlap_p": (1.7, "softplus+1"),  # MMA ⊕ softmax: 1 adds them, large overlaps them …
+    "overlap_p_specialized": (1.7, "softplus+1"),  # … in a warp-specialized kernel
+    "cta_kcycles": (1.0, "softplus"),  # a CTA's fixed chain (prologue, Q, epilogue), SM-cycles
+    "cta_kcycles_specialized": (1.0, "softplus"),  # … more in a warp-specialized kernel
     "block_latency_ns": (50.0, "softplus"),  # per key block: the loop's exposed latency
     "block_p": (3.0, "softplus+1"),  # a block's compute ⊕ traffic
     "dram_efficiency": (0.8, "sigmoid"),  # share of datasheet DRAM bandwidth sustained
@@ -1078,13 +1106,14 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
                    family: torch.Tensor, constants: Mapping[str, torch.Tensor], *,
                    fp8_elements: torch.Tensor | float = 0.0,
                    side_count: torch.Tensor | float = 0.0,
+                   specialized: torch.Tensor | float = 0.0,
                    l2_share: float, l2_steepness: float, warm_l2: bool
                    ) -> dict[str, torch.Tensor]:
     """Time (ms) of every call and its parts, the KV-cache write (``kv_cache_write_s``)
     included where the call makes one, from physical ``constants`` (``PARAMS`` names, physical
     units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
-    ``fp8_converted``; ``side_count`` (N,) is ``side_kernels``. Differentiable in the
-    constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
+    ``fp8_converted``; ``side_count`` (N,) is ``side_kernels``; ``specialized`` (N,) is 1 where
+    the kernel is warp-specialized (``warp_specialized``). Differentiable in the constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
     resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
     """
     c = constants
@@ -1110,7 +1139,9 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     # an fp8 KV block's conversion on the SM (``fp8_converted``) runs beside the softmax
     softmax_cycles = softmax_cycles + (fp8_elements * c["fp8_kv_cycles"] * geo.kv_tile
                                        * b.head_dim)
-    block_compute_s = _pnorm(mma_cycles, softmax_cycles, c["overlap_p"]) / clk
+    # a warp-specialized kernel overlaps them by its own schedule (``KernelTraits``)
+    overlap_p = c["overlap_p"] + specialized * (c["overlap_p_specialized"] - c["overlap_p"])
+    block_compute_s = _pnorm(mma_cycles, softmax_cycles, overlap_p) / clk
 
     # traffic: the compulsory bytes from DRAM (or a warm L2), every re-read from the L2
     hit = _warm_hit(compulsory, dev, l2_share, l2_steepness, warm_l2)
@@ -1135,17 +1166,16 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     # a block some row sees only in part has its scores masked on the SM (``masked_blocks``)
     mask_s = resident * pairs * c["mask_cycles"] / clk
 
-    # one CTA: fixed latency and cycles, its Q load, then its key blocks …
-    cta_latency_s = c["cta_latency_us"] * 1e-6
+    # one CTA: its fixed chain in SM-cycles (a warp-specialized kernel's setup of barriers,
+    # descriptors and warp roles on top), its Q load, then its key blocks …
+    chain_s = (c["cta_kcycles"] + specialized * c["cta_kcycles_specialized"]) * 1e3 / clk
     cta_byte_s = (1.0 - hit) / cta_dram_bw + hit / cta_l2_bw  # a CTA's Q or O byte
-    cta_fixed_s = (cta_latency_s + c["cta_kcycles"] * 1e3 / clk
-                   + traffic["q_bytes"] / geo.ctas * cta_byte_s)
+    cta_fixed_s = chain_s + traffic["q_bytes"] / geo.ctas * cta_byte_s
     # … and its O store, which holds the SM only in the last wave (a CTA retires once its
     # stores are issued; the kernel ends when the last ones land)
     store_s = traffic["o_bytes"] / geo.ctas * cta_byte_s
     waves = torch.ceil(geo.ctas / (resident * sm))
     # … and one that prefetches pays its fixed chain once: the later tiles' are hidden
-    chain_s = cta_latency_s + c["cta_kcycles"] * 1e3 / clk  # (N,)
     hidden_s = geo.persistent * (waves - 1.0) * chain_s
     grid_s = torch.maximum(waves * (cta_fixed_s + geo.tiles_mean * block_s
                                     + geo.masked_mean * mask_s) - hidden_s,
@@ -1274,7 +1304,7 @@ class AttentionPredictor:
     """
 
     name = "attention"
-    version = "7"
+    version = "8"
     params_: dict[str, torch.Tensor]  # raw (unconstrained) constants, ``PARAMS`` order
     metadata_: dict[str, Any]  # provenance and metrics, saved with the weights
 
@@ -1402,7 +1432,8 @@ class AttentionPredictor:
         geo, dev, family, kernels = self._inputs(b, devices)
         out = attention_time(b, geo, dev, family, constants,
                              fp8_elements=fp8_converted(b, kernels),
-                             side_count=side_kernels(b, kernels), l2_share=self.l2_share,
+                             side_count=side_kernels(b, kernels),
+                             specialized=warp_specialized(kernels), l2_share=self.l2_share,
                              l2_steepness=self.l2_steepness, warm_l2=warm_l2)
         details = {k: v for k, v in out.items()
                    if k not in ("time_ms", "compute_ms", "memory_ms", "dram_bytes")}
@@ -1457,6 +1488,7 @@ class AttentionPredictor:
         geo, dev, family, kernels = self._inputs(sub.calls, devices)
         fp8 = fp8_converted(sub.calls, kernels)
         extra = side_kernels(sub.calls, kernels)
+        specialized = warp_specialized(kernels)
         log_y = torch.log(sub.latency_ms)
 
         t0 = time.perf_counter()
@@ -1469,7 +1501,7 @@ class AttentionPredictor:
         for step in range(self.steps):
             opt.zero_grad()
             pred = attention_time(sub.calls, geo, dev, family, self._physical(raw),
-                                  fp8_elements=fp8, side_count=extra,
+                                  fp8_elements=fp8, side_count=extra, specialized=specialized,
                                   l2_share=self.l2_share, l2_steepness=self.l2_steepness,
                                   warm_l2=True)["time_ms"]
             loss = (w * (torch.log(pred) - log_y).abs()).sum()
