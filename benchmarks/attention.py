@@ -331,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         ("**Per-CTA cost of decode.** Decode with at most 16 keys at batch 2048: the time per "
         "(sequence, KV head), times the SM count, is what one SM spends on one such unit "
-        "(µs). The model prices it with one shared CTA latency."),
+        "(µs). The model prices a CTA's fixed chain in SM-cycles, warp-specialized kernels "
+        "(FlashAttention 3, TensorRT-LLM) with setup cycles of their own, beside the MMAs of "
+        "the decode's tile, which run whether its rows are filled or not: FlashAttention 2 "
+        "spends the same µs on the A100 and the L40S, whose tensor cores do half the A100's "
+        "bf16 work per SM-cycle."),
         "",
         tabulate(ev["decode_cta"], headers=["gpu", "kernel", "kv", "rows",
                                             "µs per unit per SM"], tablefmt="github"),
