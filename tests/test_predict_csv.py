@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import torch_gemm_cost.predict as predict_pkg
 from torch_gemm_cost.cli import main
@@ -394,4 +395,28 @@ def test_interval_on_vec_rows_is_refused_by_name(tmp_path, capsys):
     assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv"),
                  "--interval", "0.8"]) == 2
     err = capsys.readouterr().err
-    assert "GEMM rows only" in err and "vec rows" in err
+    assert "calibrated for GEMM and attention rows" in err and "holds vec rows" in err
+
+
+def test_interval_on_attention_rows_reads_the_attention_calibration(tmp_path):
+    from torch_gemm_cost.predict.attention import AttentionCall, AttentionPredictor
+
+    header = ["gpu", "phase", "batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
+              "window", "dtype", "kv_dtype"]
+    rows = [["h200_sxm_141gb", "prefill", "2", "4096", "4096", "32", "8", "128", "0",
+             "bfloat16", "bfloat16"],
+            ["l40s", "decode", "64", "1", "8192", "32", "8", "128", "0", "bfloat16", "fp8"]]
+    src = _write(tmp_path / "att.csv", header, rows)
+    out = tmp_path / "out.csv"
+    assert main(["predict-csv", str(src), "--out", str(out), "--interval", "0.8"]) == 0
+    got = _read(out)
+    assert got[0] == [*header, "predicted_ms", "predicted_lo_ms", "predicted_hi_ms"]
+    model = AttentionPredictor.shipped()
+    calls = [AttentionCall("prefill", 2, 4096, 4096, 32, 8, 128),
+             AttentionCall("decode", 64, 1, 8192, 32, 8, 128, kv_dtype="fp8")]
+    for call, gpu, r in zip(calls, ("h200_sxm_141gb", "l40s"), got[1:]):
+        t = model.predict([call], gpu, warm_l2=True).time_ms
+        lo, hi = model.bounds(t, torch.tensor([float(call.phase == "decode")]), 0.8)
+        assert [float(x) for x in r[-3:]] == pytest.approx(
+            [t.item(), lo.item(), hi.item()], rel=1e-5)
+        assert float(r[-2]) < float(r[-3]) < float(r[-1])

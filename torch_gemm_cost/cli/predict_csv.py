@@ -15,7 +15,9 @@ vLLM runs on the GPU); prefill rows are causal, and each row is vLLM's attention
 the attention schema measures it, the write of its new tokens' K and V into the paged cache
 included (``AttentionCall.cache_write``). A malformed row stops the run with the line and
 column named (exit 2); with ``--skip-bad`` it gets an ``error`` column instead and no
-prediction. Rows with ``batch`` 0 cost 0 ms.
+prediction. Rows with ``batch`` 0 cost 0 ms. ``--interval LEVEL`` adds ``predicted_lo_ms`` and
+``predicted_hi_ms`` to GEMM rows (``predict/intervals.py``) and to attention rows (the attention
+model's held-out residual quantiles, ``AttentionIntervals``); vec rows have no calibration.
 
 A ``gpu`` is looked up in a calibration profile's device (``--device-profile``), then in the
 catalog, then among the records of ``--device-spec FILE`` (a spec file: one gpus.json record or
@@ -417,9 +419,12 @@ def _predict_vec(table: _Table, targets: _Targets) -> tuple[list[float | None], 
     return times, errors
 
 
-def _predict_attention(table: _Table, targets: _Targets
+def _predict_attention(table: _Table, targets: _Targets, interval: float | None = None,
+                       spans: dict[int, tuple[float, float]] | None = None,
                        ) -> tuple[list[float | None], dict[int, str]]:
-    """Attention rows, prefill causal, re-run warm as measured (see the module docstring)."""
+    """Attention rows, prefill causal, re-run warm as measured (see the module docstring);
+    with ``interval``, each row's (lo, hi) at that level goes to ``spans`` (the attention
+    model's held-out residual quantiles, ``AttentionPredictor.bounds``)."""
     from ..predict.attention import AttentionCall, AttentionPredictor
     from ..predict.attention_measured import KERNEL_OF
 
@@ -450,6 +455,11 @@ def _predict_attention(table: _Table, targets: _Targets
             pred = predictor.predict([c for _, c in calls], spec, warm_l2=True)
             for (i, _), t in zip(calls, pred.time_ms.tolist()):
                 times[i] = t
+            if interval is not None and spans is not None:
+                decode = torch.tensor([float(c.phase == "decode") for _, c in calls])
+                lo, hi = predictor.bounds(pred.time_ms, decode, interval)
+                for (i, _), a, b in zip(calls, lo.tolist(), hi.tolist()):
+                    spans[i] = (a, b)
     return times, errors
 
 
@@ -503,9 +513,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         spans = {}
     table = _read(path)
-    if spans is not None and table.schema != "gemm":
-        raise UsageError(f"--interval: intervals are calibrated for GEMM rows only; {path} "
-                         f"holds {table.schema} rows")
+    if spans is not None and table.schema == "vec":
+        raise UsageError(f"--interval: intervals are calibrated for GEMM and attention rows; "
+                         f"{path} holds vec rows")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         targets = _Targets(args.device_profile, args.device_spec)
@@ -513,8 +523,10 @@ def run(args: argparse.Namespace) -> int:
             times, errors = _predict_groups(table, targets, weights_predictor, args.skip_bad,
                                             path, args.interval, spans)
         else:
-            predict = _predict_vec if table.schema == "vec" else _predict_attention
-            times, errors = predict(table, targets)
+            if table.schema == "vec":
+                times, errors = _predict_vec(table, targets)
+            else:
+                times, errors = _predict_attention(table, targets, args.interval, spans)
             if errors and not args.skip_bad:
                 first = min(errors)
                 raise UsageError(f"{path} line {table.lines[first]}: {errors[first]}")

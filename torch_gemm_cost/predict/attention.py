@@ -168,6 +168,7 @@ import torch
 from ..devices import DeviceSpec, get_device
 from ..dtypes import resolve_dtype
 from .base import read_fitted
+from .intervals import AttentionIntervals
 
 __all__ = [
     "KERNELS",
@@ -1322,6 +1323,8 @@ class AttentionPredictor:
         self.lr = lr
         self.rows_per_group = rows_per_group
         self.seed = seed
+        # held-out residual quantiles (``bounds``); set by training or by the weights file
+        self.intervals_: AttentionIntervals | None = None
 
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _HYPER}
@@ -1520,6 +1523,17 @@ class AttentionPredictor:
         """The fitted constants in their physical units (see ``PARAMS``)."""
         return {k: float(v) for k, v in self._check_fitted().items()}
 
+    def bounds(self, time_ms: torch.Tensor, decode: torch.Tensor, level: float = 0.8
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lo, hi) at ``level`` of predicted times (N,) of calls whose phase ``decode`` (N,)
+        gives (1: decode): the held-out residual quantiles the weights carry
+        (``intervals_``, ``predict.intervals.AttentionIntervals``)."""
+        cal = self.intervals_
+        if cal is None:
+            raise ValueError("these attention weights carry no interval calibration (refit: "
+                             "python -m torch_gemm_cost.train.attention)")
+        return cal.bounds(time_ms, decode, level)
+
     # ------------------------------------------------------------ persistence (JSON)
     def to_dict(self, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
         self._check_fitted()
@@ -1529,6 +1543,8 @@ class AttentionPredictor:
             "hyperparameters": self.get_params(),
             "params": {k: float(v) for k, v in self.params_.items()},
             "physical_constants": self.physical_constants(),
+            **({"intervals": self.intervals_.to_dict()}
+               if self.intervals_ is not None else {}),
             "metadata": dict(metadata if metadata is not None
                              else getattr(self, "metadata_", {}) or {}),
         }
@@ -1563,6 +1579,8 @@ class AttentionPredictor:
         if extra:
             raise ValueError(f"unknown parameters {extra}")
         model.params_ = params
+        model.intervals_ = (AttentionIntervals.from_dict(doc["intervals"])
+                            if "intervals" in doc else None)
         model.metadata_ = dict(doc.get("metadata", {}))
         return model
 

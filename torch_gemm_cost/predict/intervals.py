@@ -48,6 +48,13 @@ where μ shifts the total by each GEMM's median residual. The interval is T·e^(
 Z the conformal quantiles of (r − μ) / σ over held-out whole-model runs. Without the level term
 the interval of N equal GEMMs would shrink as 1/√N; with it, it never falls below the level's.
 
+Fused-attention kernels (SDPA on a GPU) have quantiles of their own (``AttentionIntervals``:
+the attention model's leave-one-GPU-out residuals per phase and size, fitted by
+``train.attention``). The kernels of one model enter its total as a single term beside the
+GEMMs, their quantiles those of fully correlated calls (``comonotonic_sum``): one kernel on one
+GPU errs the same way in every layer. Its independence from the GEMMs' level term is an
+assumption no measured run checks (the whole-model labels run eager attention).
+
 Everything here is a pure batched tensor function, or a frozen record of fitted numbers.
 """
 
@@ -74,6 +81,7 @@ from .roofline import peak_flops_per_s
 from .tiles import ENGINES
 
 __all__ = [
+    "ATTENTION_PHASES",
     "DEFAULT_LEVEL",
     "ENGINE_CLASSES",
     "FORMAT",
@@ -81,12 +89,14 @@ __all__ = [
     "PRECISIONS",
     "PROBS",
     "REGIMES",
+    "AttentionIntervals",
     "GemmCases",
     "IntervalCalibration",
     "ReportUncertainty",
     "bounds",
     "center_and_sigma",
     "check_level",
+    "comonotonic_sum",
     "conformal_grid",
     "conformal_quantiles",
     "default_calibration",
@@ -96,6 +106,7 @@ __all__ = [
     "propagate",
     "quantile_at",
     "resolve_bucket",
+    "size_class",
     "spread_of",
     "uncertainty_of",
 ]
@@ -118,6 +129,7 @@ PROBS: tuple[float, ...] = (
     0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99, 0.995,
 )
 MIN_LEVEL, MAX_LEVEL = 0.1, 0.99
+ATTENTION_PHASES: tuple[str, ...] = ("prefill", "decode")  # ``AttentionCall.phase``
 
 # the key fields of a bucket, finest first; each fallback drops the last one still there
 KEY_FIELDS: tuple[str, ...] = ("novelty", "engine", "precision", "regime", "size")
@@ -214,6 +226,75 @@ def gemm_cases(gemms: GemmBatch, device: DeviceSpec) -> GemmCases:
 # ------------------------------------------------------------------------------ conformal
 
 
+def size_class(time_ms: torch.Tensor) -> torch.Tensor:
+    """Index into ``SIZES`` of each time (N,): its decade of ms, edges ``SIZE_EDGES_MS``.
+
+    >>> size_class(torch.tensor([0.004, 0.01, 0.5, 3.0])).tolist()
+    [0, 1, 2, 3]
+    """
+    t = time_ms if time_ms.is_floating_point() else time_ms.to(torch.float64)
+    edges = torch.tensor(SIZE_EDGES_MS, dtype=t.dtype)  # an edge in the times' own precision
+    return torch.bucketize(t, edges, right=True)
+
+
+@dataclass(frozen=True)
+class AttentionIntervals:
+    """Held-out residual quantiles of the fused-attention model (``predict/attention.py``),
+    per (phase, size) bucket: ``log_q`` (B, P) at ``probs`` for ``buckets`` ((phase, size)
+    pairs, ``ATTENTION_PHASES`` × ``SIZES`` by the predicted time), fitted by
+    ``train.attention.fit_attention_intervals`` on leave-one-GPU-out residuals with a tail map
+    across GPUs, as the GEMM calibration. A bucket too thin in GPUs borrows its phase's pooled
+    quantiles (size ``None``)."""
+
+    probs: tuple[float, ...]
+    buckets: tuple[tuple[str, str | None], ...]
+    log_q: torch.Tensor = field(compare=False)  # (B, P)
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def log_quantiles(self, time_ms: torch.Tensor, decode: torch.Tensor) -> torch.Tensor:
+        """Each call's residual quantiles (N, P) from its predicted time (N,) and phase
+        (``decode`` (N,), 1 for a decode)."""
+        index = {b: i for i, b in enumerate(self.buckets)}
+        sizes = size_class(time_ms).tolist()
+        rows = []
+        for d, z in zip(decode.tolist(), sizes):
+            phase = ATTENTION_PHASES[int(d)]
+            i = index.get((phase, SIZES[z]), index.get((phase, None)))
+            if i is None:
+                raise ValueError(f"the attention intervals have no bucket for {phase}; "
+                                 f"they have: {sorted({b[0] for b in self.buckets})}")
+            rows.append(i)
+        return self.log_q[torch.tensor(rows, dtype=torch.long)].reshape(len(rows), -1)
+
+    def bounds(self, time_ms: torch.Tensor, decode: torch.Tensor, level: float
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lo, hi) of each predicted time (N,) at ``level``; lo ≤ time ≤ hi."""
+        t = time_ms.to(torch.float64)
+        return bounds(t, self.log_quantiles(t, decode), level, probs=self.probs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"probs": list(self.probs),
+                "buckets": [{"phase": p, "size": z, "log_q": [round(float(v), 6) for v in q]}
+                            for (p, z), q in zip(self.buckets, self.log_q)],
+                "metadata": dict(self.metadata)}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> AttentionIntervals:
+        probs = tuple(float(p) for p in doc["probs"])
+        buckets, rows = [], []
+        for b in doc["buckets"]:
+            if b["phase"] not in ATTENTION_PHASES or b["size"] not in (*SIZES, None):
+                raise ValueError(f"attention interval bucket {b['phase']!r}/{b['size']!r}: "
+                                 f"phase one of {ATTENTION_PHASES}, size one of {SIZES}")
+            if len(b["log_q"]) != len(probs):
+                raise ValueError(f"attention interval bucket {b['phase']}/{b['size']}: "
+                                 f"{len(b['log_q'])} quantiles for {len(probs)} probabilities")
+            buckets.append((b["phase"], b["size"]))
+            rows.append([float(v) for v in b["log_q"]])
+        return cls(probs, tuple(buckets), torch.tensor(rows, dtype=torch.float64),
+                   dict(doc.get("metadata", {})))
+
+
 def conformal_quantiles(scores: torch.Tensor, weights: torch.Tensor | None = None,
                         probs: Sequence[float] = PROBS) -> torch.Tensor:
     """Weighted split-conformal quantiles of ``scores`` (n,) at ``probs``, (P,).
@@ -304,6 +385,21 @@ def spread_of(log_q: torch.Tensor, probs: Sequence[float] = PROBS
     med = quantile_at(log_q, 0.5, probs)
     sd = (quantile_at(log_q, 0.9, probs) - quantile_at(log_q, 0.1, probs)) / (2 * _Z80)
     return med, sd
+
+
+def comonotonic_sum(time_ms: torch.Tensor, log_q: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One term for a sum of fully correlated times (M,) with residual quantiles (M, P): its
+    time (1,) and quantiles (1, P). Quantiles of comonotonic variables add, so the sum's
+    quantile at p is Σ t_i·e^Q_i(p), and its log residual quantile log(Σ t_i·e^Q_i(p) / Σ t_i).
+
+    >>> t = torch.tensor([1.0, 3.0]); q = torch.log(torch.tensor([[0.5, 2.0], [1.0, 1.0]]))
+    >>> [round(float(v), 4) for v in torch.exp(comonotonic_sum(t, q)[1][0])]
+    [0.875, 1.25]
+    """
+    total = time_ms.to(torch.float64).sum()
+    summed = (time_ms.to(torch.float64).unsqueeze(1) * torch.exp(log_q)).sum(0)  # (P,)
+    return total.reshape(1), torch.log(summed / total).unsqueeze(0)
 
 
 def center_and_sigma(time_ms: torch.Tensor, log_q: torch.Tensor, other_ms: float | torch.Tensor,
@@ -512,6 +608,9 @@ class ReportUncertainty:
     level_sigma: float
     total_z: torch.Tensor = field(compare=False)  # (P,)
     probs: tuple[float, ...] = PROBS
+    # the fused-attention kernels' own calibration, where the device runs them (None: their
+    # time enters a total as exact)
+    attention: AttentionIntervals | None = field(default=None, compare=False)
 
     def gemm_bounds(self, time_ms: torch.Tensor, level: float,
                     index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -521,11 +620,27 @@ class ReportUncertainty:
         return bounds(time_ms, q, level, floor, self.probs)
 
     def total_bounds(self, time_ms: torch.Tensor, other_ms: float, level: float,
-                     index: torch.Tensor | None = None) -> tuple[float, float]:
-        """(lo, hi) of the GEMMs at ``index`` (times ``time_ms``) plus ``other_ms``."""
+                     index: torch.Tensor | None = None,
+                     attention_ms: torch.Tensor | None = None,
+                     attention_decode: torch.Tensor | None = None) -> tuple[float, float]:
+        """(lo, hi) of the GEMMs at ``index`` (times ``time_ms``) plus ``other_ms`` of other
+        ops, and fused-attention kernels of times ``attention_ms`` (M,) and phases
+        ``attention_decode`` (M,), which ``other_ms`` leaves out: with ``attention``, one term
+        of their summed time, its quantiles those of comonotonic calls (``comonotonic_sum``:
+        one kernel on one GPU errs the same way in every layer), beside the GEMMs'; without
+        it, their time counts as exact."""
         q = self.gemm_log_q if index is None else self.gemm_log_q[index]
-        return propagate(time_ms, q, other_ms, self.level_sigma, self.total_z, level,
-                         self.probs)
+        t = time_ms.to(torch.float64)
+        if attention_ms is not None and len(attention_ms) and float(attention_ms.sum()) > 0:
+            att = attention_ms.to(torch.float64)
+            if self.attention is None or tuple(self.attention.probs) != tuple(self.probs):
+                other_ms = other_ms + float(att.sum())
+            else:
+                decode = (torch.zeros_like(att) if attention_decode is None
+                          else attention_decode)
+                a_t, a_q = comonotonic_sum(att, self.attention.log_quantiles(att, decode))
+                t, q = torch.cat([t, a_t]), torch.cat([q.to(torch.float64), a_q])
+        return propagate(t, q, other_ms, self.level_sigma, self.total_z, level, self.probs)
 
 
 def own_calibration(log_ratio: torch.Tensor, total_z: torch.Tensor | None = None,

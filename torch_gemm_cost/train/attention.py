@@ -7,7 +7,9 @@ The data is aiconfigurator's (ai-dynamo/aiconfigurator, Copyright NVIDIA, Apache
 attention kernels on A100-SXM4-80GB, H200, B200 and L40S, prefill and decode, bf16 and fp8 KV,
 timed per call with CUDA events. The shipped fit uses every row (a seeded sample per group); the
 scores it records are in-sample. Held-out scores, each GPU left out in turn, come from
-``benchmarks/attention.py``.
+``benchmarks/attention.py``. The weights also carry an interval calibration
+(``fit_attention_intervals``): the residuals of fits that left each GPU out, so the training
+fits five times.
 
 Scores are per (gpu, phase, KV dtype), over calls of ``MIN_MS`` or more; shorter calls, which
 sit on the event-timed launch floor, are scored apart.
@@ -20,7 +22,7 @@ import logging
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +31,23 @@ import torch
 
 from ..predict.attention import AttentionPredictor
 from ..predict.attention_measured import MeasuredAttention, load_attention
+from ..predict.intervals import (
+    ATTENTION_PHASES,
+    PROBS,
+    SIZES,
+    AttentionIntervals,
+    conformal_grid,
+    quantile_at,
+    size_class,
+)
+from .intervals import RAW_PROBS, mapped_probs
 
 __all__ = [
     "CREDITS",
+    "MIN_GPUS",
     "MIN_MS",
     "AttentionScore",
+    "fit_attention_intervals",
     "leave_one_gpu_out",
     "main",
     "score_attention",
@@ -43,6 +57,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MIN_MS = 0.01  # calls below this are scored apart: the launch floor is about 0.006-0.012 ms
+MIN_GPUS = 2  # GPUs an interval bucket needs; a thinner one takes its phase's pooled quantiles
 CREDITS: tuple[dict[str, str], ...] = (
     {"source": "aiconfigurator", "file": "attention/aiconfigurator.csv.gz",
      "project": "aiconfigurator (ai-dynamo/aiconfigurator)", "copyright": "Copyright NVIDIA",
@@ -114,6 +129,73 @@ def leave_one_gpu_out(measured: MeasuredAttention, make: Callable[[], AttentionP
     return pred, models
 
 
+def _bucket_grids(log_ratio: torch.Tensor, gpu: Sequence[str], keys: Sequence[tuple[str, str]],
+                  probs: Sequence[float]) -> dict[tuple[str, str | None], torch.Tensor]:
+    """Conformal grids (P,) of ``log_ratio`` (n,) per (phase, size) key with rows of at least
+    ``MIN_GPUS`` GPUs, and per phase pooled (size None); each GPU weighs the same in each."""
+    out: dict[tuple[str, str | None], torch.Tensor] = {}
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for i, (phase, size) in enumerate(keys):
+        groups.setdefault((phase, size), []).append(i)
+        groups.setdefault((phase, None), []).append(i)
+    for key, rows in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        g = [gpu[i] for i in rows]
+        if len(set(g)) < MIN_GPUS:
+            continue
+        count = {x: g.count(x) for x in set(g)}
+        w = torch.tensor([1.0 / count[x] for x in g], dtype=torch.float64)
+        out[key] = conformal_grid(log_ratio[torch.tensor(rows)], w, probs)
+    return out
+
+
+def _grid_of(grids: Mapping[tuple[str, str | None], torch.Tensor], key: tuple[str, str]
+             ) -> torch.Tensor:
+    return grids[key] if key in grids else grids[(key[0], None)]
+
+
+def fit_attention_intervals(measured: MeasuredAttention, held_ms: torch.Tensor, *,
+                            probs: Sequence[float] = PROBS) -> AttentionIntervals:
+    """Interval calibration of the attention model from leave-one-GPU-out predictions
+    ``held_ms`` (N,) of ``measured``: split-conformal quantiles of log(measured / predicted)
+    per (phase, size of the predicted time), each GPU weighing the same, read at the raw
+    probabilities whose tails held-out GPUs crossed at the nominal rate (``mapped_probs``: the
+    tail map of the GEMM calibration, each GPU scored by quantiles of the others)."""
+    r = torch.log(measured.latency_ms / held_ms)
+    ok = torch.isfinite(r)
+    idx = torch.nonzero(ok).flatten()
+    r = r[idx]
+    gpu = [measured.gpu[i] for i in idx.tolist()]
+    sizes = size_class(held_ms[idx]).tolist()
+    keys = [(ATTENTION_PHASES[int(d)], SIZES[z])
+            for d, z in zip(measured.calls.decode[idx].tolist(), sizes)]
+    gpus = sorted(set(gpu))
+    if len(gpus) < MIN_GPUS + 1:
+        raise ValueError(f"attention intervals need residuals of at least {MIN_GPUS + 1} GPUs "
+                         f"(a tail map leaves each out); got {gpus}")
+    below = torch.zeros(len(RAW_PROBS), dtype=torch.float64)
+    above = torch.zeros(len(RAW_PROBS), dtype=torch.float64)
+    for g in gpus:
+        mine = [i for i, x in enumerate(gpu) if x == g]
+        rest = [i for i, x in enumerate(gpu) if x != g]
+        grids = _bucket_grids(r[torch.tensor(rest)], [gpu[i] for i in rest],
+                              [keys[i] for i in rest], RAW_PROBS)
+        q = torch.stack([_grid_of(grids, keys[i]) for i in mine])  # (M, R)
+        mr = r[torch.tensor(mine)].unsqueeze(1)
+        below += (mr < q).double().mean(0) / len(gpus)
+        above += (mr > q).double().mean(0) / len(gpus)
+    raw_t = torch.tensor(RAW_PROBS)
+    mapped = mapped_probs(torch.where(raw_t < 0.5, below, 0.0),
+                          torch.where(raw_t > 0.5, above, 0.0), RAW_PROBS, probs)
+    grids = _bucket_grids(r, gpu, keys, RAW_PROBS)
+    buckets = tuple(grids)
+    log_q = torch.stack([torch.stack([quantile_at(grids[b], p, RAW_PROBS) for p in mapped])
+                         for b in buckets])
+    return AttentionIntervals(
+        tuple(probs), buckets, log_q,
+        {"residuals": "leave-one-GPU-out predictions of every measured call",
+         "gpus": gpus, "rows": len(r), "mapped_probs": [round(p, 5) for p in mapped]})
+
+
 def _overall(scores: Sequence[AttentionScore]) -> float:
     return statistics.fmean(s.mape for s in scores) if scores else float("nan")
 
@@ -121,9 +203,12 @@ def _overall(scores: Sequence[AttentionScore]) -> float:
 def train_attention(data_dir: str | Path, *, command: str = "", **hyper: Any
                     ) -> AttentionPredictor:
     """Fit on every measured row and attach provenance, credits and in-sample scores as
-    ``metadata_`` (written by ``save``)."""
+    ``metadata_`` (written by ``save``), and the interval calibration (``intervals_``) from
+    leave-one-GPU-out fits (``fit_attention_intervals``)."""
     measured = load_attention(data_dir)
+    held, _ = leave_one_gpu_out(measured, lambda: AttentionPredictor(**hyper))
     model = AttentionPredictor(**hyper).fit(measured)
+    model.intervals_ = fit_attention_intervals(measured, held)
     pred = model.predict_measured(measured)
     scores = score_attention(measured, pred)
     small = score_attention(measured, pred, below=True)
