@@ -28,6 +28,7 @@ from .gemms.attention_rewrite import REWRITTEN
 from .gemms.records import GemmSite
 from .predict.estimates import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
 from .predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
+from .predict.sdpa import FLASH_PREFIX
 
 __all__ = [
     "Comparison",
@@ -119,6 +120,7 @@ class _Row:
     unmodelled: int = 0
     sig: list[Any] = field(default_factory=list)
     gemm_index: list[int] = field(default_factory=list)  # positions in the report's gemms
+    other_index: list[int] = field(default_factory=list)  # … and in its others
 
     @property
     def time_ms(self) -> float:
@@ -193,7 +195,19 @@ class CostReport:
         level = check_level(level, "level")
         unc = self._uncertainty()
         times = torch.tensor([g.time_ms for g in self.gemms], dtype=torch.float64)
-        return unc.total_bounds(times, self.other_ms, level)
+        att_ms, decode = self._attention(range(len(self.others)))
+        return unc.total_bounds(times, self.other_ms - float(att_ms.sum()), level,
+                                attention_ms=att_ms, attention_decode=decode)
+
+    def _attention(self, index: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Times (M,) and phases (M,: 1 for a one-token query) of the fused-attention kernels
+        among the others at ``index``."""
+        ops = [self.others[i] for i in index]
+        att = [o for o in ops if o.kernel.startswith(FLASH_PREFIX) and o.time_ms is not None
+               and o.op.attention is not None]
+        return (torch.tensor([o.time_ms for o in att], dtype=torch.float64),
+                torch.tensor([float(o.op.attention.q_len == 1) for o in att
+                              if o.op.attention is not None], dtype=torch.float64))
 
     def _uncertainty(self) -> ReportUncertainty:
         if self.uncertainty is None:
@@ -204,13 +218,17 @@ class CostReport:
         return self.uncertainty
 
     def _rows_interval(self, index: Sequence[int], other: float,
+                       other_index: Sequence[int] = (),
                        level: float = DEFAULT_LEVEL) -> tuple[float, float] | None:
-        """(lo, hi) of the GEMMs at ``index`` and ``other`` ms of ops; None without intervals."""
+        """(lo, hi) of the GEMMs at ``index`` and ``other`` ms of the ops at ``other_index``
+        (their fused-attention kernels with their own calibration); None without intervals."""
         if self.uncertainty is None:
             return None
         idx = torch.tensor(list(index), dtype=torch.long)
         times = torch.tensor([self.gemms[i].time_ms for i in index], dtype=torch.float64)
-        return self.uncertainty.total_bounds(times, other, level, idx)
+        att_ms, decode = self._attention(other_index)
+        return self.uncertainty.total_bounds(times, other - float(att_ms.sum()), level, idx,
+                                             attention_ms=att_ms, attention_decode=decode)
 
     # ------------------------------------------------------------------ rows and exports
 
@@ -432,6 +450,7 @@ class CostReport:
                 row = add(".".join(_levels(o.op.module)[:depth]), None, i)
                 row.sig.append((o.op.module[len(row.paths[0]):], o.op.op, o.op.numel))
             row.other_ms += o.time_ms or 0.0
+            row.other_index.append(i - len(self.gemms))
             row.unmodelled += o.time_ms is None
         return groups
 
@@ -443,7 +462,8 @@ class CostReport:
         gemm_ms = sum(r.gemm_ms for r in rows)
         other_ms = sum(r.other_ms for r in rows)
         compute_ms = sum(r.compute_ms for r in rows)
-        span = self._rows_interval([i for r in rows for i in r.gemm_index], other_ms)
+        span = self._rows_interval([i for r in rows for i in r.gemm_index], other_ms,
+                                   [i for r in rows for i in r.other_index])
         return {
             "module": name or "(top)",
             "module_type": self._type_of(paths[0]) if paths[0] != "(non-GEMM ops)" else "",

@@ -11,7 +11,7 @@ are marked ``fused`` with no time of their own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -20,7 +20,7 @@ from ..gemms.records import FusedKernel, GemmBatch, GemmSite, OtherOp
 from .base import Predictor
 from .intervals import DEFAULT_LEVEL, ReportUncertainty, uncertainty_of
 from .ops import OpCostModel, op_times_ms
-from .sdpa import runs_fused_attention, sdpa_times_ms
+from .sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
 
 __all__ = [
     "GemmEstimate",
@@ -76,6 +76,8 @@ def price_gemms(sites: Sequence[GemmSite], device: DeviceSpec, predictor: Predic
     details = {name: values.tolist() for name, values in pred.details.items()}  # name -> (N,)
     fused = runs_fused_attention(device)
     unc = uncertainty_of(batch, device, predictor)
+    if unc is not None and runs_fused_attention(device):
+        unc = replace(unc, attention=shipped_attention().intervals_)
     lo, hi = ([None] * len(sites), [None] * len(sites)) if unc is None else (
         t.tolist() for t in unc.gemm_bounds(pred.time_ms.to(torch.float64), DEFAULT_LEVEL))
     return tuple(

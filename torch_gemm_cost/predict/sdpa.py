@@ -25,7 +25,8 @@ from ..gemms.records import OtherOp
 from .attention import AttentionCall, AttentionPredictor, sdpa_kernel
 from .ops import OP_CLASSES, OpCostModel, load_op_costs
 
-__all__ = ["FLASH_PREFIX", "runs_fused_attention", "sdpa_calls", "sdpa_times_ms"]
+__all__ = ["FLASH_PREFIX", "runs_fused_attention", "sdpa_calls", "sdpa_times_ms",
+           "shipped_attention"]
 
 FLASH_PREFIX = "flash_attention_"  # the kernel an SDPA call runs as: "flash_attention_torch_fa2_7"
 
@@ -38,7 +39,8 @@ def runs_fused_attention(device: DeviceSpec) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _shipped() -> AttentionPredictor:
+def shipped_attention() -> AttentionPredictor:
+    """The shipped attention weights (and their interval calibration), read once."""
     return AttentionPredictor.shipped()
 
 
@@ -69,7 +71,7 @@ def sdpa_times_ms(ops: Sequence[OtherOp], device: DeviceSpec,
     explicit mask's bytes at the elementwise η."""
     if not ops:
         return [], []
-    predictor = predictor or _shipped()
+    predictor = predictor or shipped_attention()
     costs = op_costs or load_op_costs()
     pred = predictor.predict(sdpa_calls(ops, device), device, warm_l2=False)
     eta = costs.eta_on(device)[OP_CLASSES.index("elementwise")]
