@@ -202,12 +202,12 @@ class CostReport:
     def _attention(self, index: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Times (M,) and phases (M,: 1 for a one-token query) of the fused-attention kernels
         among the others at ``index``."""
-        ops = [self.others[i] for i in index]
-        att = [o for o in ops if o.kernel.startswith(FLASH_PREFIX) and o.time_ms is not None
+        att = [(o.time_ms, float(o.op.attention.q_len == 1))
+               for o in (self.others[i] for i in index)
+               if o.kernel.startswith(FLASH_PREFIX) and o.time_ms is not None
                and o.op.attention is not None]
-        return (torch.tensor([o.time_ms for o in att], dtype=torch.float64),
-                torch.tensor([float(o.op.attention.q_len == 1) for o in att
-                              if o.op.attention is not None], dtype=torch.float64))
+        t = torch.tensor(att, dtype=torch.float64).reshape(-1, 2)
+        return t[:, 0], t[:, 1]
 
     def _uncertainty(self) -> ReportUncertainty:
         if self.uncertainty is None:
