@@ -232,7 +232,7 @@ def size_class(time_ms: torch.Tensor) -> torch.Tensor:
     >>> size_class(torch.tensor([0.004, 0.01, 0.5, 3.0])).tolist()
     [0, 1, 2, 3]
     """
-    t = time_ms if time_ms.is_floating_point() else time_ms.to(torch.float64)
+    t = (time_ms if time_ms.is_floating_point() else time_ms.to(torch.float64)).contiguous()
     edges = torch.tensor(SIZE_EDGES_MS, dtype=t.dtype)  # an edge in the times' own precision
     return torch.bucketize(t, edges, right=True)
 
