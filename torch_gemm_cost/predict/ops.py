@@ -19,7 +19,8 @@ Fused kernels, as serving engines run them and as ``torch.compile`` makes them (
 a fused RMSNorm, SiLU·mul, rotary embedding, an embedding gather, and torch's LayerNorm, GELU
 and add as vidur timed them in fp16) have constants of their own, fitted per op on vidur's
 kernel times (``train/ops.py``): a kernel moves its bytes at the slower of two rates, a share
-η of the DRAM bandwidth and β bytes per SM-cycle (SMs × boost clock), joined by a soft
+η of the DRAM bandwidth (the memory system's, one for every fused op) and β bytes per
+SM-cycle (SMs × boost clock, the op's own), joined by a soft
 maximum of the two times with a shared exponent p:
 
     time = kernels · launch + bytes · ((1 / (η·BW))^p + (1 / (β·SMs·clock))^p)^(1/p)
@@ -142,7 +143,8 @@ FUSED_ALIASES: dict[str, tuple[str, int]] = {"add3": ("add", 2)}
 
 @dataclass(frozen=True)
 class FusedOpCost:
-    """A fused kernel's constants: ``eta``, its share of the DRAM bandwidth;
+    """A fused kernel's constants: ``eta``, its share of the DRAM bandwidth (fitted as one
+    for every fused op, the memory system's);
     ``sm_bytes_per_cycle``, the bytes one SM moves a cycle when the SMs, not the DRAM, limit
     it; ``floor_ms``, the kernel time of one isolated launch (scores the fit on measured
     kernels; inside a model each kernel pays ``OpCostModel.launch_ms``)."""
