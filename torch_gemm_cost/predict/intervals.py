@@ -255,16 +255,15 @@ class AttentionIntervals:
         """Each call's residual quantiles (N, P) from its predicted time (N,) and phase
         (``decode`` (N,), 1 for a decode)."""
         index = {b: i for i, b in enumerate(self.buckets)}
-        sizes = size_class(time_ms).tolist()
-        rows = []
-        for d, z in zip(decode.tolist(), sizes):
-            phase = ATTENTION_PHASES[int(d)]
-            i = index.get((phase, SIZES[z]), index.get((phase, None)))
-            if i is None:
-                raise ValueError(f"the attention intervals have no bucket for {phase}; "
-                                 f"they have: {sorted({b[0] for b in self.buckets})}")
-            rows.append(i)
-        return self.log_q[torch.tensor(rows, dtype=torch.long)].reshape(len(rows), -1)
+        # (phase, size) -> bucket row, a thin size borrowing its phase's pooled row; -1: none
+        table = torch.tensor([[index.get((p, z), index.get((p, None), -1)) for z in SIZES]
+                              for p in ATTENTION_PHASES], dtype=torch.long)
+        rows = table[decode.to(torch.long), size_class(time_ms)]  # (N,)
+        if bool((rows < 0).any()):
+            phase = ATTENTION_PHASES[int(decode[rows < 0][0])]
+            raise ValueError(f"the attention intervals have no bucket for {phase}; "
+                             f"they have: {sorted({b[0] for b in self.buckets})}")
+        return self.log_q[rows].reshape(len(rows), -1)
 
     def bounds(self, time_ms: torch.Tensor, decode: torch.Tensor, level: float
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -633,8 +632,11 @@ class ReportUncertainty:
         t = time_ms.to(torch.float64)
         if attention_ms is not None and len(attention_ms) and float(attention_ms.sum()) > 0:
             att = attention_ms.to(torch.float64)
-            if self.attention is None or tuple(self.attention.probs) != tuple(self.probs):
+            if self.attention is None:
                 other_ms = other_ms + float(att.sum())
+            elif tuple(self.attention.probs) != tuple(self.probs):
+                raise ValueError("the attention intervals' probabilities differ from the GEMM "
+                                 "calibration's; refit one of them on PROBS")
             else:
                 decode = (torch.zeros_like(att) if attention_decode is None
                           else attention_decode)

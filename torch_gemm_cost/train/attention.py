@@ -40,7 +40,7 @@ from ..predict.intervals import (
     quantile_at,
     size_class,
 )
-from .intervals import RAW_PROBS, mapped_probs
+from .intervals import RAW_PROBS, group_weights, mapped_probs
 
 __all__ = [
     "CREDITS",
@@ -139,11 +139,10 @@ def _bucket_grids(log_ratio: torch.Tensor, gpu: Sequence[str], keys: Sequence[tu
         groups.setdefault((phase, size), []).append(i)
         groups.setdefault((phase, None), []).append(i)
     for key, rows in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        g = [gpu[i] for i in rows]
-        if len(set(g)) < MIN_GPUS:
+        names = sorted({gpu[i] for i in rows})
+        if len(names) < MIN_GPUS:
             continue
-        count = {x: g.count(x) for x in set(g)}
-        w = torch.tensor([1.0 / count[x] for x in g], dtype=torch.float64)
+        w = group_weights(torch.tensor([names.index(gpu[i]) for i in rows]))
         out[key] = conformal_grid(log_ratio[torch.tensor(rows)], w, probs)
     return out
 
