@@ -26,7 +26,14 @@ from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
 from torch_gemm_cost.predict.intensity import tile_traffic
 from torch_gemm_cost.predict.power import power_cap
 from torch_gemm_cost.predict.query import predict_gemm_ms
-from torch_gemm_cost.predict.tiles import ENGINES, SPLITS, TILES, tile_grid
+from torch_gemm_cost.predict.tiles import (
+    ENGINES,
+    SPLITS,
+    SPLITS_BY_ENGINE,
+    STREAM_K,
+    TILES,
+    tile_grid,
+)
 
 DETAIL_KEYS = ("tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
                "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms",
@@ -91,6 +98,33 @@ def test_tiles_and_waves_by_hand() -> None:
     assert (split["waves"], split["last_wave_fill"]) == (1, 0.8)
     # ops per wave = 2·128·128·256·160 = 1,342,177,280
     assert split["ops_per_wave"] == 2 * 128 * 128 * 256 * 160
+
+
+def test_stream_k_by_hand() -> None:
+    # Hopper-like: 132 SMs, 256 KiB registers; m = n = 2048, k = 4096 on the large-tile engine
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)
+    large = torch.tensor([ENGINES.index("mma_large")])
+    cands = [(tm, tn, s) for tm, tn in TILES["mma_large"] for s in SPLITS_BY_ENGINE["mma_large"]]
+    grid = tile_grid(one(1), one(2048), one(2048), one(4096), large, one(132), one(262144))
+    sk, dp = cands.index((128, 256, STREAM_K)), cands.index((128, 256, 1))
+    # 128x256: ⌊262144 / (128·256·8)⌋ = 1 CTA a SM -> 132 slots; 16·8 = 128 tiles
+    # data-parallel: 128 ≤ 132, one wave; stream-K within one wave is the same grid
+    assert float(grid.waves[0, dp]) == 1 and float(grid.waves[0, sk]) == 1
+    assert float(grid.last_wave_fill[0, sk]) == float(grid.last_wave_fill[0, dp]) == 128 / 132
+    # m = n = 4096: 32·16 = 512 tiles. Data-parallel: ⌈512/132⌉ = 4 waves, the last holding
+    # 512 − 396 = 116 tiles (fill 116/132); stream-K: 512/132 = 3.879 waves, every slot busy
+    grid = tile_grid(one(1), one(4096), one(4096), one(4096), large, one(132), one(262144))
+    assert float(grid.waves[0, dp]) == 4
+    assert abs(float(grid.last_wave_fill[0, dp]) - 116 / 132) < 1e-12
+    assert abs(float(grid.waves[0, sk]) - 512 / 132) < 1e-12
+    assert float(grid.last_wave_fill[0, sk]) == 1.0
+    # no split of k: each tile's k-iterations are shared out, not cut into split-K partials
+    assert (float(grid.split_k[0, sk]), float(grid.k_slice[0, sk])) == (1.0, 4096.0)
+    # work = waves · ops per wave = (512/132) · 2·128·256·4096·132 = the 512 tiles' FLOPs
+    work = float(grid.waves[0, sk] * grid.ops_per_wave[0, sk])
+    assert abs(work - 512 * 2 * 128 * 256 * 4096) < 1e-3
+    # the older engines' libraries have no stream-K candidate
+    assert STREAM_K not in SPLITS_BY_ENGINE["mma"] and STREAM_K not in SPLITS_BY_ENGINE["simt"]
 
 
 def test_split_k_limits() -> None:
@@ -339,7 +373,7 @@ def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc["version"] = "10"  # before tiles moved only the bytes of rows and columns that exist
     path = tmp_path / "v10.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 13"):
+    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 14"):
         HybridPredictor.load(path)
 
 

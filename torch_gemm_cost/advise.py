@@ -29,7 +29,7 @@ from .gemms.records import DTYPE_NAMES, GemmBatch, GemmSite, alignment_bytes
 from .predict.base import GemmPrediction, Predictor
 from .predict.estimates import GemmEstimate
 
-__all__ = ["PaddingAdvice", "padded_size", "padding_advice"]
+__all__ = ["PaddingAdvice", "padded_size", "padding_advice", "waves_as_share"]
 
 MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
 _AXES = ("m", "n", "k")
@@ -360,10 +360,11 @@ def _cause(batch: GemmBatch, det: Mapping[str, torch.Tensor], gi: int, pi: int, 
             f"{now} allows {new_align:.0f}-byte loads"
         )
     # waves as tiles / slots, whether the predictor counts them whole (the hybrid: ⌈tiles /
-    # slots⌉) or not: (waves before, after, last-wave fill before, after)
+    # slots⌉; stream-K's already are tiles / slots, with every slot busy to the end):
+    # (waves before, after, last-wave fill before, after)
     if "waves" in det and "last_wave_fill" in det:
         fill = det["last_wave_fill"]
-        w0, w1 = (math.ceil(float(det["waves"][i])) - 1.0 + float(fill[i]) for i in (gi, pi))
+        w0, w1 = (waves_as_share(float(det["waves"][i]), float(fill[i])) for i in (gi, pi))
         f0, f1 = float(fill[gi]), float(fill[pi])
         if f1 > f0 or math.ceil(w1) < math.ceil(w0):
             return "wave quantization", (
@@ -411,3 +412,13 @@ def _make_advice(sites: Sequence[GemmSite], model_ms: float, blk: _Block, before
         cause_kind=kind,
         cause=f"{kind}: {cause}; {numbers}",
     )
+
+
+def waves_as_share(waves: float, last_wave_fill: float) -> float:
+    """Waves as tiles / slots: whole waves less the idle share of the last one, or, for a
+    stream-K grid (a fraction of waves, every slot busy to the end), its waves as they are.
+
+    >>> waves_as_share(4.0, 0.25), waves_as_share(3.5, 1.0)
+    (3.25, 3.5)
+    """
+    return waves - 1.0 + last_wave_fill if float(waves).is_integer() else waves

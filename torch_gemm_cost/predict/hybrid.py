@@ -108,7 +108,7 @@ class HybridPredictor(Estimator):
       every ``refresh_every`` steps (inference always takes the min over all).
     """
 
-    version = "13"
+    version = "14"
 
     # fitted state (set by fit, set_metadata or load)
     params_: dict[str, torch.Tensor]

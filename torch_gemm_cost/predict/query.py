@@ -210,7 +210,8 @@ def explain(
         }
         if alive:
             for key, values in details.items():
-                row[key] = int(values[j]) if key in _INT_KEYS else float(values[j])
+                v = float(values[j])  # stream-K's waves are tiles / slots, a fraction
+                row[key] = int(v) if key in _INT_KEYS and v.is_integer() else v
             row["bound"] = "compute" if bound[j] else "memory"
             row["time_ms"] = float(times[j])
             j += 1

@@ -1,8 +1,9 @@
 """Stage 1: output tiles, split-K and waves.
 
 A GEMM runs as a grid of Tm×Tn output tiles, each stepping through k (or k/split_k with split-K).
-Tiles run in waves of ``SMs × CTAs per SM``. Every candidate (tile, split) of the GEMM's engine
-gets its tile count, waves and work per wave; the predictor takes the fastest.
+Tiles run in waves of ``SMs × CTAs per SM``, or, with stream-K on the large-tile engine, as an even
+share of all tiles' work per slot. Every candidate (tile, split) of the GEMM's engine gets its
+tile count, waves and work per wave; the predictor takes the fastest.
 
 NB: the fastest candidate is an envelope over plausible kernels, not the kernel cuBLAS picks (on
 NeuSight's rows it matches the real tile only part of the time).
@@ -19,6 +20,8 @@ __all__ = [
     "MAX_CTAS",
     "MAX_SPLIT_K",
     "SPLITS",
+    "SPLITS_BY_ENGINE",
+    "STREAM_K",
     "TILES",
     "TileGrid",
     "candidate_table",
@@ -49,6 +52,15 @@ MAX_CTAS: dict[str, int] = {"simt": 1, "mma": 4, "mma_large": 4}
 # that keeps the split tiles in one wave (≤ slots / tiles), at most 64 and keeping k/split ≥ 128.
 SPLITS: tuple[int, ...] = (1, 0)
 MAX_SPLIT_K = 64.0
+# Stream-K (Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
+# Multiplication on the GPU", PPoPP 2023): a persistent grid of one CTA per slot, each taking an
+# equal share of every tile's k-iterations, so a grid of more tiles than slots runs in
+# tiles / slots waves, with no partial last wave. Hopper's and Blackwell's GEMM libraries ship it
+# (CUTLASS 3's ``StreamKScheduler`` for sm90 and sm100 kernels; cuBLAS picks it by heuristic), so
+# it is a candidate of the large-tile engine only; the older engines' libraries tile by waves.
+STREAM_K = -1
+SPLITS_BY_ENGINE: dict[str, tuple[int, ...]] = {
+    "simt": SPLITS, "mma": SPLITS, "mma_large": SPLITS + (STREAM_K,)}
 
 
 @dataclass(frozen=True)
@@ -57,12 +69,12 @@ class CandidateTable:
 
     tile_m: torch.Tensor  # (E, C)
     tile_n: torch.Tensor  # (E, C)
-    split_k: torch.Tensor  # (E, C)
+    split_k: torch.Tensor  # (E, C); STREAM_K marks a stream-K candidate
     valid: torch.Tensor  # (E, C) bool
 
 
 def candidate_table() -> CandidateTable:
-    rows = [[(tm, tn, s) for (tm, tn) in TILES[e] for s in SPLITS] for e in ENGINES]
+    rows = [[(tm, tn, s) for (tm, tn) in TILES[e] for s in SPLITS_BY_ENGINE[e]] for e in ENGINES]
     width = max(len(r) for r in rows)
     pad = [r + [(64, 64, 1)] * (width - len(r)) for r in rows]
     t = torch.tensor(pad, dtype=torch.float64)  # (E, C, 3)
@@ -92,7 +104,7 @@ class TileGrid:
     split_k: torch.Tensor
     tiles: torch.Tensor  # batch·⌈m/Tm⌉·⌈n/Tn⌉·split_k
     slots: torch.Tensor  # SMs · CTAs per SM
-    waves: torch.Tensor  # ⌈tiles / slots⌉
+    waves: torch.Tensor  # ⌈tiles / slots⌉; tiles / slots for stream-K beyond one wave
     last_wave_fill: torch.Tensor  # share of slots busy in the last wave, (0, 1]
     k_slice: torch.Tensor  # k / split_k
     ops_per_wave: torch.Tensor  # 2·Tm·Tn·k_slice·slots
@@ -126,10 +138,11 @@ def tile_grid(
     tiles_1 = b * grid_m * grid_n
     fill_split = torch.exp2(torch.floor(torch.log2(torch.clamp(slots / tiles_1, min=1.0))))
     fill_split = torch.clamp(torch.minimum(fill_split, torch.floor(kk / 128.0)), 1.0, MAX_SPLIT_K)
-    sk = torch.where(sk == 0, fill_split, sk)
+    stream = (sk == STREAM_K) & (tiles_1 > slots)  # within one wave, stream-K is data-parallel
+    sk = torch.where(sk == 0, fill_split, torch.clamp(sk, min=1.0))
     tiles = tiles_1 * sk
-    waves = torch.ceil(tiles / slots)
-    fill = (tiles - (waves - 1.0) * slots) / slots
+    waves = torch.where(stream, tiles / slots, torch.ceil(tiles / slots))
+    fill = torch.where(stream, 1.0, (tiles - (torch.ceil(tiles / slots) - 1.0) * slots) / slots)
     k_slice = kk / sk
     ops = 2.0 * tm * tn * k_slice * slots
     return TileGrid(tm, tn, sk, tiles, slots, waves, fill, k_slice, ops, valid,
