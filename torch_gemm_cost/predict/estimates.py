@@ -76,7 +76,7 @@ def price_gemms(sites: Sequence[GemmSite], device: DeviceSpec, predictor: Predic
     details = {name: values.tolist() for name, values in pred.details.items()}  # name -> (N,)
     fused = runs_fused_attention(device)
     unc = uncertainty_of(batch, device, predictor)
-    if unc is not None and runs_fused_attention(device):
+    if unc is not None and fused:
         unc = replace(unc, attention=shipped_attention().intervals_)
     lo, hi = ([None] * len(sites), [None] * len(sites)) if unc is None else (
         t.tolist() for t in unc.gemm_bounds(pred.time_ms.to(torch.float64), DEFAULT_LEVEL))

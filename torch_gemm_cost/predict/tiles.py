@@ -141,8 +141,9 @@ def tile_grid(
     stream = (sk == STREAM_K) & (tiles_1 > slots)  # within one wave, stream-K is data-parallel
     sk = torch.where(sk == 0, fill_split, torch.clamp(sk, min=1.0))
     tiles = tiles_1 * sk
-    waves = torch.where(stream, tiles / slots, torch.ceil(tiles / slots))
-    fill = torch.where(stream, 1.0, (tiles - (torch.ceil(tiles / slots) - 1.0) * slots) / slots)
+    whole = torch.ceil(tiles / slots)
+    waves = torch.where(stream, tiles / slots, whole)
+    fill = torch.where(stream, 1.0, (tiles - (whole - 1.0) * slots) / slots)
     k_slice = kk / sk
     ops = 2.0 * tm * tn * k_slice * slots
     return TileGrid(tm, tn, sk, tiles, slots, waves, fill, k_slice, ops, valid,
