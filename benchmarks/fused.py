@@ -66,10 +66,8 @@ def vidur_rows(data_dir: Path) -> list[dict[str, Any]]:
     held = torch.full((len(rows),), float("nan"), dtype=torch.float64)
     for chip in sorted({chip_of(g) for g in rows.gpu}):
         out = torch.tensor([chip_of(g) == chip for g in rows.gpu])
-        costs, p = fit_fused_ops(rows.select(~out))
-        held[out] = predict_fused(rows.select(out), costs, p)
-    costs, p = fit_fused_ops(rows)
-    inside = predict_fused(rows, costs, p)
+        held[out] = predict_fused(rows.select(out), *fit_fused_ops(rows.select(~out)))
+    inside = predict_fused(rows, *fit_fused_ops(rows))
     roofline = rows.dram_bytes / rows.dram_bw_bytes_per_s * 1e3
     y = rows.latency_ms
     result = []

@@ -35,8 +35,8 @@ TABLE = OpCostModel.from_dict({
     "classes": {c: {"eta": 0.9, "floor_ms": 0.03} for c in OP_CLASSES
                 if c not in ("view", "other")} | {"norm": {"eta": 0.5, "floor_ms": 0.045}},
     "launch_ms": 0.005,
-    "fused_ops": {"roof_p": 4.0, "ops": {
-        "layer_norm": {"eta": 0.5, "sm_bytes_per_cycle": 1e12, "floor_ms": 0.004}}},
+    "fused_ops": {"roof_p": 4.0, "eta": 0.5, "ops": {
+        "layer_norm": {"sm_bytes_per_cycle": 1e12, "floor_ms": 0.004}}},
 })
 
 

@@ -375,8 +375,8 @@ def test_fused_op_hand_worked_on_an_a40():
     assert (nbytes, kernels) == (33_562_624, 1)
     # DRAM: 33,562,624 / (0.8 · 696e9) = 60.278 µs; SMs: 33,562,624 / (4 · 84 · 1.74e9) =
     # 57.407 µs; with p = 1 the two add: 117.685 µs, and a launch of 5 µs
-    cost = FusedOpCost(eta=0.8, sm_bytes_per_cycle=4.0, floor_ms=0.004)
-    t = fused_time_ms(torch.tensor([float(nbytes)]), torch.ones(1), cost, a40, 0.005, 1.0)
+    cost = FusedOpCost(sm_bytes_per_cycle=4.0, floor_ms=0.004)
+    t = fused_time_ms(torch.tensor([float(nbytes)]), torch.ones(1), cost, 0.8, a40, 0.005, 1.0)
     assert t.item() == pytest.approx(0.122685, rel=1e-5)
     # vidur's add3 is two adds of three passes each
     assert fused_op_bytes("add3", 10, 10, 2) == (1_200, 2)
@@ -404,10 +404,10 @@ def test_fit_fused_ops_recovers_known_constants():
     y = fused_time_ms_of(b, rows.kernels, torch.tensor(0.8), torch.tensor(6.0),
                          rows.dram_bw_bytes_per_s, rows.sm_cycles_per_s, 0.0, 2.0, 0.0, 0.003)
     rows = FusedRows(**{**rows.__dict__, "latency_ms": y})
-    costs, p = fit_fused_ops(rows, steps=1500)
-    pred = predict_fused(rows, costs, p)
+    costs, eta, p = fit_fused_ops(rows, steps=1500)
+    pred = predict_fused(rows, costs, eta, p)
     assert ((pred - y).abs() / y).max() < 0.03
-    assert costs["gelu"].eta == pytest.approx(0.8, rel=0.1)
+    assert eta == pytest.approx(0.8, rel=0.1)
     assert costs["gelu"].sm_bytes_per_cycle == pytest.approx(6.0, rel=0.15)
 
 
@@ -421,3 +421,15 @@ def test_shipped_fused_ops_are_scored_with_each_chip_held_out():
     for op, per_gpu in fused["leave_chip_out"].items():
         assert set(per_gpu) == {"a100_sxm4_80gb", "a40"}, op
     assert set(load_op_costs().fused) == set(fused["ops"])
+
+
+def test_fused_ops_refuse_a_table_with_a_share_per_op():
+    # the DRAM share is the memory system's, one for every fused op; a table written with one
+    # per op (format 1) is refused with what to do, not read with an arbitrary op's η
+    old = {"classes": {c: {"eta": 0.9, "floor_ms": 0.03} for c in OP_CLASSES
+                       if c not in ("view", "other")},
+           "launch_ms": 0.005,
+           "fused_ops": {"roof_p": 4.0, "ops": {
+               "gelu": {"eta": 0.8, "sm_bytes_per_cycle": 6.0, "floor_ms": 0.003}}}}
+    with pytest.raises(ValueError, match="fused_ops lack 'eta'.*train.ops"):
+        OpCostModel.from_dict(old)

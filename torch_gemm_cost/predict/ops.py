@@ -143,13 +143,12 @@ FUSED_ALIASES: dict[str, tuple[str, int]] = {"add3": ("add", 2)}
 
 @dataclass(frozen=True)
 class FusedOpCost:
-    """A fused kernel's constants: ``eta``, its share of the DRAM bandwidth (fitted as one
-    for every fused op, the memory system's);
-    ``sm_bytes_per_cycle``, the bytes one SM moves a cycle when the SMs, not the DRAM, limit
-    it; ``floor_ms``, the kernel time of one isolated launch (scores the fit on measured
-    kernels; inside a model each kernel pays ``OpCostModel.launch_ms``)."""
+    """A fused kernel's own constants: ``sm_bytes_per_cycle``, the bytes one SM moves a cycle
+    when the SMs, not the DRAM, limit it; ``floor_ms``, the kernel time of one isolated launch
+    (scores the fit on measured kernels; inside a model each kernel pays
+    ``OpCostModel.launch_ms``). Its share of the DRAM bandwidth is the memory system's, one
+    for every fused op (``OpCostModel.fused_eta``)."""
 
-    eta: float
     sm_bytes_per_cycle: float
     floor_ms: float
 
@@ -163,7 +162,8 @@ class OpCostModel:
     picks a device's). ``floor_ms``: event-timed floor of one isolated kernel (used to score
     the fit on measured ops). ``launch_ms``: the cost of one kernel in a stream of back-to-back
     kernels. ``fused``: the fused ops' constants (empty in a table without them), joined by the
-    soft maximum of exponent ``roof_p``.
+    soft maximum of exponent ``roof_p`` to the DRAM time at ``fused_eta``, the share of the
+    datasheet bandwidth every fused op draws.
     """
 
     eta: tuple[float, ...]
@@ -172,6 +172,7 @@ class OpCostModel:
     provenance: Mapping[str, Any]
     fused: Mapping[str, FusedOpCost] = field(default_factory=dict)
     roof_p: float = 4.0
+    fused_eta: float = 0.85
     eta_by_architecture: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def eta_on(self, device: DeviceSpec) -> tuple[float, ...]:
@@ -203,15 +204,19 @@ class OpCostModel:
         if unknown:
             raise ValueError(f"op cost table has unknown fused ops {unknown}; known: "
                              f"{list(FUSED_OPS)}")
+        if fused.get("ops") and "eta" not in fused:
+            raise ValueError("op cost table's fused_ops lack 'eta', the DRAM share every fused op "
+                             "shares (a table with one per op is an older format); refit it "
+                             "with python -m torch_gemm_cost.train.ops")
         return cls(
             eta=tuple(get(c, "eta") for c in OP_CLASSES),
             floor_ms=tuple(get(c, "floor_ms") for c in OP_CLASSES),
             launch_ms=float(d["launch_ms"]),
             provenance=dict(d.get("provenance", {})),
-            fused={name: FusedOpCost(float(v["eta"]), float(v["sm_bytes_per_cycle"]),
-                                     float(v["floor_ms"]))
+            fused={name: FusedOpCost(float(v["sm_bytes_per_cycle"]), float(v["floor_ms"]))
                    for name, v in fused.get("ops", {}).items()},
             roof_p=float(fused.get("roof_p", 4.0)),
+            fused_eta=float(fused.get("eta", 0.85)),
             eta_by_architecture=by_arch,
         )
 
@@ -270,7 +275,6 @@ def measured_op_times_ms(
     ``fused`` is a fused kernel (``FUSED_OPS``, kernel-timed, re-run on warm buffers), else a
     NeuSight op of ``VEC_OPS`` (CUDA-event timed, its class's floor included)."""
     model = model or load_op_costs()
-    clock_hz = (device.boost_clock_mhz or 1e3) * 1e6
     out = []
     for op, e, r, c, f in zip(ops, elem_bytes, rows, cols, fused):
         if f:
@@ -281,9 +285,8 @@ def measured_op_times_ms(
                 raise ValueError(f"the op cost table has no constants for fused op {base!r}")
             b = torch.tensor([float(nbytes)], dtype=torch.float64)
             k = torch.tensor([float(kernels)], dtype=torch.float64)
-            t = fused_time_ms_of(b, k, torch.tensor(cost.eta), torch.tensor(
-                cost.sm_bytes_per_cycle), device.dram_bw_bytes_per_s, device.sm_count * clock_hz,
-                0.0, model.roof_p, warm_l2_hit(b / k, device.l2_bytes), cost.floor_ms)
+            t = fused_time_ms(b, k, cost, model.fused_eta, device, 0.0, model.roof_p,
+                              warm_l2_hit(b / k, device.l2_bytes), cost.floor_ms)
         else:
             if op not in VEC_OPS:
                 raise ValueError(f"unknown op {op!r}; known: "
@@ -325,20 +328,24 @@ def fused_time_ms(
     dram_bytes: torch.Tensor,
     kernels: torch.Tensor,
     cost: FusedOpCost,
+    eta: float,
     device: DeviceSpec,
     overhead_ms: float,
     roof_p: float,
     l2_hit: torch.Tensor | float = 0.0,
+    floor_ms: float = 0.0,
 ) -> torch.Tensor:
-    """kernels·overhead + bytes at the soft maximum of the DRAM and SM-side times, (N,).
+    """kernels·overhead + bytes at the soft maximum of the DRAM time (at ``eta`` of the
+    datasheet bandwidth) and the SM-side time, (N,).
 
     ``l2_hit`` (N,) is the share of the bytes a warm L2 serves (``warm_l2_hit``): a kernel
-    re-run on the same buffers, as measured; inside a model each op reads fresh data (0)."""
-    return fused_time_ms_of(dram_bytes, kernels, torch.tensor(cost.eta, dtype=torch.float64),
+    re-run on the same buffers, as measured; inside a model each op reads fresh data (0).
+    ``floor_ms``: an isolated kernel's floor, to price a measured kernel (``fused_time_ms_of``)."""
+    return fused_time_ms_of(dram_bytes, kernels, torch.tensor(eta, dtype=torch.float64),
                             torch.tensor(cost.sm_bytes_per_cycle, dtype=torch.float64),
                             device.dram_bw_bytes_per_s,
                             device.sm_count * (device.boost_clock_mhz or 1e3) * 1e6,
-                            overhead_ms, roof_p, l2_hit)
+                            overhead_ms, roof_p, l2_hit, floor_ms)
 
 
 def fused_time_ms_of(
@@ -385,7 +392,8 @@ def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
         launches = torch.tensor([float(k.launches)], dtype=torch.float64)
         cost = model.fused.get(k.op_class)
         if cost is not None:
-            t = fused_time_ms(nbytes, launches, cost, device, model.launch_ms, model.roof_p)
+            t = fused_time_ms(nbytes, launches, cost, model.fused_eta, device, model.launch_ms,
+                              model.roof_p)
         else:
             eta = model.eta_on(device)[_class_index(_FUSED_CLASS.get(k.op_class, k.op_class))]
             t = memory_time_ms(nbytes, launches, torch.tensor(eta), model.launch_ms,
@@ -442,8 +450,8 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
         cost = model.fused.get(name) if name else None
         if cost is not None and out[i] is not None and op.numel:
             t = fused_time_ms(torch.tensor([float(op.dram_bytes)], dtype=torch.float64),
-                              torch.ones(1, dtype=torch.float64), cost, device,
-                              model.launch_ms, model.roof_p)
+                              torch.ones(1, dtype=torch.float64), cost, model.fused_eta,
+                              device, model.launch_ms, model.roof_p)
             out[i] = float(t[0])
     return out
 

@@ -158,11 +158,8 @@ def load_fused(data_dir: str | Path) -> FusedRows:
                      t(cols["y"]))
 
 
-def _fused_raw(costs: dict[str, FusedOpCost], roof_p: float) -> dict[str, torch.Tensor]:
-    etas = {round(c.eta, 12) for c in costs.values()}
-    if len(etas) > 1:
-        raise ValueError(f"fused ops share one DRAM share η; got {sorted(etas)}")
-    eta = next(iter(costs.values())).eta if costs else _ETA_PRIOR
+def _fused_raw(costs: dict[str, FusedOpCost], eta: float, roof_p: float
+               ) -> dict[str, torch.Tensor]:
     raw = {"p": torch.tensor(math.log(math.expm1(roof_p - 1.0)), dtype=torch.float64),
            "eta": torch.tensor(math.log(eta / (1 - eta)), dtype=torch.float64)}
     for op, c in costs.items():
@@ -171,11 +168,12 @@ def _fused_raw(costs: dict[str, FusedOpCost], roof_p: float) -> dict[str, torch.
     return raw
 
 
-def predict_fused(rows: FusedRows, costs: dict[str, FusedOpCost], roof_p: float,
+def predict_fused(rows: FusedRows, costs: dict[str, FusedOpCost], eta: float, roof_p: float,
                   *, warm_l2: bool = True) -> torch.Tensor:
-    """Kernel time (ms) of every measured row from fused-op constants, (N,); ``warm_l2``: re-run
-    on the same buffers, as vidur measured (a working set inside the L2 stays there)."""
-    raw = _fused_raw(costs, roof_p)
+    """Kernel time (ms) of every measured row from fused-op constants and the DRAM share ``eta``
+    they share, (N,); ``warm_l2``: re-run on the same buffers, as vidur measured (a working set
+    inside the L2 stays there)."""
+    raw = _fused_raw(costs, eta, roof_p)
     with torch.no_grad():
         return _fused_forward(rows, raw, warm_l2)
 
@@ -193,12 +191,12 @@ def _fused_forward(rows: FusedRows, raw: dict[str, torch.Tensor], warm_l2: bool)
 
 
 def fit_fused_ops(rows: FusedRows, steps: int = 600, lr: float = 0.05
-                  ) -> tuple[dict[str, FusedOpCost], float]:
+                  ) -> tuple[dict[str, FusedOpCost], float, float]:
     """One DRAM share η for every fused op, and per op β (bytes per SM-cycle) and a kernel
     floor, and one soft-maximum exponent, minimising the mean squared log error with every op
     weighted alike; weak priors pull η towards 0.85 and β towards a side that does not bind,
     so a GPU whose rows never show a constant leaves it where the physics puts it. Returns
-    (constants by op, exponent).
+    (constants by op, η, exponent).
 
     η is the memory system's: what a streaming kernel draws of the datasheet bandwidth does not
     depend on the op it computes. An op that runs below that share on one GPU is held back by
@@ -208,7 +206,7 @@ def fit_fused_ops(rows: FusedRows, steps: int = 600, lr: float = 0.05
     if not len(rows):
         raise ValueError("no measured fused-op rows to fit")
     ops = sorted(set(rows.op))
-    raw = _fused_raw({op: FusedOpCost(_ETA_PRIOR, _SM_PRIOR, 0.004) for op in ops}, 4.0)
+    raw = _fused_raw({op: FusedOpCost(_SM_PRIOR, 0.004) for op in ops}, _ETA_PRIOR, 4.0)
     for v in raw.values():
         v.requires_grad_(True)
     index = torch.tensor([ops.index(op) for op in rows.op], dtype=torch.long)
@@ -225,10 +223,10 @@ def fit_fused_ops(rows: FusedRows, steps: int = 600, lr: float = 0.05
         (loss + _PRIOR_WEIGHT * prior / len(ops)).backward()
         opt.step()
     raw = {k: v.detach() for k, v in raw.items()}
-    costs = {op: FusedOpCost(eta=float(torch.sigmoid(raw["eta"])),
-                             sm_bytes_per_cycle=float(raw[f"{op}.sm"].exp()),
+    costs = {op: FusedOpCost(sm_bytes_per_cycle=float(raw[f"{op}.sm"].exp()),
                              floor_ms=float(raw[f"{op}.floor"].exp())) for op in ops}
-    return costs, float(1.0 + torch.nn.functional.softplus(raw["p"]))
+    return (costs, float(torch.sigmoid(raw["eta"])),
+            float(1.0 + torch.nn.functional.softplus(raw["p"])))
 
 
 @dataclass(frozen=True)
@@ -389,7 +387,7 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400, *,
                       "borrowed_from": src}
     fused = _fused_table(data_dir, steps, exclude_chips, metrics)
     return {
-        "format": 1,
+        "format": 2,
         "model": "time = kernels * launch_ms + dram_bytes / (eta * dram_bw_bytes_per_s); eta "
                  "per architecture where one was measured (eta_by_architecture), else the "
                  "geometric mean over the measured architectures (eta)",
@@ -421,9 +419,8 @@ def _fused_table(data_dir: str | Path, steps: int, exclude_chips: Sequence[str],
     scores: dict[str, dict[str, Any]] = {}
     for chip in sorted({chip_of(g) for g in rows.gpu}) if metrics else []:
         held = torch.tensor([chip_of(g) == chip for g in rows.gpu])
-        costs, p = fit_fused_ops(rows.select(~held), steps=fused_steps)
         test = rows.select(held)
-        pred = predict_fused(test, costs, p)
+        pred = predict_fused(test, *fit_fused_ops(rows.select(~held), steps=fused_steps))
         for op in sorted(set(test.measured_op)):
             for gpu in sorted(set(test.gpu)):
                 keep = torch.tensor([o == op and g == gpu
@@ -435,12 +432,13 @@ def _fused_table(data_dir: str | Path, steps: int, exclude_chips: Sequence[str],
                     "median_ape_pct": round(100 * s.median_ape, 2),
                     "n_below_min_ms": int(small.sum()),
                 }
-    costs, p = fit_fused_ops(rows, steps=fused_steps)
+    costs, eta, p = fit_fused_ops(rows, steps=fused_steps)
     return {
         "model": "time = kernels * launch_ms + dram_bytes * ((1 / (eta * dram_bw))^p + "
                  "(1 / (sm_bytes_per_cycle * sm_count * boost_clock))^p)^(1/p)",
         "roof_p": round(p, 4),
-        "ops": {op: {"eta": round(c.eta, 4), "sm_bytes_per_cycle": round(c.sm_bytes_per_cycle, 4),
+        "eta": round(eta, 4),
+        "ops": {op: {"sm_bytes_per_cycle": round(c.sm_bytes_per_cycle, 4),
                      "floor_ms": round(c.floor_ms, 5)} for op, c in costs.items()},
         "data": "vidur vec/vidur.csv.gz (MIT License, Copyright (c) Microsoft Corporation): "
                 "fp16 kernel times of fused LLM-layer ops on A100-SXM4-80GB and A40",
