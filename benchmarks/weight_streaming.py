@@ -22,8 +22,14 @@ A priced share below the measured one is a prediction too slow by their ratio.
 
 Below the streaming rows, the kernel floor: the median measured time of the bf16 rows of at most
 2^20 FLOPs (too small to stream or compute anything), in µs and in SM clocks at the boost clock,
-beside the same median priced in-sample and held out. Writes
-``benchmarks/results/weight_streaming.md``.
+beside the same median priced in-sample and held out.
+
+Last, floor plus streaming: the GEMV-like rows (M ≤ 16) whose six layers' weights are at least
+twice the L2 (cold: no replay can find them there) against the two-term model
+t = floor + compulsory bytes / (e · datasheet DRAM bandwidth), the floor being the GPU's own
+median for its GEMMs of at most 2^20 FLOPs in that dtype, e the one share that fits the rows
+best (least mean absolute percentage error). The same fit to the predictor's times gives the
+share it prices. Writes ``benchmarks/results/weight_streaming.md``.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ COPIES = 6  # layers in aiconfigurator's CUDA graph, each with its own weights
 MAX_TOKENS = 64
 FLOOR_FLOPS = 2**20  # GEMMs at most this size time the kernel floor
 MIN_MS = 0.01
+GEMV_TOKENS = 16  # rows that stream weights and nothing else
+COLD_OVER_L2 = 2.0  # six layers' weights at least this many L2s: no replay finds them warm
+SHARES = torch.arange(0.30, 1.0001, 0.005, dtype=torch.float64)
 # bins of the working set over the L2 capacity
 EDGES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
 LABELS: tuple[str, ...] = ("<= 1", "1-2", "2-4", "4-8", "8-16", "> 16")
@@ -146,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append("Held out, every bin of 100 rows or more priced below what was measured: "
                      + "; ".join(f"{g} {d}: measured {min(m):.2f}–{max(m):.2f}, priced "
                                  f"{min(h):.2f}–{max(h):.2f}" for g, d, m, h in low) + ".")
-    lines += ["", floor_section(measured, held), ""]
+    lines += ["", floor_section(measured, held), "", stream_section(measured, held), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
@@ -181,6 +190,91 @@ def floor_section(measured: MeasuredGemms, held: torch.Tensor | None) -> str:
             "median time (kernel-timed, so no host overhead), in µs and in SM clocks at the "
             "boost clock. The predictor prices this floor as a count of clocks shared by every "
             "GPU.\n\n" + tabulate(rows, headers, tablefmt="github"))
+
+
+def best_share(floor_ms: float, stream_ms: torch.Tensor, times_ms: torch.Tensor
+               ) -> tuple[float, float]:
+    """The share e in ``SHARES`` whose floor_ms + stream_ms / e is closest to ``times_ms`` in
+    mean absolute percentage error, and that error.
+
+    >>> s = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> e, err = best_share(0.5, s, 0.5 + s / 0.8)  # made of a floor and a share of 0.8
+    >>> round(e, 3), round(err, 6)
+    (0.8, 0.0)
+    """
+    pred = floor_ms + stream_ms.unsqueeze(0) / SHARES.unsqueeze(1)  # (shares, rows)
+    err = (pred / times_ms.unsqueeze(0) - 1.0).abs().mean(dim=1)
+    i = int(torch.argmin(err))
+    return float(SHARES[i]), float(err[i])
+
+
+def stream_section(measured: MeasuredGemms, held: torch.Tensor | None) -> str:
+    """Cold GEMV-like rows against floor + bytes / (e · bandwidth), per (GPU, dtype): the share
+    e that fits the measured times and its error; the same model with the GPU held out (its
+    floor the other GPUs' median in SM clocks, its share their median); the shares that fit the
+    priced times, and the predictor's own error on those rows."""
+    g = measured.gemms
+    aic = torch.tensor([s == "aiconfigurator" for s in measured.source])
+    names = g.dtype_names()
+    # the shipped predictor's times for every row (in-sample), and the held-out ones if given
+    priced = {"in-sample": default_predictor().predict_measured(measured).to(torch.float64)}
+    if held is not None:
+        priced["held out"] = held.to(torch.float64)
+    fits = []  # (gpu, dtype, boost MHz, floor ms, share, error, cold mask, stream ms)
+    for gpu in sorted({measured.gpu[i] for i in torch.nonzero(aic).flatten().tolist()}):
+        dev = measured.device(gpu)
+        on_gpu = aic & measured.mask(gpu=gpu)
+        for dtype in sorted({names[i] for i in torch.nonzero(on_gpu).flatten().tolist()}):
+            of = on_gpu & torch.tensor([d == dtype for d in names])
+            tiny = of & (2 * g.batch * g.m * g.n * g.k <= FLOOR_FLOPS)
+            weights = COPIES * g.n * g.k * g.b_bytes
+            cold = (of & (g.m <= GEMV_TOKENS) & (measured.latency_ms >= MIN_MS)
+                    & (weights >= COLD_OVER_L2 * dev.l2_bytes))
+            if int(tiny.sum()) == 0 or int(cold.sum()) == 0:
+                continue
+            floor_ms = float(measured.latency_ms[tiny].median())
+            stream_ms = (g.compulsory_bytes[cold].to(torch.float64)
+                         / dev.dram_bw_bytes_per_s * 1e3)
+            share, err = best_share(floor_ms, stream_ms, measured.latency_ms[cold].double())
+            fits.append((gpu, dtype, dev.boost_clock_mhz or float("nan"), floor_ms, share, err,
+                         cold, stream_ms))
+    rows = []
+    for gpu, dtype, mhz, floor_ms, share, err, cold, stream_ms in fits:
+        y = measured.latency_ms[cold].to(torch.float64)
+        others = [f for f in fits if f[1] == dtype and f[0] != gpu]
+        row: list[object] = [gpu, dtype, int(cold.sum()), f"{floor_ms * 1e3:.2f}",
+                             f"{share:.3f}", f"{100 * err:.1f}%"]
+        if others:
+            clocks = statistics.median(f[3] * f[2] for f in others)  # ms · MHz = kilo-clocks
+            share_ho = statistics.median(f[4] for f in others)
+            t = clocks / mhz + stream_ms / share_ho
+            row += [f"{clocks:,.1f}", f"{share_ho:.3f}",
+                    f"{100 * float((t / y - 1.0).abs().mean()):.1f}%"]
+        else:
+            row += ["-", "-", "-"]
+        for times in priced.values():
+            p = times[cold]
+            p_share, _ = best_share(floor_ms, stream_ms, p)
+            row += [f"{p_share:.3f}", f"{100 * float((p / y - 1.0).abs().mean()):.1f}%"]
+        rows.append(row)
+    headers = ["gpu", "dtype", "rows", "floor µs (measured)", "share e (measured)",
+               "MAPE of floor + stream", "GPU held out: floor kclocks", "share e",
+               "MAPE"]
+    for name in priced:
+        headers += [f"share e priced {name}", f"predictor MAPE {name}"]
+    return ("## Floor plus streaming\n\n"
+            f"aiconfigurator's rows of M ≤ {GEMV_TOKENS} tokens, {MIN_MS} ms or more, whose "
+            f"{COPIES} layers' weights are at least {COLD_OVER_L2:g} times the L2 (cold), "
+            "against t = floor + compulsory bytes / (e · datasheet DRAM bandwidth): the floor "
+            "is the GPU's median measured time for its GEMMs of at most "
+            f"2^{FLOOR_FLOPS.bit_length() - 1} FLOPs in the same dtype (fp8: with vLLM's cast "
+            "kernel), e the share of DRAM bandwidth that fits best (least MAPE, in steps of "
+            "0.005). **GPU held out**: the same two terms from the other GPUs of the dtype "
+            "alone, the floor as their median count of SM clocks at the boost clock over this "
+            "GPU's boost clock, the share their median; each GPU here is a chip of its own. "
+            "Beside them, the same two-term fit to the predictor's times (the share it "
+            "prices) and the predictor's own MAPE on the rows.\n\n"
+            + tabulate(rows, headers, tablefmt="github"))
 
 
 if __name__ == "__main__":
