@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append("Held out, every bin of 100 rows or more priced below what was measured: "
                      + "; ".join(f"{g} {d}: measured {min(m):.2f}–{max(m):.2f}, priced "
                                  f"{min(h):.2f}–{max(h):.2f}" for g, d, m, h in low) + ".")
-    lines += ["", floor_section(measured, held), "", stream_section(measured, held), ""]
+    priced = {"in-sample": shipped} | ({} if sub_held is None else {"held out": sub_held})
+    lines += ["", floor_section(measured, held), "", stream_section(measured, sub, priced), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
@@ -208,39 +209,38 @@ def best_share(floor_ms: float, stream_ms: torch.Tensor, times_ms: torch.Tensor
     return float(SHARES[i]), float(err[i])
 
 
-def stream_section(measured: MeasuredGemms, held: torch.Tensor | None) -> str:
+def stream_section(measured: MeasuredGemms, sub: MeasuredGemms,
+                   priced: dict[str, torch.Tensor]) -> str:
     """Cold GEMV-like rows against floor + bytes / (e · bandwidth), per (GPU, dtype): the share
     e that fits the measured times and its error; the same model with the GPU held out (its
     floor the other GPUs' median in SM clocks, its share their median); the shares that fit the
-    priced times, and the predictor's own error on those rows."""
-    g = measured.gemms
+    priced times, and the predictor's own error on those rows. ``sub``: the streaming rows
+    ``main`` scores (aiconfigurator, M ≤ ``MAX_TOKENS``, ``MIN_MS`` or more), ``priced`` their
+    predicted times by name; the floors come from ``measured``."""
+    g, names = measured.gemms, measured.gemms.dtype_names()
+    sg, sub_names = sub.gemms, sub.gemms.dtype_names()
     aic = torch.tensor([s == "aiconfigurator" for s in measured.source])
-    names = g.dtype_names()
-    # the shipped predictor's times for every row (in-sample), and the held-out ones if given
-    priced = {"in-sample": default_predictor().predict_measured(measured).to(torch.float64)}
-    if held is not None:
-        priced["held out"] = held.to(torch.float64)
-    fits = []  # (gpu, dtype, boost MHz, floor ms, share, error, cold mask, stream ms)
-    for gpu in sorted({measured.gpu[i] for i in torch.nonzero(aic).flatten().tolist()}):
-        dev = measured.device(gpu)
-        on_gpu = aic & measured.mask(gpu=gpu)
-        for dtype in sorted({names[i] for i in torch.nonzero(on_gpu).flatten().tolist()}):
-            of = on_gpu & torch.tensor([d == dtype for d in names])
-            tiny = of & (2 * g.batch * g.m * g.n * g.k <= FLOOR_FLOPS)
-            weights = COPIES * g.n * g.k * g.b_bytes
-            cold = (of & (g.m <= GEMV_TOKENS) & (measured.latency_ms >= MIN_MS)
-                    & (weights >= COLD_OVER_L2 * dev.l2_bytes))
+    tiny_all = aic & (2 * g.batch * g.m * g.n * g.k <= FLOOR_FLOPS)
+    fits = []  # (gpu, dtype, boost MHz, floor ms, share, error, cold mask of sub, stream ms)
+    for gpu in sorted(set(sub.gpu)):
+        dev = sub.device(gpu)
+        on_gpu = sub.mask(gpu=gpu)
+        for dtype in sorted({sub_names[i] for i in torch.nonzero(on_gpu).flatten().tolist()}):
+            tiny = tiny_all & measured.mask(gpu=gpu) & torch.tensor([d == dtype for d in names])
+            cold = (on_gpu & torch.tensor([d == dtype for d in sub_names])
+                    & (sg.m <= GEMV_TOKENS)
+                    & (COPIES * sg.n * sg.k * sg.b_bytes >= COLD_OVER_L2 * dev.l2_bytes))
             if int(tiny.sum()) == 0 or int(cold.sum()) == 0:
                 continue
             floor_ms = float(measured.latency_ms[tiny].median())
-            stream_ms = (g.compulsory_bytes[cold].to(torch.float64)
+            stream_ms = (sg.compulsory_bytes[cold].to(torch.float64)
                          / dev.dram_bw_bytes_per_s * 1e3)
-            share, err = best_share(floor_ms, stream_ms, measured.latency_ms[cold].double())
+            share, err = best_share(floor_ms, stream_ms, sub.latency_ms[cold].double())
             fits.append((gpu, dtype, dev.boost_clock_mhz or float("nan"), floor_ms, share, err,
                          cold, stream_ms))
     rows = []
     for gpu, dtype, mhz, floor_ms, share, err, cold, stream_ms in fits:
-        y = measured.latency_ms[cold].to(torch.float64)
+        y = sub.latency_ms[cold].to(torch.float64)
         others = [f for f in fits if f[1] == dtype and f[0] != gpu]
         row: list[object] = [gpu, dtype, int(cold.sum()), f"{floor_ms * 1e3:.2f}",
                              f"{share:.3f}", f"{100 * err:.1f}%"]
@@ -253,7 +253,7 @@ def stream_section(measured: MeasuredGemms, held: torch.Tensor | None) -> str:
         else:
             row += ["-", "-", "-"]
         for times in priced.values():
-            p = times[cold]
+            p = times[cold].to(torch.float64)
             p_share, _ = best_share(floor_ms, stream_ms, p)
             row += [f"{p_share:.3f}", f"{100 * float((p / y - 1.0).abs().mean()):.1f}%"]
         rows.append(row)
