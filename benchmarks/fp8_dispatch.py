@@ -90,22 +90,33 @@ def next_pow_2(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def sm89_fp8_config(m: int, n: int) -> tuple[str, Sm89Config]:
-    """(the bucket's label, the configuration) vLLM dispatches for an M × N output on sm_89."""
-    mp2 = max(32, next_pow_2(m))
+def _buckets() -> tuple[tuple[str, int, int, Sm89Config], ...]:
+    """``SM89_FP8`` flattened in its order: (label, largest M bucket, largest next_pow_2(N),
+    configuration), 0 standing for no upper bound."""
+    out = []
     lower_m = 0
     for upper_m, by_n in SM89_FP8:
-        if upper_m == 0 or mp2 <= upper_m:
-            np2 = next_pow_2(n)
-            lower_n = 0
-            for upper_n, config in by_n:
-                if upper_n == 0 or np2 <= upper_n:
-                    m_label = f"M in ({lower_m}, {upper_m}]" if upper_m else f"M > {lower_m}"
-                    n_label = (f"N' in ({lower_n}, {upper_n}]" if upper_n
-                               else f"N' > {lower_n}")
-                    return f"{m_label}, {n_label}", config
-                lower_n = upper_n
+        m_label = f"M in ({lower_m}, {upper_m}]" if upper_m else f"M > {lower_m}"
+        lower_n = 0
+        for upper_n, config in by_n:
+            n_label = f"N' in ({lower_n}, {upper_n}]" if upper_n else f"N' > {lower_n}"
+            out.append((f"{m_label}, {n_label}", upper_m, upper_n, config))
+            lower_n = upper_n
         lower_m = upper_m
+    return tuple(out)
+
+
+BUCKETS = _buckets()
+
+
+def sm89_fp8_config(m: int, n: int) -> tuple[str, Sm89Config]:
+    """(the bucket's label, the configuration) vLLM dispatches for an M × N output on sm_89:
+    the first bucket of ``BUCKETS`` that holds M rounded up (to a power of two, at least 32)
+    and N's next power of two."""
+    mp2, np2 = max(32, next_pow_2(m)), next_pow_2(n)
+    for label, upper_m, upper_n, config in BUCKETS:
+        if (upper_m == 0 or mp2 <= upper_m) and (upper_n == 0 or np2 <= upper_n):
+            return label, config
     raise AssertionError("unreachable: the last buckets have no upper bound")
 
 
@@ -164,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ms, ns, ks = (sub.gemms.m.long().tolist(), sub.gemms.n.long().tolist(),
                   sub.gemms.k.long().tolist())
     flops = (2.0 * sub.gemms.batch * sub.gemms.m * sub.gemms.n * sub.gemms.k).tolist()
-    labels, configs = zip(*(sm89_fp8_config(m, n) for m, n in zip(ms, ns)))
+    labels = [sm89_fp8_config(m, n)[0] for m, n in zip(ms, ns)]
     ratios = {name: [p / y for p, y in zip(pred, meas)] for name, pred in priced.items()}
 
     def tflops(idx: list[int]) -> str:
@@ -177,15 +188,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"{statistics.median(r[i] for i in idx):.2f}"]
         return out
 
-    by_bucket: dict[tuple[str, Sm89Config], list[int]] = defaultdict(list)
-    for i, key in enumerate(zip(labels, configs)):
-        by_bucket[key].append(i)
-    order = {label: i for i, label in enumerate(dict.fromkeys(
-        sm89_fp8_config(m, n)[0] for m in (1, 64, 128, 256, 512)
-        for n in (32, 4096, 8192, 16384, 32768)))}
+    order = {label: i for i, (label, *_) in enumerate(BUCKETS)}
+    config_of = {label: config for label, _, _, config in BUCKETS}
+    by_bucket: dict[str, list[int]] = defaultdict(list)
+    for i, label in enumerate(labels):
+        by_bucket[label].append(i)
     pred_headers = [h for name in priced for h in (f"{name} MAPE", f"{name} pred/meas")]
-    rows = [[label, cfg.name, len(idx), tflops(idx), *scored(idx)]
-            for (label, cfg), idx in sorted(by_bucket.items(), key=lambda kv: order[kv[0][0]])]
+    rows = [[label, config_of[label].name, len(idx), tflops(idx), *scored(idx)]
+            for label, idx in sorted(by_bucket.items(), key=lambda kv: order[kv[0]])]
     gpus = ", ".join(sorted(set(sub.gpu)))
     command = " ".join(["python benchmarks/fp8_dispatch.py",
                         *(sys.argv[1:] if argv is None else argv)])
@@ -207,16 +217,16 @@ def main(argv: list[str] | None = None) -> int:
                         *pred_headers], tablefmt="github"), "",
     ]
     big = [i for i, label in enumerate(labels) if label.startswith("M > ")]
-    split: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    split: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i in big:
-        split[(labels[i], configs[i].name, k_bucket(ks[i]))].append(i)
+        split[(labels[i], k_bucket(ks[i]))].append(i)
     lines += [
         "## M > 256 by K", "",
         ("The same rows of the M > 256 bucket split by K: a short K leaves a tile little "
          "work beside its prologue and epilogue."), "",
-        tabulate([[label, cfg, kb, len(idx), tflops(idx), *scored(idx)]
-                  for (label, cfg, kb), idx in sorted(
-                      split.items(), key=lambda kv: (order[kv[0][0]], K_ORDER[kv[0][2]]))],
+        tabulate([[label, config_of[label].name, kb, len(idx), tflops(idx), *scored(idx)]
+                  for (label, kb), idx in sorted(
+                      split.items(), key=lambda kv: (order[kv[0][0]], K_ORDER[kv[0][1]]))],
                  ["vLLM's bucket", "configuration", "K", "rows", "measured TFLOP/s",
                   *pred_headers],
                  tablefmt="github"), "",
