@@ -422,6 +422,23 @@ def copy_bw_bytes_per_s(device: str = "cpu", nbytes: int = 1 << 27, runs: int = 
     return 2.0 * nbytes / best
 
 
+def probe_bytes(caches: Mapping[int, float]) -> int:
+    """The buffer ``host_cpu``'s copy probe streams: four times the last-level cache (the
+    highest level in ``caches``, bytes by level) so no level holds it, at least 128 MiB, and at
+    most 1 GiB: a host reporting a 480 MB L3 would otherwise copy 1.9 GB buffers, seconds of
+    probing and 4 GB of memory for a figure that 1 GiB (twice that with the copy) measures.
+
+    >>> probe_bytes({1: 48 * 2**10, 2: 2**21, 3: 32 * 2**20}) // 2**20  # 4 x 32 MiB
+    128
+    >>> probe_bytes({2: 2**20}) // 2**20  # 4 MiB, raised to the floor
+    128
+    >>> probe_bytes({3: 480 * 2**20}) // 2**20  # 1920 MiB, cut to the ceiling
+    1024
+    """
+    last = caches[max(caches)] if caches else 0.0
+    return int(min(max(1 << 27, 4 * last), 1 << 30))
+
+
 def is_cpu(spec: DeviceSpec) -> bool:
     """Whether ``spec`` describes a CPU (``host_cpu``: cores in place of SMs) or a GPU."""
     return spec.architecture == "cpu"
@@ -498,9 +515,7 @@ def host_cpu() -> DeviceSpec:
         boost_clock_mhz=mhz,
         tensor_cores_per_sm=1 if amx else 0,
         mem_bytes=mem,
-        dram_bw_bytes_per_s=copy_bw_bytes_per_s(
-            "cpu", nbytes=int(max(1 << 27, 4 * caches.get(3, caches.get(2, 0.0))))
-        ),
+        dram_bw_bytes_per_s=copy_bw_bytes_per_s("cpu", nbytes=probe_bytes(caches)),
         l2_bytes=caches.get(2, 0.0),
         l3_bytes=caches.get(3),
         l1_bytes_per_sm=caches.get(1, 0.0) / max(1, len(allowed)) or None,
