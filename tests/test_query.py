@@ -343,3 +343,21 @@ def test_explain_details_of_the_default_predictor_are_in_range():
         for key, ok in checks.items():
             if key in row:
                 assert ok(row[key]), (key, row[key])
+
+
+def test_shipped_hybrid_is_the_default_predictor_when_weights_ship() -> None:
+    from torch_gemm_cost.predict import HybridPredictor, default_predictor, shipped_hybrid
+
+    shipped = shipped_hybrid()
+    assert isinstance(shipped, HybridPredictor)
+    assert shipped is default_predictor()
+
+
+def test_shipped_hybrid_without_weights_names_the_missing_file(monkeypatch) -> None:
+    import torch_gemm_cost.predict as predict
+
+    # a checkout without weights: the default falls back to the roofline, and what needs the
+    # hybrid itself is refused with the path it looked at
+    monkeypatch.setattr(predict, "_shipped", lambda: RooflinePredictor())
+    with pytest.raises(FileNotFoundError, match="hybrid_weights.json"):
+        predict.shipped_hybrid()

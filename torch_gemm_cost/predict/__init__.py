@@ -18,6 +18,7 @@ __all__ = [
     "Predictor",
     "RooflinePredictor",
     "default_predictor",
+    "shipped_hybrid",
     "shipped_weights_path",
 ]
 
@@ -44,3 +45,13 @@ def _shipped() -> Predictor:
 def default_predictor() -> Predictor:
     """The predictor ``estimate()`` uses when none is given: the hybrid with shipped weights."""
     return _shipped()
+
+
+def shipped_hybrid() -> HybridPredictor:
+    """The shipped hybrid itself, for what only it does (``predict_measured``, ``explain``,
+    its fitted metadata); a FileNotFoundError where the package holds no weights."""
+    predictor = _shipped()
+    if not isinstance(predictor, HybridPredictor):
+        raise FileNotFoundError(f"no shipped hybrid weights at {shipped_weights_path()}; "
+                                "train them with `torch-gemm-cost train`")
+    return predictor

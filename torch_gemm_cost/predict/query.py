@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import torch
 
@@ -121,6 +121,26 @@ def _run(
         return gemms, None, live, scalar, (spec, chosen)
     sub = gemms if bool(live.all()) else gemms.select(live)
     return gemms, chosen.predict(sub, spec), live, scalar, (spec, chosen)
+
+
+@overload
+def predict_gemm_ms(device: DeviceLike, *, m: int, n: int, k: int, batch: int = 1,
+                    dtype: str | torch.dtype = "float32", op: str = "matmul", bias: bool = False,
+                    predictor: Predictor | None = None, interval: None = None) -> float: ...
+
+
+@overload
+def predict_gemm_ms(device: DeviceLike, *, m: DimLike, n: DimLike, k: DimLike,
+                    batch: DimLike = 1, dtype: str | torch.dtype = "float32",
+                    op: str = "matmul", bias: bool = False, predictor: Predictor | None = None,
+                    interval: float) -> GemmInterval: ...
+
+
+@overload
+def predict_gemm_ms(device: DeviceLike, *, m: DimLike, n: DimLike, k: DimLike,
+                    batch: DimLike = 1, dtype: str | torch.dtype = "float32",
+                    op: str = "matmul", bias: bool = False, predictor: Predictor | None = None,
+                    interval: None = None) -> float | torch.Tensor: ...
 
 
 def predict_gemm_ms(
