@@ -22,6 +22,7 @@ import json
 import logging
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,18 @@ sys.path.insert(0, str(ROOT))
 
 from torch_gemm_cost.devices import get_device
 from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_all_gemms
-from torch_gemm_cost.predict.hybrid import variants
+from torch_gemm_cost.predict.hybrid import HybridPredictor, variants
 from torch_gemm_cost.predict.roofline import RooflinePredictor
 from torch_gemm_cost.train.gemm import leave_one_chip_out, score_groups
 from torch_gemm_cost.train.intervals import held_out_rows
 
 log = logging.getLogger("accuracy")
 
+
+
+def make_variant(name: str, hyper: dict[str, Any], seed: int) -> HybridPredictor:
+    """A fresh, unfitted ``name`` variant of the hybrid (``variants``) with ``hyper`` set."""
+    return variants(seed=seed, **hyper)[name]
 
 def roofline_ms(measured: MeasuredGemms) -> torch.Tensor:
     pred = torch.empty(len(measured), dtype=torch.float64)
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         preds[name] = leave_one_chip_out(
-            measured, lambda seed, name=name: variants(seed=seed, **hyper)[name],
+            measured, partial(make_variant, name, hyper),
             seeds=seeds if name == "hybrid" else seeds[:1])
         timing[name] = time.perf_counter() - t0
         log.info("%s done in %.0fs", name, timing[name])

@@ -52,6 +52,14 @@ log = logging.getLogger("attention")
 TARGET = 0.15
 
 
+
+def boost_hz(gpu: str) -> float:
+    """The catalog's boost clock of ``gpu`` in Hz (every GPU of the attention data has one)."""
+    mhz = get_device(gpu).boost_clock_mhz
+    if mhz is None:
+        raise ValueError(f"{gpu} has no boost clock in the catalog")
+    return mhz * 1e6
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -92,7 +100,7 @@ def evidence(measured: MeasuredAttention) -> dict[str, list[list[Any]]]:
             sel = big & (c.head_dim == d)
             tflops = flops[sel] / y[sel] / 1e9
             peak = spec.peak_flops_per_s("bfloat16") / 1e12
-            sm_cycles_per_s = spec.sm_count * spec.boost_clock_mhz * 1e6
+            sm_cycles_per_s = spec.sm_count * boost_hz(gpu)
             out["prefill"].append([gpu, kernel, kv, int(d), int(sel.sum()),
                                    f"{median(tflops):.0f}", f"{median(tflops) / peak:.2f}",
                                    f"{median(tflops) * 1e12 / sm_cycles_per_s:.0f}",
@@ -122,7 +130,7 @@ def triton_pairs(measured: MeasuredAttention) -> list[list[Any]]:
     c = measured.calls
     gpus = ("b200", "l40s")
     specs = [get_device(g) for g in gpus]
-    cycles = [d.sm_count * d.boost_clock_mhz for d in specs]
+    cycles = [d.sm_count * boost_hz(g) / 1e6 for g, d in zip(gpus, specs)]
     keyed: list[dict[tuple[float, ...], float]] = []
     for gpu in gpus:
         sel = torch.nonzero(measured.mask(gpu=gpu, kernel="vllm_triton_attn")).flatten().tolist()
@@ -181,7 +189,7 @@ def gqa_copy_step(measured: MeasuredAttention, held: torch.Tensor) -> list[list[
             continue
         base = (measured.mask(gpu=gpu, kernel=kern) & (c.decode > 0) & (c.kv_len <= 16)
                 & (c.head_dim == 128) & (c.window == 0))
-        clock_hz = get_device(gpu).boost_clock_mhz * 1e6
+        clock_hz = boost_hz(gpu)
         for name, layout in layouts:
             one = base & layout & (c.batch == 1)
             few = base & layout & (c.batch >= 2) & (c.batch <= 8)
@@ -319,11 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["## Per (gpu, phase, KV dtype)", ""]
     rows = []
     for key in sorted(s_held):
-        h, i, r = s_held[key], s_in[key], s_roof[key]
+        hs, ins, rs = s_held[key], s_in[key], s_roof[key]
         sm, smr = small_held.get(key), small_roof.get(key)
-        rows.append([*key, h.rows, pct(h.mape), pct(h.median_ape), pct(h.within_10),
-                     pct(h.within_25), f"{h.median_ratio:.2f}", pct(i.mape),
-                     f"{i.median_ratio:.2f}", pct(r.mape), f"{r.median_ratio:.2f}",
+        rows.append([*key, hs.rows, pct(hs.mape), pct(hs.median_ape), pct(hs.within_10),
+                     pct(hs.within_25), f"{hs.median_ratio:.2f}", pct(ins.mape),
+                     f"{ins.median_ratio:.2f}", pct(rs.mape), f"{rs.median_ratio:.2f}",
                      sm.rows if sm else 0, pct(sm.mape) if sm else "-",
                      pct(smr.mape) if smr else "-"])
     lines += [tabulate(rows, headers=[

@@ -17,7 +17,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -144,10 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                and rows[i].num_gpus == n and rows[i].size_bytes <= 2048]
         return 1e3 * statistics.median(meas(i) for i in idx)
 
-    big = 2.0**29
-    l40s_bw = [measured(big, gpu="l40s", collective="all_gather", num_gpus=n, dtype="float16")
+    half_gib = 2.0**29
+    l40s_bw = [measured(half_gib, gpu="l40s", collective="all_gather", num_gpus=n, dtype="float16")
                for n in (2, 4, 8)]
-    ring_share = {g: measured(big, gpu=g, collective="all_reduce", num_gpus=8, dtype="int8")
+    ring_share = {g: measured(half_gib, gpu=g, collective="all_reduce", num_gpus=8, dtype="int8")
                   / (get_device(g).peer_link_bw_bytes_per_s or math.nan) * 1e9
                   for g in ("a100_sxm4_80gb", "h200_sxm_141gb", "b200")}
     pair_p2p = measured(2.0**26, gpu="a100_sxm4_80gb", collective="send_recv",
@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a40_p2p = measured(2.0**26, gpu="a40", gpus_per_node=2)
     lat_ratio = [floor_us(g, n) / floor_us("h200_sxm_141gb", n)
                  for g in ("a100_sxm4_80gb", "b200") for n in (2, 8)]
-    def busbw_table(select: list[tuple[str, dict[str, object]]], sizes: Sequence[float]
+    def busbw_table(select: Sequence[tuple[str, Mapping[str, object]]], sizes: Sequence[float]
                     ) -> list[list[str]]:
         out = []
         for label, want in select:

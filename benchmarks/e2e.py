@@ -82,6 +82,7 @@ def build(
 
     cfg = transformers.AutoConfig.from_pretrained(data_dir / "e2e" / "configs" / f"{model}.json")
     bert = cfg.model_type == "bert"
+    cls: Any  # one of the Auto classes, which share no public base
     if mode == "train":
         cls = transformers.AutoModelForPreTraining if bert else transformers.AutoModelForCausalLM
     else:
@@ -374,12 +375,12 @@ def render(results: list[dict[str, Any]], predictor: Any, wall_s: float, command
             else f"our GEMM times are {ratio:.2f}x the measured ones on the matched shapes; "
             f"with those measured GEMMs in place of ours the error is {swapped:.1f}%"
         )
-        own = (own_levels or {}).get(label)
-        if math.isnan(ratio) and own is not None:
+        level = (own_levels or {}).get(label)
+        if math.isnan(ratio) and level is not None:
             why += (
-                f"; on its own measured fp32 GEMMs of 1e10 FLOPs or more ({own['rows']:.0f}) "
-                f"our times are {own['ratio']:.2f}x the measured ones, with fp32 on its CUDA "
-                f"cores at an issue share of {own['share']:.2f} (r = {own['r']:.3f} non-FMA "
+                f"; on its own measured fp32 GEMMs of 1e10 FLOPs or more ({level['rows']:.0f}) "
+                f"our times are {level['ratio']:.2f}x the measured ones, with fp32 on its CUDA "
+                f"cores at an issue share of {level['share']:.2f} (r = {level['r']:.3f} non-FMA "
                 "instructions per FMA, a term only chips with as many issue lanes as FP32 "
                 "lanes teach)"
             )

@@ -41,7 +41,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 from accuracy import held_out_main
 
-from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.predict import shipped_hybrid
 
 SOURCE = "aiconfigurator"
 DTYPE = "float8_e4m3fn"
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                          f" GPU under {args.data}")
     sub = measured.select(keep)
     meas = sub.latency_ms.tolist()
-    priced = {"in-sample": default_predictor().predict_measured(sub).to(torch.float64).tolist()}
+    priced = {"in-sample": shipped_hybrid().predict_measured(sub).to(torch.float64).tolist()}
     if held is not None:
         priced["held out"] = held[keep].tolist()
     ms, ns, ks = (sub.gemms.m.long().tolist(), sub.gemms.n.long().tolist(),

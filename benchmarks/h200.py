@@ -44,7 +44,7 @@ from e2e import MODE, HeldOutByChip, build
 from torch_gemm_cost.api import compare
 from torch_gemm_cost.devices import get_device
 from torch_gemm_cost.gemms.measured import MeasuredGemms, impossible_rows, load_gemms
-from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.predict import shipped_hybrid
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import score_groups
 
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     h200 = load_gemms(args.h200)
     h200 = h200.select(~impossible_rows(h200))
-    shipped = default_predictor()
+    shipped = shipped_hybrid()
     if GPU not in shipped.metadata_.get("trained_gpus", []):
         raise SystemExit(f"the shipped weights were not fitted on {GPU}; retrain them "
                          "(torch-gemm-cost train) before this check")

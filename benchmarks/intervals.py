@@ -258,13 +258,13 @@ def main(argv: list[str] | None = None) -> int:
         f"Targets: {TARGETS}", "",
         "## Summary, chip held out", "",
     ]
-    body = []
+    body: list[list[Any]] = []
     for lv in LEVELS:
-        g, r = gemm_scores[lv], run_scores[lv]
-        body.append([f"{lv:.0%}", pct(g["coverage"]), pct(g["coverage_rows"]),
-                     pct(g["min_coverage"]), f"{g['median_width']:.2f}",
-                     pct(r["coverage"]), pct(r["coverage_rows"]), pct(r["min_coverage"]),
-                     f"{r['median_width']:.2f}"])
+        gs, rs = gemm_scores[lv], run_scores[lv]
+        body.append([f"{lv:.0%}", pct(gs["coverage"]), pct(gs["coverage_rows"]),
+                     pct(gs["min_coverage"]), f"{gs['median_width']:.2f}",
+                     pct(rs["coverage"]), pct(rs["coverage_rows"]), pct(rs["min_coverage"]),
+                     f"{rs['median_width']:.2f}"])
     lines.append(tabulate(body, headers=[
         "level", "GEMM coverage (GPUs)", "GEMM coverage (rows)", "GEMM worst GPU",
         "GEMM median hi/lo", "whole-model coverage (GPUs)", "whole-model coverage (runs)",
@@ -337,9 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "## Whole-model runs at 80%, chip held out", ""]
     body = []
     for i, r in sorted(enumerate(runs), key=lambda x: (x[1].gpu, x[1].label)):
-        lo, hi = run_bounds[0.8][i]
+        lo_ms, hi_ms = run_bounds[0.8][i]
         body.append([r.gpu, r.label, f"{r.measured_ms:.1f}", f"{r.predicted_ms:.1f}",
-                     f"{lo:.1f}", f"{hi:.1f}", "yes" if lo <= r.measured_ms <= hi else "NO"])
+                     f"{lo_ms:.1f}", f"{hi_ms:.1f}",
+                     "yes" if lo_ms <= r.measured_ms <= hi_ms else "NO"])
     lines.append(tabulate(body, headers=["gpu", "run", "measured ms", "predicted ms", "lo ms",
                                          "hi ms", "inside"], tablefmt="github"))
     lines += ["", "## Reliability: nominal level against coverage, chip held out", "",

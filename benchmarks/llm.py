@@ -151,14 +151,14 @@ def decode_gemm_bias(data: str) -> list[list[Any]]:
     GPU of them is in the predictor's fit): median predicted / measured per GPU, and the share
     of DRAM bandwidth they reached."""
     from torch_gemm_cost.gemms.measured import read_gemm_file
-    from torch_gemm_cost.predict import default_predictor
+    from torch_gemm_cost.predict import shipped_hybrid
 
     rows = read_gemm_file(Path(data) / "gemm" / "aiconfigurator.csv.gz")
     g = rows.gemms
     keep = ((g.m <= 64) & (g.n * g.k >= 4096 * 4096)
             & torch.tensor([d == "bfloat16" for d in g.dtype_names()]))
     rows = rows.select(keep)
-    pred = default_predictor().predict_measured(rows).double()
+    pred = shipped_hybrid().predict_measured(rows).double()
     out = []
     for gpu in sorted(set(rows.gpu)):
         m = torch.tensor([x == gpu for x in rows.gpu])

@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,14 @@ def time_model(net: Any, args: tuple, kwargs: dict, mode: str, dev: str, steps: 
     return statistics.median(fw), statistics.median(bw)
 
 
+def time_built(build: Callable[..., Any], data_dir: Path, model: str, batch: int, seq: int,
+               mode: str, dev: str) -> tuple[float, float]:
+    """(forward, backward) ms of one e2e label model built on ``dev``; the model and its
+    inputs are freed when this returns, before the next one is built."""
+    net, args, kwargs = build(data_dir, model, batch, seq, mode, device=dev)
+    return time_model(net, args, kwargs, mode, dev, E2E_STEPS)
+
+
 def e2e_part(data_dir: Path, spec: Any, dev: str, path: Path, clock: Clock,
              budget_s: float, models: list[str] | None) -> None:
     from e2e import build
@@ -196,8 +205,7 @@ def e2e_part(data_dir: Path, spec: Any, dev: str, path: Path, clock: Clock,
             break
         try:
             t = time.perf_counter()
-            net, args, kwargs = build(data_dir, model, batch, seq, mode, device=dev)
-            fw, bw = time_model(net, args, kwargs, mode, dev, E2E_STEPS)
+            fw, bw = time_built(build, data_dir, model, batch, seq, mode, dev)
             log.info("e2e %s %s b%d s%d: fw %.1f ms, bw %.1f ms (%.0f s)", model, mode, batch,
                      seq, fw, bw, time.perf_counter() - t)
             out.append({"gpu": spec.id, "gpu_name": spec.name, "model": model, "mode": mode,
@@ -207,7 +215,6 @@ def e2e_part(data_dir: Path, spec: Any, dev: str, path: Path, clock: Clock,
         except torch.OutOfMemoryError:
             log.warning("e2e %s %s b%d s%d: out of memory", model, mode, batch, seq)
         finally:
-            net = args = kwargs = None
             if dev.startswith("cuda"):
                 torch.cuda.empty_cache()
         write_e2e(path, out)
@@ -279,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     sweep: list[cal.Measurement] = []
     refused: list[tuple[cal.SweepPoint, str]] = []
     if "alignment" in args.parts:
-        kw = {"tokens": tuple(args.tokens)} if args.tokens else {}
-        points = cal.design_alignment_sweep(spec, **kw)
+        points = (cal.design_alignment_sweep(spec, tokens=tuple(args.tokens)) if args.tokens
+                  else cal.design_alignment_sweep(spec))
         align, refused = gemm_part(points, dev, timer, 0.25 * args.budget_s)
         cal.write_measurements(args.out / "alignment.csv", spec, align, timing, "tgc-align")
         write_refused(args.out / "refused.csv", spec, refused)

@@ -51,18 +51,22 @@ def resnet50() -> dict[str, Any]:
     """microsoft/resnet-50: bottleneck stages of 3, 4, 6, 3 blocks, 256 to 2048 channels."""
     from transformers import ResNetConfig
 
-    return ResNetConfig(embedding_size=64, hidden_sizes=[256, 512, 1024, 2048],
-                        depths=[3, 4, 6, 3], layer_type="bottleneck", num_labels=1000,
-                        architectures=["ResNetForImageClassification"]).to_dict()
+    config = ResNetConfig(embedding_size=64, hidden_sizes=[256, 512, 1024, 2048],
+                          depths=[3, 4, 6, 3], layer_type="bottleneck",
+                          architectures=["ResNetForImageClassification"])
+    config.num_labels = 1000
+    return config.to_dict()
 
 
 def vit_b16() -> dict[str, Any]:
     """google/vit-base-patch16-224: 12 layers of 768, 12 heads, MLP 3072, 16-pixel patches."""
     from transformers import ViTConfig
 
-    return ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                     intermediate_size=3072, image_size=224, patch_size=16, num_labels=1000,
-                     architectures=["ViTForImageClassification"]).to_dict()
+    config = ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                       intermediate_size=3072, image_size=224, patch_size=16,
+                       architectures=["ViTForImageClassification"])
+    config.num_labels = 1000
+    return config.to_dict()
 
 
 def whisper_small() -> dict[str, Any]:

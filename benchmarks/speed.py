@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,10 @@ def predictor_rows(predictors: dict[str, Predictor], quick: bool) -> list[list[A
     for size in SIZES[:2] if quick else SIZES:
         gemms = random_gemms(size)
         for label, pred in predictors.items():
-            per_call = time_call(lambda pred=pred, gemms=gemms: pred.predict(gemms, device))
+            per_call = time_call(partial(pred.predict, gemms, device))
             rows.append([label, "predictor.predict", size, per_call * 1e3, size / per_call])
         m, n, k = gemms.m, gemms.n, gemms.k
-        per_call = time_call(
-            lambda m=m, n=n, k=k: predict_gemm_ms(DEVICE, m=m, n=n, k=k, dtype="bf16"))
+        per_call = time_call(partial(predict_gemm_ms, DEVICE, m=m, n=n, k=k, dtype="bf16"))
         rows.append([default_predictor().name, "tgc.predict_gemm_ms (bf16)", size,
                      per_call * 1e3, size / per_call])
     return rows
@@ -108,10 +108,12 @@ def estimate_rows() -> tuple[list[list[Any]], str]:
         num_experts_per_tok=2,
     )
     rows = []
-    for name, make, config in (("Llama-7B", LlamaForCausalLM, llama),
-                               ("Mixtral-8x7B", MixtralForCausalLM, mixtral)):
+    builds: tuple[tuple[str, Callable[[], torch.nn.Module]], ...] = (
+        ("Llama-7B", partial(LlamaForCausalLM, llama)),
+        ("Mixtral-8x7B", partial(MixtralForCausalLM, mixtral)))
+    for name, build in builds:
         with torch.device("meta"):
-            model = make(config).eval()
+            model = build().eval()
         ids = torch.ones((1, 2048), dtype=torch.long, device="meta")
         for mode, label in (("inference", "inference, first call"), ("inference", "inference"),
                             ("train", "train")):

@@ -22,6 +22,14 @@ from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, load_gemms
 from torch_gemm_cost.predict import default_predictor
 
 TILE = re.compile(r"sgemm_(\d+)x(\d+)")
+
+
+def tile_of(kernel: str) -> tuple[int, int]:
+    """The (m, n) tile a cuBLAS SGEMM kernel's name carries (``volta_sgemm_128x64_nn``)."""
+    found = TILE.search(kernel)
+    if found is None:
+        raise ValueError(f"no sgemm tile in kernel name {kernel!r}")
+    return int(found.group(1)), int(found.group(2))
 RESULTS = Path(__file__).resolve().parent / "results" / "tile_match.md"
 
 
@@ -42,7 +50,7 @@ def main() -> None:
         sub = data.select(rows)
         details = predictor.predict(sub.gemms, get_device(gpu)).details
         ours_m, ours_n = details["tile_m"].tolist(), details["tile_n"].tolist()
-        theirs = [tuple(int(x) for x in TILE.search(k).groups()) for k in sub.kernel]
+        theirs = [tile_of(k) for k in sub.kernel]
         as_ours = sum(int(m) == a and int(n) == b for m, n, (a, b) in zip(ours_m, ours_n, theirs))
         colmajor = sum(int(n) == a and int(m) == b for m, n, (a, b) in zip(ours_m, ours_n, theirs))
         either = sum(

@@ -51,7 +51,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 from accuracy import held_out_main
 
 from torch_gemm_cost.gemms.measured import MeasuredGemms
-from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.predict import shipped_hybrid
 
 COPIES = 6  # layers in aiconfigurator's CUDA graph, each with its own weights
 MAX_TOKENS = 64
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         & (g.m <= MAX_TOKENS) & (measured.latency_ms >= MIN_MS)
     idx = torch.nonzero(keep).flatten()
     sub = measured.select(keep)
-    shipped = default_predictor().predict_measured(sub).to(torch.float64)
+    shipped = shipped_hybrid().predict_measured(sub).to(torch.float64)
     sub_held = None if held is None else held[idx]
 
     groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
@@ -171,7 +171,7 @@ def floor_section(measured: MeasuredGemms, held: torch.Tensor | None) -> str:
             & torch.tensor([d == "bfloat16" for d in g.dtype_names()])
             & (2 * g.batch * g.m * g.n * g.k <= FLOOR_FLOPS))
     sub = measured.select(tiny)
-    priced = {"in-sample": default_predictor().predict_measured(sub).to(torch.float64)}
+    priced = {"in-sample": shipped_hybrid().predict_measured(sub).to(torch.float64)}
     if held is not None:
         priced["held out"] = held[tiny]
     rows = []
