@@ -1,18 +1,27 @@
 """What each catalog GPU sustains on a large GEMM, against public figures no fit has seen.
 
-    python benchmarks/sustained.py
+    python benchmarks/sustained.py [--data ../shared/data]
 
 For an 8192³ Linear in fp32 and in bf16, the shipped predictor's sustained rate (TFLOP/s and
 share of the datasheet peak), and the two factors ``power.py`` takes from catalog facts: the
 SIMT issue share and the share of boost clock the board holds. Beside them, public figures for
 boards no measured data in ``../shared/data`` covers (L4, L40S fp32, RTX 3090/4090, H100) and
 sustained clocks where published. They are checks, not training data: nothing here is fitted.
-Writes ``benchmarks/results/sustained.md``.
+
+Then the one check of the clock term the measured data holds on its own: two boards of one chip
+(the A100 PCIe 40GB and 80GB) timed on the same fp32 shapes. Their chip, datasheet peak, boost
+clock and kernels are the same, so the ratio of their times is the boards' power limit, base
+clock and DRAM; it is set beside the shipped predictor's ratio for the same shapes. Skipped,
+with a line saying so, where the data is absent. Writes ``benchmarks/results/sustained.md``.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -22,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, MeasuredGemms, load_gemms
 from torch_gemm_cost.gemms.records import GemmBatch
-from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.predict import HybridPredictor, default_predictor, shipped_hybrid
 
 DEVICES = ("tesla_p4", "tesla_t4", "l4", "a10", "a40", "l40s", "rtx_3090", "rtx_4090",
            "a100_pcie_40gb", "a100_sxm4_80gb", "h100_pcie", "h100_sxm5_80gb", "h200_sxm_141gb",
@@ -48,7 +58,69 @@ PUBLIC: dict[str, str] = {
 }
 
 
-def main() -> int:
+# boards of one chip timed on the same shapes, and the bins of the second board's latency (ms)
+BOARDS = ("a100_pcie_40gb", "a100_pcie_80gb")
+BOARD_SOURCE = "neusight-test"
+LATENCY_BINS_MS = ((0.0, 0.05), (0.05, 0.3), (0.3, 3.0), (3.0, math.inf))
+
+
+def shared_shapes(data: MeasuredGemms, gpus: tuple[str, str], source: str
+                  ) -> dict[tuple[int, int, int, int, bool], tuple[int, int]]:
+    """Each (batch, m, n, k, B transposed) both GPUs timed in ``source``: its row on each (the
+    first row where a GPU timed a shape twice)."""
+    g = data.gemms
+    rows: dict[tuple[int, int, int, int, bool], dict[str, int]] = defaultdict(dict)
+    for gpu in gpus:
+        for i in torch.nonzero(data.mask(gpu=gpu, source=source)).flatten().tolist():
+            key = (int(g.batch[i]), int(g.m[i]), int(g.n[i]), int(g.k[i]),
+                   bool(g.b_transposed[i]))
+            rows[key].setdefault(gpu, i)
+    return {k: (v[gpus[0]], v[gpus[1]]) for k, v in rows.items() if len(v) == 2}
+
+
+def two_boards(data: MeasuredGemms, model: HybridPredictor) -> str:
+    """Measured and predicted time ratio of the two boards on the shapes both timed, by the
+    second board's measured latency, with the sustained-peak ratio the predictor gives them."""
+    pairs = list(shared_shapes(data, BOARDS, BOARD_SOURCE).values())
+    if not pairs:
+        return f"No shape was timed on both {BOARDS[0]} and {BOARDS[1]} in `{BOARD_SOURCE}`."
+    first = data.select(torch.tensor([a for a, _ in pairs]))
+    second = data.select(torch.tensor([b for _, b in pairs]))
+    pred, peak = [], []
+    for rows, gpu in ((first, BOARDS[0]), (second, BOARDS[1])):
+        out = model.predict(rows.gemms, get_device(gpu), timing="event", source=BOARD_SOURCE)
+        pred.append(out.time_ms.double())
+        peak.append(out.details["peak_sustained_flops_per_s"].double())
+    meas = (first.latency_ms.double(), second.latency_ms.double())
+    table = []
+    for lo, hi in LATENCY_BINS_MS:
+        sel = (meas[1] >= lo) & (meas[1] < hi)
+        if not bool(sel.any()):
+            continue
+        table.append([f"[{lo:g}, {hi:g})", int(sel.sum()),
+                      *(f"{statistics.median((a / b)[sel].tolist()):.3f}"
+                        for a, b in (meas, pred, peak))])
+    a, b = (get_device(g) for g in BOARDS)
+    return (
+        f"{len(pairs)} fp32 shapes timed on both boards (`{BOARD_SOURCE}`, NeuSight, MIT). "
+        f"One chip ({a.chip}), one datasheet peak and boost clock ({a.boost_clock_mhz:g} MHz); "
+        f"{a.tdp_w:g} W and a {a.base_clock_mhz:g} MHz base clock against {b.tdp_w:g} W and "
+        f"{b.base_clock_mhz:g} MHz, {a.dram_bw_bytes_per_s / 1e9:g} against "
+        f"{b.dram_bw_bytes_per_s / 1e9:g} GB/s. Median over the shapes of the first board's "
+        "time over the second's, measured and predicted (the shipped weights, both boards in "
+        "their fit), and of the sustained peak the predictor gives the first board over the "
+        "second's (the clock share `power.py` takes from the base clock), by the second "
+        "board's measured latency:\n\n"
+        + tabulate(table, headers=["80GB latency, ms", "shapes", "measured 40GB/80GB",
+                                   "predicted 40GB/80GB",
+                                   "predicted sustained peak, 40GB/80GB"],
+                   tablefmt="github"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
+    args = ap.parse_args(argv)
     model = default_predictor()
     rows = []
     for dev_id in DEVICES:
@@ -73,6 +145,13 @@ def main() -> int:
             "share × clock share the model applies before the tile and memory limits. The public "
             "figures are checks no fit has seen, except where marked.\n\n"
             + tabulate(rows, headers=head, tablefmt="github") + "\n")
+    text += "\n## Two boards of one chip, measured\n\n"
+    try:
+        data = load_gemms(args.data, sources=[BOARD_SOURCE])
+    except FileNotFoundError as e:
+        text += f"Skipped: no measured data ({e}).\n"
+    else:
+        text += two_boards(data, shipped_hybrid()) + "\n"
     out = ROOT / "benchmarks" / "results" / "sustained.md"
     out.write_text(text)
     print(text)
