@@ -354,7 +354,7 @@ def test_shipped_hybrid_is_the_default_predictor_when_weights_ship() -> None:
 
 
 def test_shipped_hybrid_without_weights_names_the_missing_file(monkeypatch) -> None:
-    import torch_gemm_cost.predict as predict
+    from torch_gemm_cost import predict
 
     # a checkout without weights: the default falls back to the roofline, and what needs the
     # hybrid itself is refused with the path it looked at
