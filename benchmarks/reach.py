@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each command (median)")
     args = parser.parse_args(argv)
     rows, failed, slow_wall = [], [], []
+    predictors: set[str] = set()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
@@ -201,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"{report['total_flops'] / 1e9:,.1f}", f"{flops / 1e9:,.1f}",
                          "yes" if report["total_flops"] == flops else "NO",
                          f"{report['total_ms']:.2f}"])
+            predictors.add(f"{report['predictor']} v{report['predictor_version']}")
             print(f"{case.name}: {wall:.1f} s wall, {cpu:.1f} s CPU; {stderr.strip()}",
                   file=sys.stderr)
+    predicted_by = ", ".join(sorted(predictors))
     headers = ["model", "class", "params M", "inputs", "wall s", "CPU s", "unmodelled",
                "GEMM GFLOP", "FlopCounterMode GFLOP", "equal", "predicted ms"]
     commands = "\n".join(
@@ -223,7 +226,8 @@ Wall time is the whole command (imports, the build on the meta device, capture, 
 padding advice), the median of {args.repeats} runs; CPU time is the child process's user + system
 time (median), the figure to trust on this shared machine: its one-minute load average was
 {load:.1f} on {os.cpu_count()} cores when the runs began. "GEMM GFLOP" is the report's `total_flops`; FlopCounterMode counts the same model
-on the same inputs (fake tensors), convolutions as their implicit GEMMs.
+on the same inputs (fake tensors), convolutions as their implicit GEMMs. "predicted ms" is the
+report's total, from the shipped predictor ({predicted_by}).
 
 Under {LIMIT_S:g} s of CPU time with no unmodelled op and equal FLOPs: {"met by every model"
 if not failed else "NOT met by " + ", ".join(failed)}. Under {LIMIT_S:g} s of wall time on this
