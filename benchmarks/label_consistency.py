@@ -37,7 +37,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "label_consistency.md"
 DURATION_BINS_MS = ((1.0, 10.0), (10.0, 100.0), (100.0, math.inf))
 
 
-def _key(data: MeasuredGemms, i: int) -> tuple[int, int, int, int, bool]:
+def shape_key(data: MeasuredGemms, i: int) -> tuple[int, int, int, int, bool]:
+    """Row ``i``'s shape: (batch, m, n, k, B transposed)."""
     g = data.gemms
     return (int(g.batch[i]), int(g.m[i]), int(g.n[i]), int(g.k[i]), bool(g.b_transposed[i]))
 
@@ -46,7 +47,7 @@ def _by_shape(data: MeasuredGemms, gpu: str, source: str) -> dict[tuple, float]:
     """Latency (ms) per shape; a shape timed twice keeps its median."""
     times: dict[tuple, list[float]] = defaultdict(list)
     for i in torch.nonzero(data.mask(gpu=gpu, source=source)).flatten().tolist():
-        times[_key(data, i)].append(float(data.latency_ms[i]))
+        times[shape_key(data, i)].append(float(data.latency_ms[i]))
     return {k: statistics.median(v) for k, v in times.items()}
 
 

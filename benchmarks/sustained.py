@@ -29,6 +29,9 @@ from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from label_consistency import shape_key
 
 from torch_gemm_cost.devices import get_device
 from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, MeasuredGemms, load_gemms
@@ -68,13 +71,10 @@ def shared_shapes(data: MeasuredGemms, gpus: tuple[str, str], source: str
                   ) -> dict[tuple[int, int, int, int, bool], tuple[int, int]]:
     """Each (batch, m, n, k, B transposed) both GPUs timed in ``source``: its row on each (the
     first row where a GPU timed a shape twice)."""
-    g = data.gemms
     rows: dict[tuple[int, int, int, int, bool], dict[str, int]] = defaultdict(dict)
     for gpu in gpus:
         for i in torch.nonzero(data.mask(gpu=gpu, source=source)).flatten().tolist():
-            key = (int(g.batch[i]), int(g.m[i]), int(g.n[i]), int(g.k[i]),
-                   bool(g.b_transposed[i]))
-            rows[key].setdefault(gpu, i)
+            rows[shape_key(data, i)].setdefault(gpu, i)
     return {k: (v[gpus[0]], v[gpus[1]]) for k, v in rows.items() if len(v) == 2}
 
 
