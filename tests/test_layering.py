@@ -21,7 +21,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gemms", ("gemms",)),
     ("predict", ("predict",)),
     ("advise", ("advise",)),
-    ("report", ("report", "report_html", "llm_report")),
+    ("report", ("report", "llm_report")),
     ("top", ("api", "plan", "calibrate", "cli", "train", "__main__", "")),
 )
 STAGE_OF = {name: i for i, (_, names) in enumerate(STAGES) for name in names}

@@ -1,17 +1,24 @@
 """A cost report as one self-contained HTML page (``CostReport.to_html``).
 
-It renders what it is handed, already formatted: the totals, the layer table's cells, the
-roofline plot as SVG and the padding advice in words. The page carries its styles inline, runs
-no script and loads nothing, so any browser opens the file as it is. Every string is escaped
-(jinja2's autoescape); only the SVG that matplotlib wrote goes in as markup.
+The page holds the totals, the roofline plot as SVG, the padding advice in words and the layer
+table's cells, each formatted as the text report formats them. It carries its styles inline,
+runs no script and loads nothing, so any browser opens the file as it is. Every string is
+escaped (jinja2's autoescape); only the SVG that matplotlib wrote goes in as markup.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["HtmlRow", "render_html"]
+from ..predict.intervals import DEFAULT_LEVEL
+from .record import ReportRecord
+from .roofline import pyplot, roofline_figure
+from .text import NOVELTY_TEXT, advice_line, table_cells
+
+__all__ = ["HtmlRow", "render_html", "to_html"]
 
 
 @dataclass(frozen=True)
@@ -107,3 +114,52 @@ def render_html(*, title: str, subtitle: str, totals: Sequence[tuple[str, str]],
         rows=rows, svg=plot,
         no_plot=no_plot, advice=advice,
     )
+
+
+def to_html(report: ReportRecord, path: str | Path | None = None, depth: int | None = None,
+            top: int | None = None) -> str:
+    """The report as one self-contained HTML page: totals, the roofline plot (inline SVG,
+    where matplotlib is installed), the padding advice and the layer table of
+    ``table(depth, top, intervals=True)`` with a bar per row for its time. No script and no
+    network: any browser opens the file. Also written to ``path`` when given."""
+    headers, body, fmt, rows = table_cells(report, depth, top, intervals=True)
+    longest = max((r["time_ms"] for r in rows), default=0.0) or 1.0
+    table = [HtmlRow(tuple(format(c, f) if f else str(c) for c, f in zip(cells, fmt)),
+                     bound=r["bound"], bar_pct=100.0 * r["time_ms"] / longest)
+             for cells, r in zip(body, rows)]
+    unmod = sorted({o.op.op for o in report.unmodelled})
+    totals = [
+        ("total", f"{report.total_ms:.3f} ms"),
+        *([] if report.uncertainty is None else [(
+            f"{DEFAULT_LEVEL:.0%} interval",
+            "{:.3f}-{:.3f} ms, ".format(*report.interval(DEFAULT_LEVEL))
+            + NOVELTY_TEXT[report.uncertainty.novelty])]),
+        ("GEMMs", (f"{report.gemm_ms:.3f} ms in {len(report.gemms)} GEMMs, "
+                   f"{report.total_flops / 1e9:.2f} GFLOP")),
+        ("other ops", f"{report.other_ms:.3f} ms in {len(report.others)} ops"),
+        ("achieved", f"{report.achieved_tflops:.1f} TFLOP/s"),
+        ("unmodelled ops", f"{len(unmod)}" + (f" ({', '.join(unmod)})" if unmod else "")),
+        ("predictor", f"{report.predictor} v{report.predictor_version}"),
+    ]
+    try:
+        plt = pyplot("to_html")
+    except ImportError as e:
+        svg, no_plot = None, str(e)
+    else:
+        fig = roofline_figure(report, plt)
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+        plt.close(fig)
+        svg, no_plot = buf.getvalue(), ""
+    text = render_html(
+        title=f"{report.model} on {report.device.name} ({report.device.id})",
+        subtitle=f"{report.dtype}, {report.mode}; predicted, not measured",
+        totals=totals, headers=headers,
+        numeric=[any(isinstance(cells[i], (int, float)) for cells in body)
+                 for i in range(len(headers))],
+        rows=table, svg=svg, no_plot=no_plot,
+        advice=[advice_line(a) for a in report.advice or ()],
+    )
+    if path is not None:
+        Path(path).write_text(text)
+    return text

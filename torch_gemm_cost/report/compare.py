@@ -1,0 +1,94 @@
+"""Reports of one model on several devices or dtypes, side by side: totals, speedups, whether
+the intervals tell the devices apart, and the costliest layers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..predict.intervals import DEFAULT_LEVEL
+from .record import ReportRecord
+from .text import span_text
+from .tree import module_rows
+
+__all__ = ["Comparison", "format_comparison", "intervals_overlap"]
+
+
+class Comparison(list):  # type: ignore[type-arg]
+    """Reports of one model on several devices or dtypes; prints them side by side."""
+
+    def table(self, top: int = 5, depth: int | None = None) -> str:
+        return format_comparison(self, top=top, depth=depth)
+
+    def overlaps(self, i: int, j: int, level: float = DEFAULT_LEVEL) -> bool | None:
+        """Whether reports ``i`` and ``j`` have overlapping intervals at ``level``, so neither
+        is certainly the faster; None where either has no interval."""
+        return intervals_overlap(self[i], self[j], level)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def format_comparison(reports: Sequence[ReportRecord], top: int = 5,
+                      depth: int | None = None) -> str:
+    """Totals and the costliest layers of several reports (devices, dtypes) side by side.
+
+    Speedups are relative to the first report. Layers are ranked by their time in the first report.
+    """
+    from tabulate import tabulate
+
+    if not reports:
+        raise ValueError("format_comparison needs at least one report")
+    base = reports[0].total_ms or 1.0
+    body = [
+        [r.device.id, r.dtype, r.total_ms, r.gemm_ms, r.other_ms, r.achieved_tflops,
+         base / r.total_ms if r.total_ms else float("nan"), len(r.unmodelled)]
+        for r in reports
+    ]
+    headers = ["device", "dtype", "total ms", "GEMM ms", "other ms", "TFLOP/s", "speedup",
+               "unmodelled"]
+    fmt: tuple[str, ...] = ("", "", ".3f", ".3f", ".3f", ".1f", ".2f", "")
+    if any(r.uncertainty is not None for r in reports):
+        # an overlap means the speedup may go either way: the intervals do not exclude it
+        for line, r in zip(body, reports):
+            span = r.total_interval_ms
+            line.append(span_text(*span) if span else "-")
+            overlap = intervals_overlap(reports[0], r)
+            line.append("-" if r is reports[0] or overlap is None else
+                        "intervals overlap" if overlap else "apart")
+        headers += [f"{DEFAULT_LEVEL:.0%} interval ms", "vs first"]
+        fmt = (*fmt, "", "")
+    totals = tabulate(body, headers=headers, floatfmt=fmt)
+    per = [{_row_key(row): row for row in module_rows(r, depth)} for r in reports]
+    ranked = sorted(per[0].values(), key=lambda row: -row["time_ms"])[:top]
+    layer_body = []
+    for row in ranked:
+        key = _row_key(row)
+        label = row["module"] + (f" [{row['op']}]" if "op" in row else "")
+        layer_body.append([label] + [p[key]["time_ms"] if key in p else None for p in per])
+    layers = tabulate(
+        layer_body,
+        headers=["top layers (ms)"] + [f"{r.device.id} {_SHORT.get(r.dtype, r.dtype)}"
+                                       for r in reports],
+        floatfmt=".4f",
+        missingval="-",
+    )
+    return f"{totals}\n\n{layers}"
+
+
+def intervals_overlap(a: ReportRecord, b: ReportRecord,
+                      level: float = DEFAULT_LEVEL) -> bool | None:
+    """Whether two reports' whole-model intervals at ``level`` overlap; None where either has
+    none."""
+    if a.uncertainty is None or b.uncertainty is None:
+        return None
+    lo_a, hi_a = a.interval(level)
+    lo_b, hi_b = b.interval(level)
+    return lo_a <= hi_b and lo_b <= hi_a
+
+
+_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
+
+
+def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (row["module"], row.get("op"), row.get("phase"), row.get("shape"))

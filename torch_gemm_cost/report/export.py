@@ -1,0 +1,127 @@
+"""A report as plain data: one dict per GEMM and per op, the whole report as a dict, JSON, CSV
+or a pandas DataFrame."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..predict.intervals import DEFAULT_LEVEL
+from .record import ReportRecord
+
+__all__ = ["op_rows", "rows", "to_csv", "to_dataframe", "to_dict", "to_json"]
+
+
+def rows(report: ReportRecord) -> list[dict[str, Any]]:
+    """One dict per GEMM, in execution order."""
+    total = report.total_ms or 1.0
+    return [
+        {
+            "module": g.site.module,
+            "module_type": g.site.module_type,
+            "op": g.site.op,
+            "phase": g.site.phase,
+            "batch": g.site.batch,
+            "m": g.site.m,
+            "n": g.site.n,
+            "k": g.site.k,
+            "dtype": g.site.dtype,
+            "flops": g.site.flops,
+            "dram_bytes": g.site.dram_bytes,
+            "a_align_bytes": g.site.a_align_bytes,
+            "b_align_bytes": g.site.b_align_bytes,
+            "time_ms": g.time_ms,
+            "pct_of_total": 100.0 * g.time_ms / total,
+            "bound": g.bound,
+            "lo_ms": g.lo_ms,
+            "hi_ms": g.hi_ms,
+        }
+        for g in report.gemms
+    ]
+
+
+def op_rows(report: ReportRecord) -> list[dict[str, Any]]:
+    """One dict per non-GEMM op, in execution order, with the kernel that runs it ("" for
+    its own)."""
+    return [
+        {
+            "module": o.op.module,
+            "module_type": o.op.module_type,
+            "op": o.op.op,
+            "phase": o.op.phase,
+            "op_class": o.op.op_class,
+            "dram_bytes": o.op.dram_bytes,
+            "time_ms": o.time_ms,
+            "kernel": o.kernel,
+        }
+        for o in report.others
+    ]
+
+
+def to_dict(report: ReportRecord, advice: bool = True) -> dict[str, Any]:
+    """Everything as plain data; ``rows`` holds one dict per GEMM and sums to ``gemm_ms``."""
+    out: dict[str, Any] = {
+        "model": report.model,
+        "device": report.device.id,
+        "device_origin": report.device.origin,
+        "dtype": report.dtype,
+        "mode": report.mode,
+        "predictor": report.predictor,
+        "predictor_version": report.predictor_version,
+        "total_ms": report.total_ms,
+        "gemm_ms": report.gemm_ms,
+        "other_ms": report.other_ms,
+        "total_flops": report.total_flops,
+        "achieved_tflops": report.achieved_tflops,
+        "unmodelled_ops": len(report.unmodelled),
+        "config": dict(report.config),
+        "rows": rows(report),
+    }
+    if report.compiled:
+        out["compiled"] = True
+    if any(o.kernel for o in report.others):
+        out["kernels"] = report.kernels()
+    if report.uncertainty is not None:
+        lo, hi = report.interval(DEFAULT_LEVEL)
+        out.update(interval_level=DEFAULT_LEVEL, total_lo_ms=lo, total_hi_ms=hi,
+                   novelty=report.uncertainty.novelty)
+    if advice and report.advice is not None:
+        out["padding_advice"] = [
+            {**asdict(a), "saving_ms": a.saving_ms, "saving_pct": a.saving_pct}
+            for a in report.advice
+        ]
+    return out
+
+
+def to_json(report: ReportRecord, path: str | Path | None = None, indent: int = 2) -> str:
+    """The report as JSON (see ``to_dict``); also written to ``path`` when given."""
+    text = json.dumps(to_dict(report), indent=indent)
+    if path is not None:
+        Path(path).write_text(text + "\n")
+    return text
+
+
+def to_csv(report: ReportRecord, path: str | Path | None = None) -> str:
+    """One CSV line per GEMM (the columns of ``rows``); also written to ``path`` when given."""
+    lines = rows(report)
+    buf = io.StringIO()
+    fields = list(lines[0]) if lines else ["module", "op", "time_ms"]
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(lines)
+    if path is not None:
+        Path(path).write_text(buf.getvalue())
+    return buf.getvalue()
+
+
+def to_dataframe(report: ReportRecord) -> Any:
+    """``rows`` as a pandas DataFrame (pandas is optional and imported only here)."""
+    try:
+        import pandas as pd
+    except ImportError as e:
+        raise ImportError("CostReport.to_dataframe() needs pandas: pip install pandas") from e
+    return pd.DataFrame(rows(report))

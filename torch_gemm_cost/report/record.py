@@ -1,0 +1,149 @@
+"""The cost report's record: every estimate of one model run on one device, and its totals.
+
+Everything here is a pure accessor over the estimates (totals, intervals, the fused kernels);
+the tree, the text, the exports, the plot and the page are built from it in the modules beside
+this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..advise import PaddingAdvice
+from ..devices import DeviceSpec
+from ..predict.estimates import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
+from ..predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
+from ..predict.sdpa import FLASH_PREFIX
+
+__all__ = ["ReportRecord", "rows_interval"]
+
+
+@dataclass(frozen=True)
+class ReportRecord:
+    """Every GEMM (and non-GEMM op) of one model run on one device, with predicted times.
+
+    ``predictor`` and ``predictor_version`` name the predictor that priced the GEMMs.
+    ``config`` holds the model's recognizable config dims and ``module_types`` the class name
+    of every module path (names blocks in ``table(depth=N)``), both from the capture.
+    ``advice`` is the padding advice (``advise.padding_advice``); None where none was made.
+    ``compiled``: the non-GEMM ops were fused as ``torch.compile`` runs them; each op's
+    ``OpEstimate.kernel`` names its kernel (``kernels()``, ``kernel_table()``).
+    ``uncertainty`` holds what the intervals need (``predict/intervals.py``); None where no
+    calibration covers the predictor, and then no interval is shown.
+    """
+
+    model: str  # class name of the estimated model
+    device: DeviceSpec
+    dtype: str
+    mode: str  # "inference" or "train"
+    predictor: str
+    predictor_version: str
+    gemms: tuple[GemmEstimate, ...]
+    others: tuple[OpEstimate, ...] = ()
+    config: Mapping[str, int] = field(default_factory=dict, compare=False)
+    module_types: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    advice: tuple[PaddingAdvice, ...] | None = field(default=None, compare=False, repr=False)
+    compiled: bool = field(default=False, compare=False)
+    uncertainty: ReportUncertainty | None = field(default=None, compare=False, repr=False)
+
+    # ------------------------------------------------------------------ totals
+
+    @property
+    def gemm_ms(self) -> float:
+        return gemm_ms(self.gemms)
+
+    @property
+    def other_ms(self) -> float:
+        return other_ms(self.others)
+
+    @property
+    def total_ms(self) -> float:
+        return total_ms(self.gemms, self.others)
+
+    @property
+    def total_flops(self) -> int:
+        return sum(g.site.flops for g in self.gemms)
+
+    @property
+    def achieved_tflops(self) -> float:
+        """GEMM FLOPs over the whole predicted time, in TFLOP/s."""
+        return self.total_flops / (self.total_ms * 1e-3) / 1e12 if self.total_ms else 0.0
+
+    @property
+    def unmodelled(self) -> tuple[OpEstimate, ...]:
+        return tuple(o for o in self.others if o.time_ms is None)
+
+    # ------------------------------------------------------------------ intervals
+
+    @property
+    def total_interval_ms(self) -> tuple[float, float] | None:
+        """(lo, hi) of the whole model's time at 80%; None without a calibration."""
+        return None if self.uncertainty is None else self.interval(DEFAULT_LEVEL)
+
+    def interval(self, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+        """(lo, hi) of the whole model's time: the measured time falls inside with probability
+        ``level`` (calibrated on GPUs held out of the fit; see ``predict/intervals.py``)."""
+        level = check_level(level, "level")
+        if self.uncertainty is None:
+            raise ValueError(
+                f"this report holds no intervals: predictor {self.predictor} "
+                f"v{self.predictor_version} has no interval calibration (the shipped hybrid "
+                "predictor and calibration profiles have one)")
+        times = torch.tensor([g.time_ms for g in self.gemms], dtype=torch.float64)
+        att_ms, decode = _attention(self, range(len(self.others)))
+        return self.uncertainty.total_bounds(times, self.other_ms - float(att_ms.sum()), level,
+                                             attention_ms=att_ms, attention_decode=decode)
+
+    # ------------------------------------------------------------------ kernels and advice
+
+    def kernels(self) -> list[dict[str, Any]]:
+        """The kernels that run several ops (``torch.compile``'s fused kernels, flash attention),
+        in order of their first op: name, phase, module of the first op, the ops fused into it
+        (``module:op``) and its time (its ops' times summed)."""
+        out: dict[str, dict[str, Any]] = {}
+        for o in self.others:
+            if not o.kernel:
+                continue
+            k = out.setdefault(o.kernel, {"kernel": o.kernel, "phase": o.op.phase,
+                                          "module": o.op.module, "ops": [], "time_ms": 0.0})
+            k["ops"].append(f"{o.op.module or '(top)'}:{o.op.op.split('.')[-1]}")
+            k["time_ms"] += o.time_ms or 0.0
+        return list(out.values())
+
+    def padding_advice(self) -> list[PaddingAdvice]:
+        """Padding suggestions ranked by predicted whole-model saving (see ``advise``)."""
+        if self.advice is None:
+            raise ValueError(
+                f"this report of {self.model} holds no padding advice: it is made by estimate() "
+                "and compare(), or by advise.padding_advice(report.gemms, predictor, ...)")
+        return list(self.advice)
+
+
+def _attention(report: ReportRecord, index: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Times (M,) and phases (M,: 1 for a one-token query) of the fused-attention kernels
+    among the report's others at ``index``."""
+    att = [(o.time_ms, float(o.op.attention.q_len == 1))
+           for o in (report.others[i] for i in index)
+           if o.kernel.startswith(FLASH_PREFIX) and o.time_ms is not None
+           and o.op.attention is not None]
+    t = torch.tensor(att, dtype=torch.float64).reshape(-1, 2)
+    return t[:, 0], t[:, 1]
+
+
+def rows_interval(report: ReportRecord, index: Sequence[int], other: float,
+                  other_index: Sequence[int] = (),
+                  level: float = DEFAULT_LEVEL) -> tuple[float, float] | None:
+    """(lo, hi) of the report's GEMMs at ``index`` and ``other`` ms of its ops at
+    ``other_index`` (their fused-attention kernels with their own calibration); None without
+    intervals."""
+    if report.uncertainty is None:
+        return None
+    idx = torch.tensor(list(index), dtype=torch.long)
+    times = torch.tensor([report.gemms[i].time_ms for i in index], dtype=torch.float64)
+    att_ms, decode = _attention(report, other_index)
+    return report.uncertainty.total_bounds(times, other - float(att_ms.sum()), level, idx,
+                                           attention_ms=att_ms, attention_decode=decode)
