@@ -443,7 +443,7 @@ def test_alignment_dtypes_add_fp8_where_the_gpu_has_it() -> None:
 
 
 def test_sweep_point_rejects_impossible_calls() -> None:
-    with pytest.raises(ValueError, match=r"op must be one of bmm, linear, matmul, got 'mm'"):
+    with pytest.raises(ValueError, match=r"unknown op 'mm'; did you mean 'bmm'\?"):
         SweepPoint(1, 2, 3, 4, "float32", "x", op="mm")
     with pytest.raises(ValueError, match=r"op 'linear' takes batch 1, got batch=2"):
         SweepPoint(2, 2, 3, 4, "float32", "x", op="linear")

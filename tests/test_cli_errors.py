@@ -33,8 +33,8 @@ def _files(tmp: Path) -> None:
 # (arguments, what the one-line message must contain)
 CASES = [
     (["predict-csv", "unknown_gpu.csv", "--out", "o.csv"],
-     ("unknown_gpu.csv line 3: column 'gpu': unknown device 'h100_sxm'. "
-      "Close matches: 'h100_sxm5_80gb'")),
+     ("unknown_gpu.csv line 3: column 'gpu': unknown device 'h100_sxm'; "
+      "did you mean 'h100_sxm5_80gb'")),
     (["predict-csv", "bad_dim.csv", "--out", "o.csv"], "bad_dim.csv line 4: column 'k'"),
     (["predict-csv", "no_columns.csv", "--out", "o.csv"], "missing column(s) dtype, batch, n, k"),
     (["predict-csv", "missing.csv", "--out", "o.csv"], "missing.csv: no such file"),

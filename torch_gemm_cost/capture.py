@@ -57,6 +57,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .suggest import check_choice
+
 __all__ = [
     "CAPTURE_METHODS",
     "CaptureError",
@@ -121,8 +123,7 @@ def capture(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if method not in CAPTURE_METHODS:
-        raise ValueError(f"unknown capture method {method!r}; expected one of {CAPTURE_METHODS}")
+    check_choice("capture method", method, CAPTURE_METHODS)
     model = unwrap_model(model)
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)

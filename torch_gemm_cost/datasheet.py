@@ -41,6 +41,7 @@ from .devices import (
     list_devices,
     spec_from_record,
 )
+from .suggest import unknown
 
 __all__ = [
     "PROFILE_FORMAT",
@@ -470,10 +471,8 @@ def _check(rec: Mapping[str, Any], where: str) -> dict[str, Any]:
     problems = _Problems(where, most_similar(rec), [])
     for key in rec:
         if key not in FIELDS and not str(key).startswith("_"):
-            close = difflib.get_close_matches(str(key), list(FIELDS), n=3, cutoff=0.6)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else (
-                "; keys starting with '_' are comments")
-            problems.add(str(key), f"is not a field of a spec record{hint}", hint=False)
+            problems.errors.append(f"{unknown('spec record field', key, FIELDS)} Keys "
+                                   "starting with '_' are comments.")
     good: dict[str, Any] = {}
     for f in SPEC_FIELDS:
         value = rec.get(f.name)

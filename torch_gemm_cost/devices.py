@@ -8,7 +8,6 @@ catalog lacks from a spec file. The local CUDA GPU, when there is one, is descri
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import platform
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 
 from .dtypes import DTYPES, ComputeDtype, resolve_dtype
+from .suggest import nearest, unknown
 
 __all__ = [
     "DeviceLike",
@@ -265,18 +265,13 @@ def get_device(device: str | DeviceSpec) -> DeviceSpec:
               if query and any(query in _norm(key) for key in (spec.id, spec.name,
                                                                spec.architecture or ""))]
     names = sorted({*(_catalog()), *(s.name for s in _catalog().values())})
-    close = difflib.get_close_matches(device, names, n=4, cutoff=0.4)
+    close = nearest(device, names, n=4, cutoff=0.4)
     if not close:
-        close = difflib.get_close_matches(query, list(_by_name()), n=4, cutoff=0.4)
-        close = [_by_name()[c] for c in close]
+        close = [_by_name()[c] for c in nearest(query, _by_name(), n=4, cutoff=0.4)]
     close = list(dict.fromkeys([*family, *close]))[:max(4, len(family))]
-    if close:
-        hint = f" Close matches: {', '.join(repr(c) for c in close)}."
-    else:
-        hint = f" Known ids: {', '.join(_catalog())}."
     raise ValueError(
-        f"unknown device {device!r}.{hint} See torch_gemm_cost.list_devices() for all "
-        f"{len(_catalog())} devices."
+        f"{unknown('device', device, _catalog(), close=close)} See "
+        f"torch_gemm_cost.list_devices() for all {len(_catalog())} devices."
     )
 
 

@@ -6,10 +6,11 @@ record, a training row and a user's ``torch.dtype`` all meet on the same key.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 import torch
+
+from .suggest import nearest, unknown
 
 __all__ = ["DTYPES", "FP8_MULTIPLE", "ComputeDtype", "dtype_of_tensor_dtype", "resolve_dtype"]
 
@@ -99,7 +100,5 @@ def resolve_dtype(dtype: str | torch.dtype | ComputeDtype) -> ComputeDtype:
     key = _ALIASES.get(key, key)
     if key in DTYPES:
         return DTYPES[key]
-    known = sorted(set(DTYPES) | set(_ALIASES))
-    close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ValueError(f"unknown dtype {dtype!r}{hint} Known: {', '.join(sorted(DTYPES))}")
+    close = nearest(key, sorted(set(DTYPES) | set(_ALIASES)))
+    raise ValueError(unknown("dtype", dtype, sorted(DTYPES), close=close))

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..devices import DeviceSpec, is_cpu
 from ..dtypes import DTYPES, resolve_dtype
+from ..suggest import check_choice
 
 __all__ = [
     "SWEEP_OPS",
@@ -44,8 +45,7 @@ class SweepPoint:
     bias: bool = False
 
     def __post_init__(self) -> None:
-        if self.op not in SWEEP_OPS:
-            raise ValueError(f"op must be one of {', '.join(SWEEP_OPS)}, got {self.op!r}")
+        check_choice("op", self.op, SWEEP_OPS)
         if self.op != "bmm" and self.batch != 1:
             raise ValueError(f"op {self.op!r} takes batch 1, got batch={self.batch}")
         if self.bias and self.op != "linear":

@@ -13,9 +13,9 @@ Needs diffusers: ``pip install 'torch-gemm-cost[diffusion]'`` (imported only her
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
+from ..suggest import unknown
 from . import UsageError, read_config
 from .tasks import Sizes
 
@@ -117,10 +117,9 @@ def build(path: str, sizes: Sizes, vae_factor: int = VAE_FACTOR
     raw = load_config(path)
     name = raw.get("_class_name", CLASSES[0])
     if name not in CLASSES:
-        close = difflib.get_close_matches(str(name), CLASSES, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UsageError(f"--diffusers-config {path}: _class_name {name!r} is not built here; "
-                         f"{hint}it builds {', '.join(CLASSES)}")
+        raise UsageError(f"--diffusers-config {path}: "
+                         f"{unknown('_class_name', name, CLASSES, n=1)} This builds "
+                         f"{', '.join(CLASSES)}.")
     if sizes.audio_s is not None:
         raise UsageError("--audio-s does not apply to --diffusers-config")
     cls = getattr(_diffusers(), name)

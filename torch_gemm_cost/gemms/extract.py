@@ -18,6 +18,7 @@ import torch
 
 from ..capture import NO_GRAD
 from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
+from ..suggest import check_choice, unknown
 from .handlers import (
     ForwardGemm,
     HandlerContext,
@@ -331,8 +332,7 @@ def extract(
       ``<name>.grad_sum``), each reading two gradients and writing one. This is where a residual
       stream pays for its branch; the ``add`` that joins the branch back passes dy through.
     """
-    if mode not in ("inference", "train"):
-        raise ValueError(f"mode must be 'inference' or 'train', got {mode!r}")
+    check_choice("mode", mode, ("inference", "train"))
     walk = _Walk(captured, resolve_dtype(dtype), native_dtype, train=mode == "train")
     for node in captured.graph_module.graph.nodes:
         walk.visit(node)
@@ -781,10 +781,8 @@ def optimizer_ops(
                 f"optimizer={optimizer!r} needs the model's parameters to size its update"
             )
     else:
-        raise ValueError(
-            f"unsupported optimizer {optimizer!r}; use one of {', '.join(map(repr, OPTIMIZERS))} "
-            "or a torch.optim.AdamW / Adam instance"
-        )
+        raise ValueError(f"{unknown('optimizer', optimizer, OPTIMIZERS)} Or pass a "
+                         "torch.optim.AdamW / Adam instance.")
     trained = [p for p in params if p.requires_grad]
     dtype = str(trained[0].dtype).removeprefix("torch.") if trained else "float32"
     return adamw_ops(sum(p.numel() for p in trained), len(trained), dtype)

@@ -69,6 +69,7 @@ from typing import Any
 import torch
 
 from ..dtypes import resolve_dtype
+from ..suggest import check_choice
 from .extract import META_KEY, OPERAND_COPY, _Ctx, _tensors, operand_copies
 from .handlers import op_name
 from .records import FusedKernel, GemmSite, OtherOp
@@ -154,8 +155,7 @@ def fuse_kernels(
     their own pricing. Ops whose result nothing reads are in one kernel named ``REMOVED``
     with no launch and no bytes.
     """
-    if mode not in ("inference", "train"):
-        raise ValueError(f"mode must be 'inference' or 'train', got {mode!r}")
+    check_choice("mode", mode, ("inference", "train"))
     ctx = _Ctx(resolve_dtype(dtype), native_dtype)
     graph = _BufferGraph(captured.graph_module.graph, others, ctx)
     groups = graph.fuse()

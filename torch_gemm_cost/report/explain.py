@@ -3,11 +3,11 @@ intermediates, as it gave them when it priced the run."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..gemms.records import GemmSite
+from ..suggest import unknown
 from .record import ReportRecord
 
 __all__ = ["GemmExplanation", "explain"]
@@ -45,9 +45,8 @@ def explain(report: ReportRecord, row: int | str) -> GemmExplanation:
     if isinstance(row, str):
         hits = [i for i, g in enumerate(report.gemms) if g.site.module == row]
         if not hits:
-            mods = list(dict.fromkeys(g.site.module for g in report.gemms))
-            close = difflib.get_close_matches(row, mods, n=3)
-            raise ValueError(f"no GEMM in module {row!r}; close matches: {close or mods[:3]}")
+            mods = dict.fromkeys(g.site.module for g in report.gemms)
+            raise ValueError(unknown("module of a GEMM", row, mods))
         row = hits[0]
     if not 0 <= row < len(report.gemms):
         raise ValueError(f"row {row} out of range; the report has rows 0..{len(report.gemms) - 1}")
