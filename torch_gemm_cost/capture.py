@@ -17,10 +17,9 @@ whole, so the next stage sees every spelling as written.
   inputs), so value-dependent code such as mixture-of-experts routing can be captured.
 
 ``"auto"`` tries the recorder, then export, then (real model and inputs only) eager. The
-recorder comes first because it is faster and takes more models: on Llama-2-7B geometry at
-2048 tokens, estimate() takes about 1.3 s with it against 4.5 s with export (two shared CPU
-cores), with the same GEMMs, and it accepts outputs export refuses (transformers' KV-cache
-objects when ``use_cache`` is left on).
+recorder comes first because it is the faster of the two, with the same GEMMs, and takes more
+models: it accepts outputs export refuses (transformers' KV-cache objects when ``use_cache`` is
+left on).
 
 No weights are allocated (a meta model stays meta). The model is left as it was: per-module
 training flags are set for the capture and restored, also on failure.
