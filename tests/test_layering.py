@@ -17,7 +17,7 @@ PKG = PACKAGE.name
 # A module's stage is named by its first component under the package.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("dtypes", "devices", "datasheet")),
-    ("capture", ("capture",)),
+    ("capture", ("capture", "hf_config")),
     ("gemms", ("gemms",)),
     ("predict", ("predict",)),
     ("advise", ("advise",)),
