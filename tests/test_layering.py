@@ -21,8 +21,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gemms", ("gemms",)),
     ("predict", ("predict",)),
     ("advise", ("advise",)),
-    ("report", ("report", "report_html", "llm_report")),
-    ("top", ("api", "plan", "calibrate", "cli", "train", "__main__", "")),
+    # llm: serving plans, priced by the predict stage, their records holding CostReports, their
+    # text rendered in llm.text; no stage before it imports it
+    ("report", ("report", "report_html", "llm")),
+    ("top", ("api", "calibrate", "cli", "train", "__main__", "")),
 )
 STAGE_OF = {name: i for i, (_, names) in enumerate(STAGES) for name in names}
 
