@@ -20,6 +20,7 @@ from torch_gemm_cost.devices import get_device
 from torch_gemm_cost.gemms import extract
 from torch_gemm_cost.gemms.fusion import fuse_kernels
 from torch_gemm_cost.gemms.records import FusedKernel
+from torch_gemm_cost.hf_config import config_dims, read_hf_config
 from torch_gemm_cost.llm import format_llm_layers
 from torch_gemm_cost.llm.attention import ServingAttention
 from torch_gemm_cost.llm.memory import activation_bytes_per_token, kv_cache_bytes, max_batch_fitting
@@ -115,6 +116,30 @@ def test_activation_bound_of_an_moe_counts_its_top_k_copies():
     # dense: 2·(2·256 + max(384 + 256, 3·512)); MoE: the MLP half holds top-2 copies
     assert activation_bytes_per_token(dense, 2) == 2 * (512 + 1536)
     assert activation_bytes_per_token(moe, 2) == 2 * (512 + 2 * 1536)
+
+
+def test_one_config_reader_gives_capture_and_the_planner_their_sizes():
+    # a Qwen2-MoE-like config: the planner prices each expert's MLP (moe_intermediate_size
+    # 1408), while capture names the config's dense intermediate_size (5632) for advice; both
+    # read head_dim = 2048 / 16 = 128 from the one record, and the window is off
+    qwen_moe = {"model_type": "qwen2_moe", "hidden_size": 2048, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 151936,
+                "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60,
+                "num_experts_per_tok": 4, "sliding_window": 4096, "use_sliding_window": False,
+                "max_position_embeddings": 8192}
+    hf = read_hf_config(qwen_moe)
+    assert config_dims(qwen_moe) == hf.dims() == {
+        "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+        "num_attention_heads": 16, "head_dim": 128}
+    assert ServingShape.of(qwen_moe) == ServingShape(
+        layers=4, hidden=2048, heads=16, kv_heads=16, head_dim=128, intermediate=1408,
+        vocab=151936, experts=60, top_k=4, windows=(0, 0, 0, 0), max_positions=8192)
+    # per-layer kinds: a sliding layer holds its 512-token window, a full one all of it
+    gemma = {**TINY, "sliding_window": 512, "layer_types": ["sliding_attention",
+                                                            "full_attention"]}
+    assert ServingShape.of(gemma).windows == (512, 0)
+    with pytest.raises(ValueError, match="lacks the sizes of a decoder-only LM"):
+        ServingShape.of({"hidden_size": 256})
 
 
 def test_prefill_steps_chunk_prompts_under_the_token_budget():
