@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.plan import WEIGHT_BYTES, LlmPlan
+from torch_gemm_cost.llm import LlmPlan
+from torch_gemm_cost.llm.weights import WEIGHT_BYTES
 
 # Published sizes: each model's config.json on the Hugging Face hub (meta-llama/Llama-2-7b-hf,
 # meta-llama/Meta-Llama-3-8B, mistralai/Mixtral-8x7B-v0.1) and their papers (Touvron et al.

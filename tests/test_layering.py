@@ -17,12 +17,14 @@ PKG = PACKAGE.name
 # A module's stage is named by its first component under the package.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("suggest", "dtypes", "devices", "datasheet")),
-    ("capture", ("capture",)),
+    ("capture", ("capture", "hf_config")),
     ("gemms", ("gemms",)),
     ("predict", ("predict",)),
     ("advise", ("advise",)),
-    ("report", ("report", "llm_report")),
-    ("top", ("api", "plan", "calibrate", "cli", "train", "__main__", "")),
+    # llm: serving plans, priced by the predict stage, their records holding CostReports, their
+    # text rendered in llm.text; no stage before it imports it
+    ("report", ("report", "llm")),
+    ("top", ("api", "calibrate", "cli", "train", "__main__", "")),
 )
 STAGE_OF = {name: i for i, (_, names) in enumerate(STAGES) for name in names}
 

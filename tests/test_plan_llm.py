@@ -8,26 +8,32 @@ published sizes, built on the meta device (its captures are shared by the tests 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+import torch
 
 import torch_gemm_cost as tgc
+from torch_gemm_cost.capture import capture
 from torch_gemm_cost.cli import main
 from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.gemms import extract
+from torch_gemm_cost.gemms.fusion import fuse_kernels
 from torch_gemm_cost.gemms.records import FusedKernel
-from torch_gemm_cost.plan import (
-    WEIGHT_BYTES,
-    _Attention,
-    _serving_kernels,
-    _Shape,
-    activation_bytes_per_token,
-    config_of,
-    decode_contexts,
-    kv_cache_bytes,
-    max_batch_fitting,
-    prefill_steps,
-    shard_config,
-)
+from torch_gemm_cost.hf_config import config_dims, read_hf_config
+from torch_gemm_cost.llm import format_llm_layers
+from torch_gemm_cost.llm.attention import ServingAttention
+from torch_gemm_cost.llm.memory import activation_bytes_per_token, kv_cache_bytes, max_batch_fitting
+from torch_gemm_cost.llm.model import config_key, config_of, meta_model
+from torch_gemm_cost.llm.pricing import kernel_floors, serving_records
+from torch_gemm_cost.llm.schedule import decode_contexts, prefill_steps
+from torch_gemm_cost.llm.shape import ServingShape
+from torch_gemm_cost.llm.shard import shard_config
+from torch_gemm_cost.llm.step import _serving_kernels, serving_step
+from torch_gemm_cost.llm.weights import WEIGHT_BYTES
+from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.predict.estimates import price_records
+from torch_gemm_cost.predict.ops import load_op_costs
 
 pytest.importorskip("transformers")
 
@@ -105,11 +111,35 @@ def test_max_batch_on_a_24_gb_l4_matches_the_hbm_arithmetic(llama3_h100):
 
 
 def test_activation_bound_of_an_moe_counts_its_top_k_copies():
-    dense = _Shape.of(config_of(TINY))
-    moe = _Shape.of(config_of(TINY_MOE))
+    dense = ServingShape.of(config_of(TINY))
+    moe = ServingShape.of(config_of(TINY_MOE))
     # dense: 2·(2·256 + max(384 + 256, 3·512)); MoE: the MLP half holds top-2 copies
     assert activation_bytes_per_token(dense, 2) == 2 * (512 + 1536)
     assert activation_bytes_per_token(moe, 2) == 2 * (512 + 2 * 1536)
+
+
+def test_one_config_reader_gives_capture_and_the_planner_their_sizes():
+    # a Qwen2-MoE-like config: the planner prices each expert's MLP (moe_intermediate_size
+    # 1408), while capture names the config's dense intermediate_size (5632) for advice; both
+    # read head_dim = 2048 / 16 = 128 from the one record, and the window is off
+    qwen_moe = {"model_type": "qwen2_moe", "hidden_size": 2048, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "num_hidden_layers": 4, "vocab_size": 151936,
+                "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60,
+                "num_experts_per_tok": 4, "sliding_window": 4096, "use_sliding_window": False,
+                "max_position_embeddings": 8192}
+    hf = read_hf_config(qwen_moe)
+    assert config_dims(qwen_moe) == hf.dims() == {
+        "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+        "num_attention_heads": 16, "head_dim": 128}
+    assert ServingShape.of(qwen_moe) == ServingShape(
+        layers=4, hidden=2048, heads=16, kv_heads=16, head_dim=128, intermediate=1408,
+        vocab=151936, experts=60, top_k=4, windows=(0, 0, 0, 0), max_positions=8192)
+    # per-layer kinds: a sliding layer holds its 512-token window, a full one all of it
+    gemma = {**TINY, "sliding_window": 512, "layer_types": ["sliding_attention",
+                                                            "full_attention"]}
+    assert ServingShape.of(gemma).windows == (512, 0)
+    with pytest.raises(ValueError, match="lacks the sizes of a decoder-only LM"):
+        ServingShape.of({"hidden_size": 256})
 
 
 def test_prefill_steps_chunk_prompts_under_the_token_budget():
@@ -127,15 +157,82 @@ def test_prefill_steps_chunk_prompts_under_the_token_budget():
 def test_simpson_over_a_few_contexts_matches_every_decode_step():
     """Oracle: the attention of every one of the gen − 1 decode steps, summed, against the
     plan's five-point Simpson integral of it."""
-    shape = _Shape.of(shard_config(config_of(LLAMA3_8B), 1))
+    shape = ServingShape.of(shard_config(config_of(LLAMA3_8B), 1))
     bf16 = tgc.resolve_dtype("bf16")
-    attention = _Attention(get_device("h100_sxm5_80gb"), shape, bf16, bf16)
+    attention = ServingAttention(get_device("h100_sxm5_80gb"), shape, bf16, bf16)
     prompt, gen, batch = 2048, 1025, 8
     exact = sum(attention.decode(batch, prompt + t)[0] for t in range(1, gen)) / (gen - 1)
     points = decode_contexts(prompt, gen)
     assert len(points) == 5 and sum(w for _, w in points) == pytest.approx(1.0)
     integrated = sum(w * attention.decode(batch, c)[0] for c, w in points)
     assert integrated == pytest.approx(exact, rel=0.01)
+
+
+# ---------------------------------------------------------------- one pipeline
+def test_a_plans_decode_step_is_the_pipelines_price_of_that_step():
+    """Oracle: the plan's decode step at batch B is the predict stage ``estimate`` runs
+    (``price_records``) on that step's records, captured as ``estimate(compiled=True)``
+    captures them, plus what the serving engine adds, each shown here: its layout of the
+    records, a KV-cache write a layer, CUDA graphs, and its attention kernel."""
+    batch, prompt, gen = 4, 512, 3
+    spec, bf16 = get_device("h100_sxm5_80gb"), tgc.resolve_dtype("bf16")
+    plan = tgc.plan_llm(TINY, device=spec.id, dtype="bf16", prompt=prompt, gen=gen,
+                        batches=[batch])
+    row, report = plan.rows[0], plan.decode_reports[0]
+
+    # the decode step captured anew: B sequences of one token each are B tokens of one
+    # flattened sequence, every one sampled; capture -> extract -> fuse, as estimate does
+    config = config_of(TINY)
+    model = meta_model(config_key(config), "bfloat16")
+    ids = torch.ones(1, batch, dtype=torch.long, device="meta")
+    captured = capture(model, (ids,), {"use_cache": False, "logits_to_keep": batch})
+    sites, others = extract(captured, bf16, mode="inference", native_dtype=torch.bfloat16)
+    others, kernels = fuse_kernels(captured, others, bf16, mode="inference",
+                                   native_dtype=torch.bfloat16)
+    # the serving engine's layout: q/k/v and gate/up one GEMM each (4 a layer, and the
+    # lm_head), no SDPA GEMMs (its attention kernel runs them), and after the step's ops one
+    # KV-cache write a layer: 2 (K, V) · 4 tokens · 2 KV heads · 32 = 512 elements, 2 B read
+    # and 2 B written each
+    step = serving_step(model, captured, sites, others, kernels, batch, batch)
+    dense_sites, ops = serving_records(step, None, bf16)
+    assert len(dense_sites) == 2 * 4 + 1
+    writes = [o for o in ops if o.op == "reshape_and_cache"]
+    assert [(o.numel, o.dram_bytes) for o in writes] == [(512, 512 * 4)] * 2
+
+    # estimate's predict stage on those records, the ops without launch cost (a CUDA graph),
+    # then each kernel at least its floor; the attention ops and the attention-output copies
+    # the engine does not run count nothing
+    costs = load_op_costs()
+    priced = price_records(dense_sites, ops, spec, default_predictor(), kernels=step.kernels,
+                           op_costs=replace(costs, launch_ms=0.0))
+    floored = kernel_floors(priced.ops, step.kernels, costs)
+    kept = [(o, t) for i, (o, t) in enumerate(zip(priced.ops, floored))
+            if i not in step.dropped and o.op.attention is None]
+    kv_write_ms = sum(t or 0.0 for o, t in kept if o.op.op == "reshape_and_cache")
+    dense_ms = sum(g.time_ms for g in priced.gemms) + sum(t or 0.0 for _, t in kept)
+    assert step.dropped and kv_write_ms > 0
+
+    # the attention kernel of each of the 2 layers at the gen - 1 = 2 decode contexts, 513 and
+    # 514 keys, half each; one GPU, so no collectives
+    attention = ServingAttention(spec, ServingShape.of(config), bf16, bf16)
+    at_513, at_514 = attention.decode(batch, 513)[0], attention.decode(batch, 514)[0]
+    assert at_513 == pytest.approx(2 * attention.per_layer_ms(batch, 513, 0), rel=1e-12)
+    assert row.decode_comm_ms == 0.0
+    assert row.decode_attention_ms == pytest.approx(0.5 * at_513 + 0.5 * at_514, rel=1e-9)
+    assert row.tpot_ms == pytest.approx(dense_ms + 0.5 * at_513 + 0.5 * at_514, rel=1e-9)
+    # the decode report is that step at the middle context, prompt + gen // 2 = 513 keys
+    assert [g.time_ms for g in report.gemms] == [g.time_ms for g in priced.gemms]
+    assert report.total_ms == pytest.approx(dense_ms + at_513, rel=1e-9)
+    assert sum(o.time_ms or 0.0 for o in report.others if o.op.op == "reshape_and_cache") \
+        == pytest.approx(kv_write_ms, rel=1e-9)
+
+    # and estimate itself prices the GEMMs the engine leaves as they are (o_proj, down_proj,
+    # the lm_head) to the same times
+    estimated = tgc.estimate(model, (ids,), {"use_cache": False, "logits_to_keep": batch},
+                             device=spec, dtype="bf16", compiled=True)
+    same = ("model.layers.0.self_attn.o_proj", "model.layers.1.mlp.down_proj", "lm_head")
+    assert [g.time_ms for g in estimated.gemms if g.site.module in same] == \
+        [g.time_ms for g in report.gemms if g.site.module in same]
 
 
 # ---------------------------------------------------------------- against the roofline
@@ -263,7 +360,7 @@ def test_the_decode_table_sums_to_its_total_and_runs_no_attention_copy(llama3_h1
     # the rotary embeddings of q and k are one kernel a layer, as vLLM's rotary_embedding runs
     rotary = {o.kernel for o in report.others if o.op.op == "aten.neg"}
     assert len(rotary) == 32 and all(k.count("+") == 1 for k in rotary)
-    text = llama3_h100.layer_table(1)
+    text = format_llm_layers(llama3_h100, 1)
     assert "LlamaDecoderLayer × 32" in text and "context 2176" in text
 
 

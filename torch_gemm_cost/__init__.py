@@ -11,8 +11,7 @@ from .datasheet import load_spec_file
 from .devices import DeviceSpec, get_device, list_devices
 from .dtypes import resolve_dtype
 from .gemms import GemmSite, OtherOp, register_gemm_handler
-from .llm_report import LlmPlan, LlmPlanRow
-from .plan import plan_llm
+from .llm import LlmPlan, LlmPlanRow, format_llm_layers, format_llm_plan, plan_llm
 from .predict.collectives import predict_collective_ms
 from .predict.estimates import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
@@ -36,6 +35,8 @@ __all__ = [
     "explain",
     "format_advice",
     "format_comparison",
+    "format_llm_layers",
+    "format_llm_plan",
     "get_device",
     "list_devices",
     "load_spec_file",

@@ -31,13 +31,7 @@ from .gemms.attention_rewrite import rewrite_attention
 from .gemms.fusion import fuse_kernels
 from .gemms.records import FusedKernel
 from .predict import Predictor, default_predictor
-from .predict.estimates import (
-    GemmEstimate,
-    OpEstimate,
-    estimate_ops,
-    price_gemms,
-    total_ms,
-)
+from .predict.estimates import GemmEstimate, OpEstimate, price_records, total_ms
 from .predict.intervals import ReportUncertainty
 from .predict.profile import load_profile
 from .report import Comparison, CostReport
@@ -157,19 +151,21 @@ def compare(
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
     runs = [_Run(spec, _predictor_of(predictor, own), cd)
             for (spec, own), cd in itertools.product(plan.targets, plan.dtypes)]
-    priced = [_step(bar, _price(run, *records[run.cd.name], optimizer_records,
-                                kernels[run.cd.name]))
+    priced = [_step(bar, price_records(records[run.cd.name][0],
+                                       (*records[run.cd.name][1], *optimizer_records),
+                                       run.spec, run.predictor, kernels=kernels[run.cd.name]))
               for run in runs]
-    advice = [_step(bar, tuple(padding_advice(gemms, run.predictor, run.spec,
-                                              model_ms=total_ms(gemms, ops),
+    advice = [_step(bar, tuple(padding_advice(p.gemms, run.predictor, run.spec,
+                                              model_ms=total_ms(p.gemms, p.ops),
                                               config=captured.config)))
-              for run, (gemms, ops, _) in zip(runs, priced)]
+              for run, p in zip(runs, priced)]
     bar.close()
-    _warn_unmodelled(captured.model_name, priced[0][1])
+    _warn_unmodelled(captured.model_name, priced[0].ops)
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
-    return Comparison(_report(captured, run, gemms, ops, mode, adv, compiled, span)
-                      for run, (gemms, ops, span), adv in zip(runs, priced, advice))
+    return Comparison(_report(captured, run, p.gemms, p.ops, mode, adv, compiled,
+                              p.uncertainty)
+                      for run, p, adv in zip(runs, priced, advice))
 
 
 def _step(bar: tqdm, result: _T) -> _T:
@@ -229,17 +225,6 @@ def _predictor_of(given: Predictor | None, own: Predictor | None) -> Predictor:
     if given is not None:
         return given
     return own if own is not None else default_predictor()
-
-
-def _price(run: _Run, sites: Sequence[GemmSite], others: Sequence[OtherOp],
-           optimizer_records: Sequence[OtherOp], kernels: Sequence[FusedKernel] = ()
-           ) -> tuple[tuple[GemmEstimate, ...], tuple[OpEstimate, ...], ReportUncertainty | None]:
-    """The run's GEMMs (one batched call of its predictor) and other ops, with their times, and
-    what the report's intervals need; ``kernels`` hold the ops ``torch.compile`` fuses
-    (positions in ``others``)."""
-    gemms, uncertainty = price_gemms(sites, run.spec, run.predictor)
-    return (gemms, estimate_ops((*others, *optimizer_records), run.spec, kernels=kernels),
-            uncertainty)
 
 
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],

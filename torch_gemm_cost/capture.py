@@ -56,6 +56,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .hf_config import config_dims
 from .suggest import check_choice
 
 __all__ = [
@@ -151,54 +152,6 @@ def module_template(path: str) -> tuple[str, tuple[int, ...]]:
     parts = path.split(".") if path else []
     idx = tuple(int(p) for p in parts if _INDEX.match(p))
     return ".".join("*" if _INDEX.match(p) else p for p in parts), idx
-
-
-def config_dims(config: Any) -> dict[str, int]:
-    """The recognizable dims of an HF-style config (object or mapping), by field name.
-
-    ``intermediate_size`` also reads GPT-2's ``n_inner`` (4·hidden when unset), OPT's ``ffn_dim``
-    and T5's ``d_ff``; ``head_dim`` defaults to hidden_size / num_attention_heads. A vision
-    backbone's per-stage ``hidden_sizes`` list gives ``hidden_sizes[i]``.
-    """
-    if config is None:
-        return {}
-    get = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
-
-    def first(*names: str) -> int | None:
-        for name in names:
-            value = get(name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return None
-
-    out: dict[str, int] = {}
-    vocab = first("vocab_size")
-    hidden = first("hidden_size", "n_embd", "d_model")
-    heads = first("num_attention_heads", "n_head", "num_heads")
-    inter = first("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
-    if inter is None and hidden is not None and get("model_type", None) == "gpt2":
-        inter = 4 * hidden
-    head_dim = first("head_dim", "d_kv") or (hidden // heads if hidden and heads else None)
-    kv_heads = first("num_key_value_heads")
-    for name, value in (("vocab_size", vocab), ("hidden_size", hidden),
-                        ("intermediate_size", inter), ("num_attention_heads", heads),
-                        ("head_dim", head_dim)):
-        if value is not None:
-            out[name] = value
-    if heads and head_dim and heads * head_dim != hidden:
-        out["num_attention_heads × head_dim"] = heads * head_dim
-    if kv_heads and head_dim and kv_heads != heads:
-        out["num_key_value_heads × head_dim"] = kv_heads * head_dim
-    embedding = first("embedding_size")  # ALBERT's factorized embedding, ResNet's stem width
-    if embedding is not None:
-        out["embedding_size"] = embedding
-    # vision backbones (ResNet, ConvNeXt, RegNet) set one width per stage
-    widths = get("hidden_sizes", None)
-    if isinstance(widths, (list, tuple)):
-        for i, width in enumerate(widths):
-            if isinstance(width, int) and not isinstance(width, bool) and width > 0:
-                out[f"hidden_sizes[{i}]"] = width
-    return out
 
 
 def _capture_locked(

@@ -76,7 +76,7 @@ def _batches(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plan import plan_llm
+    from ..llm import format_llm_assumptions, format_llm_layers, format_llm_plan, plan_llm
     from ..predict import RooflinePredictor
 
     config_file("--hf-config", args.hf_config)
@@ -97,13 +97,12 @@ def run(args: argparse.Namespace) -> int:
             return 0
         Path(args.json).write_text(text + "\n")
         print(f"written to {args.json}", file=sys.stderr)
-    print(plan)
+    print(format_llm_plan(plan))
     if args.layers is not None:
         for row in plan.rows:
             print()
-            print(plan.layer_table(row.batch, depth=args.layers or None))
+            print(format_llm_layers(plan, row.batch, depth=args.layers or None))
     if args.assumptions:
-        print("\nassumptions:")
-        for line in plan.assumptions:
-            print(f"- {line}")
+        print()
+        print(format_llm_assumptions(plan))
     return 0

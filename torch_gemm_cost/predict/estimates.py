@@ -25,11 +25,13 @@ from .sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
 __all__ = [
     "GemmEstimate",
     "OpEstimate",
+    "PricedRecords",
     "estimate_gemms",
     "estimate_ops",
     "gemm_ms",
     "other_ms",
     "price_gemms",
+    "price_records",
     "total_ms",
 ]
 
@@ -116,6 +118,28 @@ def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
         for j, (i, t, name) in enumerate(zip(idx, attention, kernel)):
             times[i], names[i] = t, f"{name}_{j}"  # one kernel per call
     return tuple(OpEstimate(op, t, name) for op, t, name in zip(others, times, names))
+
+
+@dataclass(frozen=True)
+class PricedRecords:
+    """One run's records with their times: every GEMM, every other op, and what a report
+    needs for intervals over the GEMMs (None where no calibration covers the predictor)."""
+
+    gemms: tuple[GemmEstimate, ...]
+    ops: tuple[OpEstimate, ...]
+    uncertainty: ReportUncertainty | None
+
+
+def price_records(sites: Sequence[GemmSite], others: Sequence[OtherOp], device: DeviceSpec,
+                  predictor: Predictor, *, kernels: Sequence[FusedKernel] = (),
+                  op_costs: OpCostModel | None = None) -> PricedRecords:
+    """The predict stage of one run, as ``estimate`` and the serving planner both price: the
+    GEMMs in one batched call of ``predictor`` (``price_gemms``), the other ops by the op cost
+    model (``op_costs``, None: the shipped one), kernel by kernel where ``kernels`` fuse them
+    (``estimate_ops``)."""
+    gemms, uncertainty = price_gemms(sites, device, predictor)
+    return PricedRecords(gemms, estimate_ops(others, device, op_costs, kernels=kernels),
+                         uncertainty)
 
 
 def gemm_ms(gemms: Sequence[GemmEstimate]) -> float:

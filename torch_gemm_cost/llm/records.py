@@ -1,8 +1,5 @@
-"""LLM serving plans as records: one ``LlmPlanRow`` per batch size and the ``LlmPlan`` that holds
-them, with the plan's table, its JSON and the decode step's layer table.
-
-Like ``report.CostReport``, a plan renders what it is handed (``plan.plan_llm`` computes it) and
-predicts nothing.
+"""The records of a serving plan: one ``LlmPlanRow`` per batch size and the ``LlmPlan`` that holds
+them, with its JSON-ready data. ``llm.plan.plan_llm`` computes them; ``llm.text`` renders them.
 """
 
 from __future__ import annotations
@@ -12,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .devices import DeviceSpec
-from .report import CostReport
+from ..devices import DeviceSpec
+from ..report import CostReport
 
 __all__ = ["LlmPlan", "LlmPlanRow"]
 
@@ -62,7 +59,7 @@ class LlmPlan:
     largest batch whose memory fits, from the HBM arithmetic), and what the plan assumes.
 
     ``decode_reports`` holds each row's decode step (mid context) as a ``CostReport`` of one
-    GPU: its layer table is ``layer_table(batch)``.
+    GPU: ``llm.text.format_llm_layers(plan, batch)`` renders it.
     """
 
     model: str
@@ -91,46 +88,6 @@ class LlmPlan:
         have = [r.batch for r in self.rows]
         near = min(have, key=lambda b: abs(b - batch))
         raise ValueError(f"no row for batch {batch}; the plan has {have} (nearest {near})")
-
-    def table(self) -> str:
-        """One line per batch size: latencies, throughput, memory and the roofline limits."""
-        from tabulate import tabulate
-
-        body = [[r.batch, r.ttft_ms, r.tpot_ms, r.tokens_per_s, r.request_ms,
-                 r.roofline_ttft_ms, r.roofline_tpot_ms, r.weights_bytes / 1e9,
-                 r.kv_cache_bytes / 1e9, r.activation_bytes / 1e9,
-                 "yes" if r.fits else "NO"] for r in self.rows]
-        headers = ["batch", "TTFT ms", "TPOT ms", "tokens/s", "request ms", "roof TTFT",
-                   "roof TPOT", "weights GB", "KV GB", "act GB", "fits"]
-        fmt = ("", ".2f", ".3f", ".0f", ".1f", ".2f", ".3f", ".2f", ".2f", ".2f", "")
-        return tabulate(body, headers=headers, floatfmt=fmt)
-
-    def footer(self) -> str:
-        tp = f", tensor parallel {self.tp}" if self.tp > 1 else ""
-        gpu = " per GPU" if self.tp > 1 else ""
-        return (
-            f"{self.model} on {self.device.name} ({self.device.id}){tp}: {self.dtype} "
-            f"activations, {self.weights} weights, {self.kv_dtype} KV cache; prompt "
-            f"{self.prompt} + {self.gen} generated tokens, token budget {self.token_budget}\n"
-            f"max batch {self.max_batch} (usable memory{gpu} {self.usable_bytes / 1e9:.2f} GB "
-            f"= {self.memory_utilization:g} of {(self.device.mem_bytes or 0) / 1e9:.1f} GB); "
-            f"attention as {self.attention_kernel}; GEMMs by {self.predictor}; roof TTFT: "
-            f"FLOPs / dense peak, roof TPOT: bytes read / DRAM bandwidth"
-        )
-
-    def __str__(self) -> str:
-        return f"{self.table()}\n{self.footer()}"
-
-    def layer_table(self, batch: int | None = None, depth: int | None = 2) -> str:
-        """The decode step's cost table at ``batch`` (default: the largest), by module at
-        ``depth`` levels (None: one row per GEMM), with its totals."""
-        if not self.decode_reports:
-            raise ValueError("this plan holds no decode reports")
-        i = len(self.rows) - 1 if batch is None else self.rows.index(self.row(batch))
-        r, report = self.rows[i], self.decode_reports[i]
-        comm = f" + {r.decode_comm_ms:.3f} ms of all-reduces" if self.tp > 1 else ""
-        return (f"decode step at batch {r.batch}, context {self.prompt + self.gen // 2} "
-                f"(one GPU{comm}):\n{report.table(depth=depth)}\n{report.footer()}")
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data: ``{"rows": [...], "max_batch": ..., "device": ...}``."""

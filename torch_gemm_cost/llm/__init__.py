@@ -1,0 +1,19 @@
+"""Serving plans of a causal LM (``plan_llm``), priced through the same predict stage as
+``estimate``: one job a module, in the order a plan runs them.
+
+- ``shape``: the serving shape of a config (through ``hf_config``, the one config reader);
+  ``shard``: one GPU's config under tensor parallelism; ``model``: the config and its meta model;
+- ``step``: a forward pass captured once per shape, in the serving engine's layout;
+- ``weights``: quantized weight formats; ``pricing``: a step priced by ``price_records`` with
+  the serving engine's additions explicit; ``attention``: the serving engine's attention kernel;
+- ``schedule``: prefill chunks and decode contexts; ``memory``: weights, KV cache, activations
+  and the largest batch; ``checks``: the arguments; ``assumptions``: what a plan assumes;
+- ``plan``: ``plan_llm``; ``records``: ``LlmPlan`` and ``LlmPlanRow``; ``text``: their text.
+"""
+
+from .plan import plan_llm
+from .records import LlmPlan, LlmPlanRow
+from .text import format_llm_assumptions, format_llm_layers, format_llm_plan
+
+__all__ = ["LlmPlan", "LlmPlanRow", "format_llm_assumptions", "format_llm_layers",
+           "format_llm_plan", "plan_llm"]

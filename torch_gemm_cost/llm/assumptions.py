@@ -1,0 +1,78 @@
+"""What a serving plan assumes, with its sources, in the order the plan lists them."""
+
+from __future__ import annotations
+
+from .schedule import DECODE_POINTS
+from .weights import GROUP_SIZE, WEIGHT_BYTES
+
+__all__ = ["assumptions"]
+
+
+def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization: float
+                ) -> tuple[str, ...]:
+    """What a plan assumes, with its sources, in the order the plan prints them."""
+    out = [
+        ("Engine: vLLM's V1 engine. The batch's requests arrive together; their prompts are "
+        f"prefilled first, in forward passes of at most {budget} tokens (chunked prefill, "
+        "max_num_batched_tokens: 8192 is vLLM's default for its OpenAI server on H100-class "
+        "GPUs, vllm/engine/arg_utils.py), then decoded together, one token per sequence a step."),
+        ("TTFT is the last request's first token: every prefill step. TPOT averages the gen - 1 "
+        "decode steps after it, as vLLM's benchmark_serving defines it ((latency - TTFT) / "
+        "(output tokens - 1)); decode attention is priced at "
+        f"{DECODE_POINTS} KV lengths from prompt + 1 to prompt + gen - 1 and integrated by "
+        "Simpson's rule."),
+        ("Kernels: the model as torch.compile (inductor) fuses it, the residual add with "
+        "RMSNorm, SiLU with mul, the rotary embedding of q and k in one kernel (vLLM's "
+        "rotary_embedding op), priced with the fused-op constants fitted on vLLM's kernels "
+        "(vidur); q/k/v and gate/up, which read one input, as one GEMM "
+        "each (vLLM's QKVParallelLinear, MergedColumnParallelLinear); one KV-cache write kernel "
+        "a layer (reshape_and_cache_flash); no copy of the attention output (FlashAttention "
+        "writes the token-major layout o_proj reads); the lm_head on the sampled tokens only."),
+        (f"Attention: {kernel}, the kernel vLLM runs on this device for this head size and KV "
+        "dtype, priced by the fused-attention model (fitted on vLLM's kernels, each GPU held "
+        "out: benchmarks/results/attention.md) with a cold L2; a prefill step's chunks against "
+        "their own context (varlen). FlashAttention 3's varlen schedule is planned once a "
+        "step by vLLM's metadata builder (aot_schedule, get_scheduler_metadata), not in each "
+        "layer's call; that one small kernel a step is not priced."),
+        ("CUDA graphs in decode (vLLM's default, docs.vllm.ai Optimization and Tuning) and a "
+        "host that runs ahead in prefill: each kernel costs its own GPU time, at least its "
+        "floor, with no launch gaps."),
+    ]
+    if fmt in ("int8", "int4"):
+        out.append(
+            f"Weights: {fmt} in GPTQ's symmetric format, groups of {GROUP_SIZE} with one 16-bit "
+            f"scale each ({WEIGHT_BYTES[fmt]:.4f} bytes a weight), dequantized in the GEMM's "
+            "main loop (Marlin on Ampere/Ada, Machete on Hopper, as vLLM picks them), the "
+            "activations run in 16-row MMA steps. Marlin publishes near-ideal ~4x speedups "
+            "over fp16 up to batches of 16-32 tokens (github.com/IST-DASLab/marlin); Machete "
+            "matches fp16 when compute-bound (vLLM csrc/quantization/machete, Neural Magic "
+            "2024). Embedding, lm_head, norms and MoE router stay in the activations' dtype.")
+    elif fmt == "fp8":
+        out.append(
+            "Weights: fp8 (e4m3) weights and activations on fp8 tensor cores, one scale per "
+            "tensor; each Linear's bf16 input cast to fp8 by a kernel of its own, as vLLM's "
+            "Fp8LinearMethod does with a static scale (the GEMM predictor's cast term). "
+            "Embedding, lm_head, norms and MoE router stay in the activations' dtype.")
+    if tp > 1:
+        out.append(
+            f"Tensor parallelism {tp}, Megatron's sharding as vLLM does it: column-parallel "
+            "q/k/v and gate/up, row-parallel o and down, attention heads split, KV heads split "
+            "where tp divides them and replicated (one a GPU) where tp is a multiple of them, "
+            "the vocabulary padded to a multiple of 64 and split. Each step runs 2 all-reduces "
+            "a layer of tokens x hidden x 2 bytes, one after the embedding, and an all-gather "
+            "of the sampled tokens' logits, priced by predict_collective_ms as NCCL on the "
+            "device's usual node. vLLM's custom all-reduce (small messages over NVLink) is "
+            "faster than NCCL there and is not modelled.")
+    out.append(
+        f"Memory: usable = {utilization:g} x the device's memory (vLLM's "
+        "gpu_memory_utilization, default 0.9, docs.vllm.ai engine arguments). KV cache: 2 x "
+        "layers x kv_heads x head_dim x (prompt + gen) x batch x bytes (a sliding-window layer "
+        "holds its window; vLLM's 16-token blocks not rounded up). Activations: a forward of "
+        "the token budget, as vLLM's profiling run reserves it: what one token keeps live in "
+        "the costlier half of a decoder layer (the residual stream and its normed copy, then "
+        "QKV and the attention output, or the MLP's gate/up output and its activation, top-k "
+        "copies in an MoE), plus the batch's logits in fp32. CUDA-graph pools, NCCL buffers "
+        "and the CUDA context are left to the reserve; max_batch is at most the token budget.")
+    out.append("Not priced: sampling (one reduction over the logits a step), the host's "
+               "scheduler and detokenizer, preemption.")
+    return tuple(out)

@@ -1,0 +1,104 @@
+"""The model a plan prices: an HF config read from what the caller gives, and its causal LM built
+once on the meta device with attention as a serving engine calls it."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..dtypes import DTYPES
+
+__all__ = ["ATTENTION", "config_key", "config_of", "meta_model"]
+
+ATTENTION = "torch_gemm_cost_serving"  # the attention implementation the capture registers
+
+
+def config_of(model_or_config: Any) -> Any:
+    """An HF config (a copy) from a config, a model holding one, a dict with ``model_type`` or
+    the path of a config JSON (or of a directory holding ``config.json``)."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(model_or_config, PretrainedConfig):
+        return copy.deepcopy(model_or_config)
+    if isinstance(model_or_config, torch.nn.Module):
+        cfg = getattr(model_or_config, "config", None)
+        if isinstance(cfg, PretrainedConfig):
+            return copy.deepcopy(cfg)
+        raise TypeError(f"{type(model_or_config).__name__} carries no HF config; pass the "
+                        "config (or a config JSON) of a causal LM instead")
+    if isinstance(model_or_config, (str, os.PathLike)):
+        path = Path(model_or_config)
+        path = path / "config.json" if path.is_dir() else path
+        if not path.is_file():
+            raise FileNotFoundError(f"config {str(model_or_config)!r}: no such file")
+        try:
+            model_or_config = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config {path}: not valid JSON ({e.msg} at line {e.lineno})"
+                             ) from e
+    if not isinstance(model_or_config, Mapping):
+        raise TypeError("model_or_config must be an HF config, a model with one, a dict or a "
+                        f"config JSON path, got {type(model_or_config).__name__}")
+    raw = dict(model_or_config)
+    model_type = raw.pop("model_type", None)
+    if not isinstance(model_type, str):
+        raise TypeError('the config needs a "model_type" field, e.g. "llama"')
+    raw.pop("transformers_version", None)
+    try:
+        return AutoConfig.for_model(model_type, **raw)
+    except ValueError as e:
+        raise ValueError(f"unknown model_type {model_type!r}: {str(e).splitlines()[0]}") from e
+
+
+def config_key(config: Any) -> str:
+    """A config as a hashable key (its JSON), under which its model and captures are cached."""
+    return json.dumps(config.to_dict(), sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=8)
+def meta_model(key: str, dtype: str) -> torch.nn.Module:
+    """The causal LM of a config (``config_key``) on the meta device, serving attention."""
+    from transformers import AutoModelForCausalLM
+
+    _register_attention()
+    config = config_of(json.loads(key))
+    with torch.device("meta"):
+        try:
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTENTION,
+                                                     dtype=DTYPES[dtype].torch_dtype)
+        except ValueError as e:
+            raise ValueError(f"{type(config).__name__} does not build a causal LM: "
+                             f"{str(e).splitlines()[0]}") from e
+    return model.eval()
+
+
+def _serving_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
+                       value: torch.Tensor, attention_mask: Any, dropout: float = 0.0,
+                       scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Attention as a serving engine calls it: one fused kernel on the KV heads as they are
+    (GQA without repeating K and V), causal, no mask tensor; its output in the token-major
+    layout the output projection reads."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, is_causal=query.shape[2] > 1, scale=scaling,
+        enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2), None
+
+
+def _no_mask(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION, _serving_attention)
+    AttentionMaskInterface.register(ATTENTION, _no_mask)

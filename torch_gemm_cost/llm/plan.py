@@ -1,0 +1,237 @@
+"""``plan_llm``: a serving plan of a decoder-only model served as vLLM serves it, for each batch
+size: time to first token, time per output token, throughput and memory fit.
+
+A step costs ``dense(tokens, sampled) + attention(its sequences) + collectives(tokens)``:
+
+- ``dense``: the step captured once per (tokens, sampled) on the meta device (``llm.step``),
+  one GPU's shard of the model (``llm.shard``), priced through the predict stage ``estimate``
+  uses with the serving engine's records and CUDA graphs as explicit inputs (``llm.pricing``);
+- ``attention``: the serving engine's attention kernel on each step's sequences
+  (``llm.attention``), chunks of a prompt against their own context;
+- ``collectives``: ``predict.collectives`` on the device's usual node.
+
+Memory is in ``llm.memory``, the schedule of steps in ``llm.schedule``, what the plan assumes in
+``llm.assumptions``; ``llm.text`` renders the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from ..devices import DeviceSpec
+from ..dtypes import ComputeDtype
+from ..gemms.records import AttentionShape
+from ..predict import Predictor, default_predictor
+from ..predict.collectives import predict_collective_ms
+from ..predict.estimates import OpEstimate
+from ..predict.ops import OpCostModel, load_op_costs
+from ..report import CostReport
+from .assumptions import assumptions
+from .attention import ServingAttention
+from .checks import (
+    MEMORY_UTILIZATION,
+    check_device,
+    check_kv_dtype,
+    check_serving,
+    check_weights,
+    serving_dtype,
+)
+from .memory import (
+    LOGIT_BYTES,
+    activation_bytes_per_token,
+    kv_cache_bytes,
+    max_batch_fitting,
+    weights_bytes,
+)
+from .model import config_key, config_of, meta_model
+from .pricing import PricedStep, comm_ms, price_step
+from .records import LlmPlan, LlmPlanRow
+from .schedule import TOKEN_BUDGET, decode_contexts, prefill_steps
+from .shape import ServingShape, padded_vocab
+from .shard import shard_config
+from .step import Step, captured_step
+
+__all__ = ["plan_llm"]
+
+
+def plan_llm(
+    model_or_config: Any,
+    *,
+    device: str | DeviceSpec,
+    dtype: str | torch.dtype | None = None,
+    prompt: int,
+    gen: int,
+    batches: Iterable[int] | int,
+    tp: int = 1,
+    weights: str | None = None,
+    kv_dtype: str | None = None,
+    token_budget: int = TOKEN_BUDGET,
+    memory_utilization: float = MEMORY_UTILIZATION,
+    predictor: Predictor | None = None,
+) -> LlmPlan:
+    """A serving plan of a causal LM on ``device`` for each batch size of ``batches``.
+
+    ``model_or_config``: an HF config, a model holding one, a config dict or a config JSON's
+    path; the model is built on the meta device, nothing is downloaded. ``dtype``: the
+    activations' (bf16 or fp16; None: the config's, else bf16). ``prompt`` and ``gen``: tokens
+    in and out per request. ``tp``: tensor-parallel GPUs (the device's usual node). ``weights``:
+    None (the dtype), ``"int8"``, ``"int4"`` (weight-only) or ``"fp8"`` (weights and
+    activations, on a device with fp8 tensor cores). ``kv_dtype``: None (the dtype) or
+    ``"fp8"``. ``token_budget``: tokens a forward pass holds; ``memory_utilization``: the share
+    of the GPU's memory the engine uses. ``predictor``: the GEMM predictor (the default hybrid).
+    """
+    spec, own = check_device(device)
+    config = config_of(model_or_config)
+    cd = serving_dtype(dtype, config)
+    fmt = check_weights(weights, spec, cd)
+    kv = check_kv_dtype(kv_dtype, cd)
+    full = ServingShape.of(config)
+    sizes = check_serving(full, prompt, gen, batches, token_budget, memory_utilization)
+    gpu_config = shard_config(config, tp)
+    if tp > 1:  # fail before any capture if the node cannot hold the tensor-parallel group
+        try:
+            predict_collective_ms(spec, "all_reduce", size_bytes=2.0, num_gpus=tp)
+        except ValueError as e:
+            raise ValueError(f"tp={tp} on {spec.id}: {e}") from e
+    key = config_key(gpu_config)
+    model = meta_model(key, cd.name)
+    pricer = StepPricer(key, spec, cd, kv, fmt, tp, full, ServingShape.of(gpu_config),
+                        predictor or own or default_predictor())
+    shape = pricer.shape
+    held = weights_bytes(model, full.experts, fmt)
+    vocab = padded_vocab(full.vocab)
+    kv_seq = kv_cache_bytes(shape.windows, shape.kv_heads, shape.head_dim, prompt + gen, 1,
+                            kv.in_bytes)
+    fixed = token_budget * activation_bytes_per_token(shape, cd.in_bytes)
+    usable = memory_utilization * float(spec.mem_bytes or 0.0)
+    mid = prompt + gen // 2
+    rows, reports = [], []
+    for b in sizes:
+        pre = pricer.prefill(b, prompt, token_budget)
+        step, p = pricer.dense(b, b)
+        attn_dec = sum(w * pricer.attention.decode(b, ctx)[0]
+                       for ctx, w in decode_contexts(prompt, gen))
+        comm_dec = pricer.comm_ms(b, b)
+        tpot = p.dense_ms + attn_dec + comm_dec
+        request = pre.ttft_ms + (gen - 1) * tpot
+        kv_bytes = kv_seq * b
+        act = fixed + b * vocab * LOGIT_BYTES
+        decode_bytes = p.weight_read_bytes + kv_cache_bytes(
+            shape.windows, shape.kv_heads, shape.head_dim, mid, b, kv.in_bytes)
+        rows.append(LlmPlanRow(
+            batch=b, ttft_ms=pre.ttft_ms, tpot_ms=tpot, tokens_per_s=b * gen / request * 1e3,
+            request_ms=request, weights_bytes=held, kv_cache_bytes=kv_bytes,
+            activation_bytes=act, fits=held + kv_bytes + act <= usable,
+            prefill_steps=pre.steps, prefill_attention_ms=pre.attention_ms,
+            prefill_comm_ms=pre.comm_ms, decode_attention_ms=attn_dec, decode_comm_ms=comm_dec,
+            prefill_flops=pre.flops, decode_bytes=decode_bytes,
+            roofline_ttft_ms=pre.roofline_ms,
+            roofline_tpot_ms=decode_bytes / spec.dram_bw_bytes_per_s * 1e3))
+        reports.append(decode_report(step, p, spec, pricer.predictor, cd, pricer.attention, b,
+                                     mid))
+    return LlmPlan(
+        model=type(model).__name__, device=spec, dtype=cd.name,
+        weights=fmt or cd.name, kv_dtype=kv.name, tp=tp, prompt=prompt, gen=gen,
+        token_budget=token_budget, memory_utilization=float(memory_utilization),
+        usable_bytes=usable,
+        max_batch=max_batch_fitting(usable, held, fixed, kv_seq + vocab * LOGIT_BYTES,
+                                    token_budget),
+        rows=tuple(rows), attention_kernel=pricer.attention.kernel,
+        predictor=f"{getattr(pricer.predictor, 'name', type(pricer.predictor).__name__)} "
+                  f"v{getattr(pricer.predictor, 'version', '')}",
+        assumptions=assumptions(tp, fmt, pricer.attention.kernel, token_budget,
+                                memory_utilization),
+        decode_reports=tuple(reports))
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """A batch's prompts prefilled: the time to the first token and what it is made of."""
+
+    ttft_ms: float
+    attention_ms: float
+    comm_ms: float
+    flops: float
+    roofline_ms: float
+    steps: int
+
+
+class StepPricer:
+    """One plan's forward passes priced: each distinct (tokens, sampled) dense step captured and
+    priced once, attention per layer kind, and the tensor-parallel collectives."""
+
+    def __init__(self, key: str, spec: DeviceSpec, cd: ComputeDtype, kv: ComputeDtype,
+                 fmt: str | None, tp: int, full: ServingShape, shape: ServingShape,
+                 predictor: Predictor) -> None:
+        self.key, self.spec, self.cd, self.kv, self.fmt, self.tp = key, spec, cd, kv, fmt, tp
+        self.full, self.shape, self.predictor = full, shape, predictor
+        self.costs: OpCostModel = load_op_costs()
+        self.attention = ServingAttention(spec, shape, cd, kv)
+        self._priced: dict[tuple[int, int], PricedStep] = {}
+
+    def dense(self, tokens: int, sampled: int) -> tuple[Step, PricedStep]:
+        """The step of ``tokens`` tokens sampling ``sampled``, and its price but attention."""
+        step = captured_step(self.key, self.cd.name, tokens, sampled)
+        if (tokens, sampled) not in self._priced:
+            self._priced[(tokens, sampled)] = price_step(step, self.spec, self.predictor,
+                                                         self.fmt, self.kv, self.costs)
+        return step, self._priced[(tokens, sampled)]
+
+    def comm_ms(self, tokens: int, sampled: int) -> float:
+        """Two all-reduces a layer and one after the embedding, and the logits' all-gather."""
+        return comm_ms(self.spec, self.shape, self.full.vocab, self.tp, self.cd.in_bytes,
+                       tokens, sampled)
+
+    def prefill(self, batch: int, prompt: int, token_budget: int) -> Prefill:
+        """Every prefill step of ``batch`` prompts under the token budget, summed."""
+        ttft = attn = comm = flops = roof = 0.0
+        steps = prefill_steps(batch, prompt, token_budget)
+        peak = self.spec.peak_flops_per_s(self.cd)
+        for (tokens, sampled, chunks), count in steps.items():
+            _, p = self.dense(tokens, sampled)
+            a_ms, a_flops = self.attention.prefill(chunks)
+            c_ms = self.comm_ms(tokens, sampled)
+            ttft += count * (p.dense_ms + a_ms + c_ms)
+            attn += count * a_ms
+            comm += count * c_ms
+            flops += count * (p.flops + a_flops)
+            roof += count * (p.roofline_ms + a_flops / peak * 1e3)
+        return Prefill(ttft, attn, comm, flops, roof, sum(steps.values()))
+
+
+def decode_report(step: Step, p: PricedStep, spec: DeviceSpec, predictor: Predictor,
+                  cd: ComputeDtype, attention: ServingAttention, batch: int, context: int
+                  ) -> CostReport:
+    """The decode step of ``batch`` sequences at ``context`` keys as a cost report of one GPU:
+    each layer's attention op carries its call at that context (shape and time)."""
+    s = attention.shape
+    ops = []
+    for o in p.ops:
+        a = o.op.attention
+        if a is None:
+            ops.append(o)
+            continue
+        window = s.windows[_layer_of(o.op.module, len(s.windows))]
+        shape = AttentionShape(batch=batch, heads=a.heads, kv_heads=a.kv_heads, q_len=1,
+                               kv_len=context, head_dim=a.head_dim, head_dim_v=a.head_dim_v,
+                               causal=True)
+        ops.append(OpEstimate(replace(o.op, attention=shape),
+                              attention.per_layer_ms(batch, context, window),
+                              f"flash attention ({attention.kernel})"))
+    return CostReport(
+        model=step.model_name, device=spec, dtype=cd.name, mode="inference",
+        predictor=getattr(predictor, "name", type(predictor).__name__),
+        predictor_version=str(getattr(predictor, "version", "")), gemms=p.gemms,
+        others=tuple(ops), config=step.config, module_types=step.module_types, compiled=True)
+
+
+def _layer_of(module: str, layers: int) -> int:
+    """The decoder layer index in a module path ("model.layers.3.self_attn" -> 3)."""
+    for part in module.split("."):
+        if part.isdigit() and int(part) < layers:
+            return int(part)
+    return 0

@@ -1,0 +1,56 @@
+"""The serving engine's schedule: the forward passes that prefill a batch's prompts under a
+token budget, and the context lengths a decode step is averaged at."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+__all__ = ["DECODE_POINTS", "TOKEN_BUDGET", "decode_contexts", "prefill_steps"]
+
+TOKEN_BUDGET = 8192  # tokens a forward pass holds (vLLM's max_num_batched_tokens)
+DECODE_POINTS = 5  # context lengths a plan prices decode attention at (Simpson's rule)
+
+
+def prefill_steps(batch: int, prompt: int, budget: int) -> Counter[tuple[int, int, tuple[
+        tuple[int, int], ...]]]:
+    """The forward passes that prefill ``batch`` prompts of ``prompt`` tokens under a token
+    budget, sequence after sequence, a prompt split where a pass fills: (tokens, sequences that
+    finish their prompt in it, ((chunk tokens, context after the chunk), ...)) -> how many.
+
+    >>> dict(prefill_steps(3, 3000, 8192))
+    {(8192, 2, ((3000, 3000), (3000, 3000), (2192, 2192))): 1, (808, 1, ((808, 3000),)): 1}
+    """
+    steps: Counter[tuple[int, int, tuple[tuple[int, int], ...]]] = Counter()
+    seq, done = 0, 0
+    while seq < batch:
+        room, finished, chunks = budget, 0, []
+        while room > 0 and seq < batch:
+            take = min(room, prompt - done)
+            done += take
+            room -= take
+            chunks.append((take, done))
+            if done == prompt:
+                seq, done, finished = seq + 1, 0, finished + 1
+        steps[(budget - room, finished, tuple(chunks))] += 1
+    return steps
+
+
+def decode_contexts(prompt: int, gen: int, points: int = DECODE_POINTS
+                    ) -> list[tuple[int, float]]:
+    """(KV length, weight) pairs whose weighted sum averages a decode cost over the ``gen - 1``
+    steps after the first token, at KV lengths prompt + 1 .. prompt + gen − 1: each step when
+    there are at most ``points``, else Simpson's rule on ``points`` (odd) lengths.
+
+    >>> decode_contexts(2048, 3)
+    [(2049, 0.5), (2050, 0.5)]
+    >>> [(c, round(w, 4)) for c, w in decode_contexts(2048, 257)]
+    [(2049, 0.0833), (2113, 0.3333), (2176, 0.1667), (2240, 0.3333), (2304, 0.0833)]
+    """
+    steps = gen - 1
+    if steps <= points:
+        return [(prompt + t, 1.0 / steps) for t in range(1, steps + 1)]
+    lo, hi = prompt + 1, prompt + steps
+    intervals = points - 1 if points % 2 else points - 2
+    coef = [1.0] + [4.0 if i % 2 else 2.0 for i in range(1, intervals)] + [1.0]
+    total = 3.0 * intervals  # Σ coef = 3·intervals for composite Simpson
+    return [(round(lo + (hi - lo) * i / intervals), c / total) for i, c in enumerate(coef)]

@@ -1,0 +1,57 @@
+"""Tensor-parallel sharding of a config: one GPU's config, Megatron's way as vLLM shards it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .shape import ServingShape, padded_vocab
+
+__all__ = ["shard_config"]
+
+
+def shard_config(config: Any, tp: int) -> Any:
+    """One GPU's config under tensor parallelism ``tp``, Megatron's way as vLLM shards it:
+    attention heads split (column-parallel q/k/v, row-parallel o), KV heads split where ``tp``
+    divides them and replicated, one a GPU, where ``tp`` is a multiple of them; the MLP's (each
+    expert's) intermediate dim split (column-parallel gate/up, row-parallel down); the
+    vocabulary padded to a multiple of 64 and split. Hidden size and layers stay."""
+    shape = ServingShape.of(config)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}; nearest good: 1")
+    if shape.heads % tp:
+        raise ValueError(f"tp={tp} does not divide the {shape.heads} attention heads; nearest "
+                         f"good tp: {' or '.join(map(str, _divisors_near(shape.heads, tp)))}")
+    if shape.kv_heads % tp and tp % shape.kv_heads:
+        raise ValueError(f"tp={tp} neither divides nor is a multiple of the {shape.kv_heads} KV "
+                         f"heads; nearest good tp: "
+                         f"{' or '.join(map(str, _divisors_near(shape.kv_heads, tp)))}")
+    if shape.intermediate % tp:
+        raise ValueError(f"tp={tp} does not divide the MLP's intermediate size "
+                         f"{shape.intermediate}; nearest good tp: "
+                         f"{' or '.join(map(str, _divisors_near(shape.intermediate, tp)))}")
+    if tp > 1 and not any(isinstance(getattr(config, name, None), int) for name in (
+            "intermediate_size", "moe_intermediate_size")):
+        raise ValueError(f"tp={tp} needs a config that names its MLP width "
+                         f"(intermediate_size, as Llama-style models do); "
+                         f"{type(config).__name__} does not: use tp=1")
+    out = copy.deepcopy(config)
+    out.num_attention_heads = shape.heads // tp
+    if hasattr(config, "num_key_value_heads"):
+        out.num_key_value_heads = max(shape.kv_heads // tp, 1)
+    out.head_dim = shape.head_dim
+    for name in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value % tp == 0:
+            setattr(out, name, value // tp)
+    out.vocab_size = -(-padded_vocab(shape.vocab) // tp)
+    if tp > 1:  # token ids index the whole vocabulary, not one GPU's shard of it
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if hasattr(out, name):
+                setattr(out, name, None)
+    return out
+
+
+def _divisors_near(n: int, value: int) -> list[int]:
+    good = [d for d in range(1, n + 1) if n % d == 0]
+    return sorted(good, key=lambda d: (abs(d - value), d))[:2]
