@@ -429,3 +429,19 @@ def test_a_spec_file_device_plans_as_the_catalog_gpu_it_copies(tmp_path):
     assert [(r.ttft_ms, r.tpot_ms) for r in mine.rows] == \
         [(r.ttft_ms, r.tpot_ms) for r in catalog.rows]
     assert mine.max_batch == catalog.max_batch
+
+
+def test_a_plan_prints_as_its_table_and_footer() -> None:
+    """``print(plan)`` shows the plan (its table, then its footer), as ``format_llm_plan`` does,
+    not the dataclass's repr."""
+    import transformers
+
+    import torch_gemm_cost as tgc
+
+    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      vocab_size=512)
+    plan = tgc.plan_llm(config, device="h100_sxm5_80gb", prompt=64, gen=16, batches=[1, 2])
+    assert str(plan) == tgc.format_llm_plan(plan) == f"{plan.table()}\n{plan.footer()}"
+    assert str(plan).splitlines()[0].split()[:3] == ["batch", "TTFT", "ms"]
+    assert plan.layer_table(2) == tgc.format_llm_layers(plan, 2)

@@ -8,12 +8,14 @@
   the serving engine's additions explicit; ``attention``: the serving engine's attention kernel;
 - ``schedule``: prefill chunks and decode contexts; ``memory``: weights, KV cache, activations
   and the largest batch; ``checks``: the arguments; ``assumptions``: what a plan assumes;
-- ``plan``: ``plan_llm``; ``records``: ``LlmPlan`` and ``LlmPlanRow``; ``text``: their text.
+- ``plan``: ``plan_llm``; ``records``: ``LlmPlanRecord`` and ``LlmPlanRow``; ``text``: their text;
+  ``result``: ``LlmPlan``, the record that prints as its text.
 """
 
 from .plan import plan_llm
-from .records import LlmPlan, LlmPlanRow
+from .records import LlmPlanRecord, LlmPlanRow
+from .result import LlmPlan
 from .text import format_llm_assumptions, format_llm_layers, format_llm_plan
 
-__all__ = ["LlmPlan", "LlmPlanRow", "format_llm_assumptions", "format_llm_layers",
+__all__ = ["LlmPlan", "LlmPlanRecord", "LlmPlanRow", "format_llm_assumptions", "format_llm_layers",
            "format_llm_plan", "plan_llm"]

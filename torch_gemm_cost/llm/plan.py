@@ -49,7 +49,8 @@ from .memory import (
 )
 from .model import config_key, config_of, meta_model
 from .pricing import PricedStep, comm_ms, price_step
-from .records import LlmPlan, LlmPlanRow
+from .records import LlmPlanRow
+from .result import LlmPlan
 from .schedule import TOKEN_BUDGET, decode_contexts, prefill_steps
 from .shape import ServingShape, padded_vocab
 from .shard import shard_config

@@ -1,4 +1,4 @@
-"""The records of a serving plan: one ``LlmPlanRow`` per batch size and the ``LlmPlan`` that holds
+"""The records of a serving plan: one ``LlmPlanRow`` per batch size and the ``LlmPlanRecord`` that holds
 them, with its JSON-ready data. ``llm.plan.plan_llm`` computes them; ``llm.text`` renders them.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from ..devices import DeviceSpec
 from ..report import CostReport
 
-__all__ = ["LlmPlan", "LlmPlanRow"]
+__all__ = ["LlmPlanRecord", "LlmPlanRow"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,12 @@ class LlmPlanRow:
 
 
 @dataclass(frozen=True)
-class LlmPlan:
+class LlmPlanRecord:
     """A serving plan of one model on one device: a row per batch size, ``max_batch`` (the
     largest batch whose memory fits, from the HBM arithmetic), and what the plan assumes.
 
     ``decode_reports`` holds each row's decode step (mid context) as a ``CostReport`` of one
-    GPU: ``llm.text.format_llm_layers(plan, batch)`` renders it.
+    GPU. ``LlmPlan`` (``llm.result``) is this record with its text.
     """
 
     model: str

@@ -6,18 +6,19 @@
 
 from __future__ import annotations
 
-from .records import LlmPlan
+from .records import LlmPlanRecord
 
-__all__ = ["format_llm_assumptions", "format_llm_layers", "format_llm_plan"]
+__all__ = ["format_llm_assumptions", "format_llm_layers", "format_llm_plan", "plan_footer",
+           "plan_table"]
 
 
-def format_llm_plan(plan: LlmPlan) -> str:
+def format_llm_plan(plan: LlmPlanRecord) -> str:
     """One line per batch size (latencies, throughput, memory and the roofline limits), then
     what the plan is of."""
-    return f"{_table(plan)}\n{_footer(plan)}"
+    return f"{plan_table(plan)}\n{plan_footer(plan)}"
 
 
-def format_llm_layers(plan: LlmPlan, batch: int | None = None, depth: int | None = 2) -> str:
+def format_llm_layers(plan: LlmPlanRecord, batch: int | None = None, depth: int | None = 2) -> str:
     """The decode step's cost table at ``batch`` (default: the largest), by module at
     ``depth`` levels (None: one row per GEMM), with its totals."""
     if not plan.decode_reports:
@@ -29,12 +30,12 @@ def format_llm_layers(plan: LlmPlan, batch: int | None = None, depth: int | None
             f"(one GPU{comm}):\n{report.table(depth=depth)}\n{report.footer()}")
 
 
-def format_llm_assumptions(plan: LlmPlan) -> str:
+def format_llm_assumptions(plan: LlmPlanRecord) -> str:
     """What the plan assumes, one item a line."""
     return "\n".join(["assumptions:", *(f"- {line}" for line in plan.assumptions)])
 
 
-def _table(plan: LlmPlan) -> str:
+def plan_table(plan: LlmPlanRecord) -> str:
     from tabulate import tabulate
 
     body = [[r.batch, r.ttft_ms, r.tpot_ms, r.tokens_per_s, r.request_ms,
@@ -47,7 +48,7 @@ def _table(plan: LlmPlan) -> str:
     return tabulate(body, headers=headers, floatfmt=fmt)
 
 
-def _footer(plan: LlmPlan) -> str:
+def plan_footer(plan: LlmPlanRecord) -> str:
     tp = f", tensor parallel {plan.tp}" if plan.tp > 1 else ""
     gpu = " per GPU" if plan.tp > 1 else ""
     return (
