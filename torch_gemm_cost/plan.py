@@ -43,8 +43,7 @@ from typing import Any
 import torch
 
 from .capture import capture
-from .datasheet import device_or_profile
-from .devices import DeviceSpec, is_cpu
+from .devices import DeviceLike, DeviceSpec, is_cpu
 from .dtypes import DTYPES, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract
 from .gemms.fusion import fuse_kernels
@@ -55,9 +54,10 @@ from .predict.attention import AttentionCall, AttentionPredictor, vllm_kernel
 from .predict.collectives import predict_collective_ms
 from .predict.estimates import GemmEstimate, OpEstimate, estimate_gemms, estimate_ops
 from .predict.ops import OpCostModel, load_op_costs
-from .predict.profile import load_profile
+from .predict.profile import profile_predictor
 from .predict.sdpa import runs_fused_attention
 from .report import CostReport
+from .target import Target, resolve_target
 
 __all__ = [
     "DECODE_POINTS",
@@ -644,17 +644,18 @@ def max_batch_fitting(usable_bytes: float, weights_bytes: int, fixed_bytes: int,
 
 
 # ---------------------------------------------------------------- checks at the boundary
-def _check_device(device: Any) -> tuple[DeviceSpec, Predictor | None]:
-    """The device's spec, and the predictor a calibration profile brings (None otherwise)."""
-    found = device_or_profile(device)
-    spec, own = (found, None) if isinstance(found, DeviceSpec) else load_profile(found)
+def _check_device(device: Any) -> Target:
+    """The device resolved (its spec, and the predictor a calibration profile brings), if it
+    is a GPU the plan can price."""
+    target = resolve_target(device)
+    spec = target.spec
     if is_cpu(spec) or not runs_fused_attention(spec):
         raise ValueError(f"device {spec.id!r} is no GPU the attention model prices; plan on a "
                          "catalog GPU, e.g. 'h100_sxm5_80gb'")
     if not spec.mem_bytes:
         raise ValueError(f"device {spec.id!r} has no memory size in the catalog; a plan needs "
                          "it to fit weights and KV cache")
-    return spec, own
+    return target
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -808,7 +809,7 @@ def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization:
 def plan_llm(
     model_or_config: Any,
     *,
-    device: str | DeviceSpec,
+    device: DeviceLike,
     dtype: str | torch.dtype | None = None,
     prompt: int,
     gen: int,
@@ -831,7 +832,8 @@ def plan_llm(
     ``"fp8"``. ``token_budget``: tokens a forward pass holds; ``memory_utilization``: the share
     of the GPU's memory the engine uses. ``predictor``: the GEMM predictor (the default hybrid).
     """
-    spec, own = _check_device(device)
+    target = _check_device(device)
+    spec = target.spec
     config = config_of(model_or_config)
     cd = _serving_dtype(dtype, config)
     fmt = _check_weights(weights, spec, cd)
@@ -847,7 +849,7 @@ def plan_llm(
     key = _config_key(gpu_config)
     model = _model(key, cd.name)
     pricer = _StepPricer(key, spec, cd, kv, fmt, tp, full, _Shape.of(gpu_config),
-                         predictor or own or default_predictor())
+                         predictor or profile_predictor(target) or default_predictor())
     shape = pricer.shape
     weights_bytes = _weights_bytes(model, full.experts, fmt)
     vocab = padded_vocab(full.vocab)
