@@ -221,10 +221,14 @@ def test_estimate_compare_and_annotate(kind, tmp_path, quiet):
     model, args = tiny_model()
     report = tgc.estimate(model, args, device=device, dtype="bf16", predictor=ROOF)
     assert report.device == spec and report.device.id == spec.id
-    # the first Linear, 8 x 64 -> 256: memory-bound at the device's DRAM bandwidth
     reports = tgc.compare(model, args, devices=[device, H100], dtypes=["bf16"], predictor=ROOF)
     assert [r.device for r in reports] == [spec, get_device(H100)]
     assert [g.time_ms for g in reports[0].gemms] == [g.time_ms for g in report.gemms]
+    assert len(report.gemms) == 2
+    # both Linears (8 x 64 x 256: 6.9 FLOP/B) are memory-bound, so each GEMM's roofline time
+    # is its bytes over the resolved device's DRAM bandwidth: times scale as 1 / bandwidth
+    assert [g.time_ms * spec.dram_bw_bytes_per_s for g in reports[0].gemms] == pytest.approx(
+        [g.time_ms * 3350e9 for g in reports[1].gemms], rel=1e-12)
     graph = tgc.annotate(model, args, device=device, dtype="bf16")
     assert any("torch_gemm_cost" in n.meta for n in graph.graph.nodes)
 
