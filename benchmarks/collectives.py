@@ -75,13 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     rows = load_comm(args.data)
-    calls, kept, not_priced = to_calls(rows)
+    calls, devices, kept, not_priced = to_calls(rows)
     held = leave_one_gpu_out(rows, GPUS, seed=args.seed)
-    full = CollectivePredictor(seed=args.seed).fit(calls, [rows[i].latency_ms for i in kept])
-    pred_full = full.predict(calls)
+    full = CollectivePredictor(seed=args.seed).fit(calls, devices,
+                                                   [rows[i].latency_ms for i in kept])
+    pred_full = full.predict(calls, devices)
     insample = dict(zip(kept, pred_full.time_ms.tolist()))
     algo = dict(zip(kept, pred_full.algorithm))
-    base = dict(zip(kept, bandwidth_baseline_ms(CollectiveBatch.from_calls(calls)).tolist()))
+    base = dict(zip(kept, bandwidth_baseline_ms(CollectiveBatch.from_calls(calls), devices).tolist()))
     wall = time.perf_counter() - t0
 
     def meas(i: int) -> float:

@@ -107,7 +107,7 @@ def collective_figures(data: str) -> tuple[list[list[Any]], float]:
 
     t0 = time.perf_counter()
     rows = load_comm(data)
-    _, kept, _ = to_calls(rows)
+    _, _, kept, _ = to_calls(rows)
     gpus = sorted({rows[i].gpu for i in kept})
     held = leave_one_gpu_out(rows, gpus, seed=0)
     out = []

@@ -55,7 +55,7 @@ from torch_gemm_cost.gemms.measured import (
     load_all_gemms,
 )
 from torch_gemm_cost.predict.hybrid import HybridPredictor, variants
-from torch_gemm_cost.predict.query import resolve_target
+from torch_gemm_cost.target import resolve_target
 from torch_gemm_cost.train.gemm import chip_of
 
 WEIGHTS = ROOT / "torch_gemm_cost" / "data" / "hybrid_weights.json"
@@ -90,8 +90,9 @@ def spec_from_file(record: dict, directory: Path) -> tuple[DeviceSpec, list[str]
     path.write_text(json.dumps(record, indent=1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        spec, predictor = resolve_target(str(path))
-    assert predictor is None and spec.origin == "spec_file"
+        target = resolve_target(str(path))
+    spec = target.spec
+    assert target.source == f"spec file {path}" and spec.origin == "spec_file"
     return spec, [n.removeprefix("fallback ").split(" -> ")[0] for n in spec.notes
                   if n.startswith("fallback ")]
 
@@ -107,7 +108,7 @@ def exactness(measured: MeasuredGemms, gpus_json: dict[str, dict], tmp: Path
     for gpu in sorted(set(measured.gpu)):
         sub = measured.select(measured.mask(gpu=gpu))
         t0 = time.perf_counter()
-        by_catalog = catalog_pred.predict_measured(sub.on_device(resolve_target(gpu)[0]))
+        by_catalog = catalog_pred.predict_measured(sub.on_device(resolve_target(gpu).spec))
         with catalog_without(gpu):
             spec, _ = spec_from_file(spec_file_record(gpus_json[gpu]), tmp)
             by_spec = spec_pred.predict_measured(sub.on_device(spec))

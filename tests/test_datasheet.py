@@ -26,13 +26,14 @@ from torch_gemm_cost.datasheet import (
     SpecFallbackWarning,
     catalog_record,
     datasheet_record,
-    device_or_profile,
     document_kind,
     load_spec_file,
     template,
 )
 from torch_gemm_cost.devices import spec_from_record
-from torch_gemm_cost.predict.query import predict_gemm_ms, resolve_target
+from torch_gemm_cost.predict.profile import profile_predictor
+from torch_gemm_cost.predict.query import predict_gemm_ms
+from torch_gemm_cost.target import resolve_target
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG_IDS = [d.id for d in tgc.list_devices()]
@@ -240,7 +241,7 @@ def test_absent_optional_facts_fall_back_with_one_warning_listing_each(tmp_path)
     rec["peak_tflops_fp16_sparse"] = 1978.9
     path = _write(tmp_path / "my_gpu.json", rec)
     with pytest.warns(SpecFallbackWarning) as caught:
-        spec = device_or_profile(path)
+        spec = resolve_target(path).spec
     assert len(caught) == 1
     message = str(caught[0].message)
     for field in ("base_clock_mhz", "cuda_cores_per_sm", "tensor_cores_per_sm",
@@ -281,14 +282,16 @@ def test_a_spec_file_and_a_profile_are_told_apart_by_content_not_name(tmp_path):
     spec_file = _write(tmp_path / "profile.json", _h100())
     assert document_kind(json.loads(profile.read_text())) == "profile"
     assert document_kind(json.loads(spec_file.read_text())) == "spec"
-    spec, predictor = resolve_target(profile)
-    assert spec.id == "l4" and predictor is not None
-    spec, predictor = resolve_target(spec_file)
-    assert spec.id == "my_hopper" and spec.origin == "spec_file" and predictor is None
+    target = resolve_target(profile)
+    assert target.spec.id == "l4" and target.source == f"profile {profile}"
+    assert profile_predictor(target) is not None
+    target = resolve_target(spec_file)
+    assert target.spec.id == "my_hopper" and target.spec.origin == "spec_file"
+    assert target.source == f"spec file {spec_file}" and profile_predictor(target) is None
     # neither name ends in .json: still read by content
     odd = tmp_path / "device.spec"
     odd.write_text(spec_file.read_text())
-    assert resolve_target(str(odd))[0].id == "my_hopper"
+    assert resolve_target(str(odd)).spec.id == "my_hopper"
     with pytest.raises(ValueError, match="is a calibration profile, not a spec file"):
         load_spec_file(profile)
 

@@ -16,7 +16,7 @@ PKG = PACKAGE.name
 # The pipeline, in order: a module may import from its own stage and the stages before it.
 # A module's stage is named by its first component under the package.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("suggest", "dtypes", "devices", "datasheet")),
+    ("foundation", ("suggest", "dtypes", "devices", "datasheet", "target")),
     ("capture", ("capture", "hf_config")),
     ("gemms", ("gemms",)),
     ("predict", ("predict",)),

@@ -240,22 +240,25 @@ def test_non_finite_prediction_is_an_internal_error_naming_the_line(tmp_path, mo
 
 
 def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch, counting):
-    # The profile's loader is stubbed: this checks the dispatch, not the calibration format.
+    # The profile's predictor is stubbed: this checks the dispatch, not the calibration format.
+    import json
     from dataclasses import replace
 
-    from torch_gemm_cost.devices import get_device
-    from torch_gemm_cost.predict import query
+    from torch_gemm_cost.devices import get_device, spec_to_record
+    from torch_gemm_cost.predict import profile
 
     local = replace(get_device("l4"), id="my_l4", name="My L4", aliases=())
     profile_pred = _Counting()
-    seen: list[Path] = []
+    seen: list[str] = []
 
-    def load_profile(path):
-        seen.append(Path(path))
-        return local, profile_pred
+    def profile_predictor(target):
+        seen.append(target.source)
+        return profile_pred if target.profile is not None else None
 
-    monkeypatch.setattr(query, "load_profile", load_profile)
-    (tmp_path / "p.json").write_text('{"format": "torch_gemm_cost.profile"}')  # by content
+    monkeypatch.setattr(profile, "profile_predictor", profile_predictor)
+    (tmp_path / "p.json").write_text(json.dumps({  # a profile by its content
+        "format": "torch_gemm_cost.profile", "version": 1, "device": spec_to_record(local),
+        "predictor": {"kind": "counting"}}))
     header = ["gpu", "op", "dtype", "batch", "m", "n", "k"]
     rows = [["my_l4", "mm", "fp16", "1", "8", "8", "8"], ["l4", "mm", "fp16", "1", "8", "8", "8"],
             ["My L4", "mm", "fp16", "1", "9", "8", "8"]]
@@ -263,7 +266,7 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
     out = tmp_path / "o.csv"
     assert main(["predict-csv", str(src), "--out", str(out), "--device-profile",
                  str(tmp_path / "p.json")]) == 0
-    assert seen == [tmp_path / "p.json"]
+    assert seen == [f"profile {tmp_path / 'p.json'}", "catalog"]  # one group per device
     assert profile_pred.sizes == [2] and counting.sizes == [1]
     assert len(_read(out)) == 4
 

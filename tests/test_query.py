@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import torch_gemm_cost as tgc
 from torch_gemm_cost.dtypes import DTYPES
 from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
-from torch_gemm_cost.predict.query import explain, predict_gemm_ms, resolve_target
+from torch_gemm_cost.predict.query import explain, predict_gemm_ms
+from torch_gemm_cost.target import resolve_target
 
 ROOF = RooflinePredictor()
 
@@ -50,7 +51,7 @@ def test_dtype_spellings_give_identical_results(spelling):
 def test_device_spellings_give_identical_results():
     a = predict_gemm_ms("tesla_t4", m=300, n=200, k=100)
     assert predict_gemm_ms("Tesla T4", m=300, n=200, k=100) == a
-    assert predict_gemm_ms(resolve_target("T4")[0], m=300, n=200, k=100) == a
+    assert predict_gemm_ms(resolve_target("T4").spec, m=300, n=200, k=100) == a
 
 
 def test_arrays_broadcast_and_match_scalar_calls():
@@ -120,7 +121,7 @@ def test_bf16_without_bf16_tensor_cores_warns_and_predicts_the_fp32_path(device)
     # far above the memory term (3 · 8192² · 2 B / 900e9 = 0.45 ms), so the fp32 rate decides.
     with pytest.warns(UserWarning, match=rf"{device}.*no bf16 tensor cores.*'float16'"):
         t = predict_gemm_ms(device, m=8192, n=8192, k=8192, dtype="bf16", predictor=ROOF)
-    fp32_peak = resolve_target(device)[0].peak("fp32")
+    fp32_peak = resolve_target(device).spec.peak("fp32")
     assert t == pytest.approx(2 * 8192**3 / fp32_peak * 1e3, rel=1e-12)
 
 
@@ -305,13 +306,19 @@ def test_threads_get_identical_results():
 
 
 def test_profile_path_brings_its_device_and_predictor(tmp_path, monkeypatch):
+    import json
+
+    from torch_gemm_cost.devices import spec_to_record
     from torch_gemm_cost.predict import query
 
+    # the profile's predictor is stubbed: this checks the dispatch, not the calibration format
     rec = _Recorder()
-    spec = tgc.get_device("l4")
-    monkeypatch.setattr(query, "load_profile", lambda path: (spec, rec))
-    path = tmp_path / "profile.json"
-    path.write_text('{"format": "torch_gemm_cost.profile"}')  # a profile by its content
+    monkeypatch.setattr(query, "profile_predictor",
+                        lambda target: rec if target.profile is not None else None)
+    path = tmp_path / "profile.json"  # a profile by its content
+    path.write_text(json.dumps({"format": "torch_gemm_cost.profile", "version": 1,
+                                "device": spec_to_record(tgc.get_device("l4")),
+                                "predictor": {"kind": "recorder"}}))
     # _Recorder predicts m · 1e-3 ms
     assert predict_gemm_ms(str(path), m=50, n=8, k=8) == pytest.approx(0.05)
     assert predict_gemm_ms(path, m=70, n=8, k=8) == pytest.approx(0.07)

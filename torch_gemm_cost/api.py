@@ -23,7 +23,6 @@ from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
 from .capture import CAPTURE_METHODS, Captured, capture
-from .datasheet import device_or_profile
 from .devices import DeviceLike, DeviceSpec, check_dtype_on_device
 from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .gemms import GemmSite, OtherOp, extract, optimizer_ops
@@ -33,8 +32,9 @@ from .gemms.records import FusedKernel
 from .predict import Predictor, default_predictor
 from .predict.estimates import GemmEstimate, OpEstimate, price_records, total_ms
 from .predict.intervals import ReportUncertainty
-from .predict.profile import load_profile
+from .predict.profile import profile_predictor
 from .report import Comparison, CostReport
+from .target import Target, resolve_target
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
 
@@ -149,8 +149,8 @@ def compare(
                                                     native_dtype=plan.native)
         records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
-    runs = [_Run(spec, _predictor_of(predictor, own), cd)
-            for (spec, own), cd in itertools.product(plan.targets, plan.dtypes)]
+    runs = [_Run(target.spec, _predictor_of(predictor, target), cd)
+            for target, cd in itertools.product(plan.targets, plan.dtypes)]
     priced = [_step(bar, price_records(records[run.cd.name][0],
                                        (*records[run.cd.name][1], *optimizer_records),
                                        run.spec, run.predictor, kernels=kernels[run.cd.name]))
@@ -176,11 +176,10 @@ def _step(bar: tqdm, result: _T) -> _T:
 
 @dataclass(frozen=True)
 class _Plan:
-    """The checked arguments of one call: each device's spec with the predictor a calibration
-    profile brings (None for a catalog device), the compute dtypes, and the model's own
-    floating dtype."""
+    """The checked arguments of one call: each device resolved (its spec, and the predictor a
+    calibration profile brings), the compute dtypes, and the model's own floating dtype."""
 
-    targets: list[tuple[DeviceSpec, Predictor | None]]
+    targets: list[Target]
     dtypes: list[ComputeDtype]
     native: torch.dtype
 
@@ -202,17 +201,14 @@ def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
     driver name, a DeviceSpec, a spec file's path (a datasheet record: the device with no
     predictor of its own) or a calibration profile's path, which brings its own predictor
     (``predictor``, when given, replaces it)."""
-    targets: list[tuple[DeviceSpec, Predictor | None]] = []
-    for d in _as_list(devices, "devices"):
-        found = device_or_profile(d)
-        targets.append((found, None) if isinstance(found, DeviceSpec) else load_profile(found))
+    targets = [resolve_target(d) for d in _as_list(devices, "devices")]
     native = _model_dtype(model)
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
     _check_choice("mode", mode, MODES)
     _check_choice("capture_method", capture_method, CAPTURE_METHODS)
-    for (spec, _), cd in itertools.product(targets, cds):
+    for target, cd in itertools.product(targets, cds):
         # fp8 without fp8 units: ValueError naming both; bf16 without bf16 tensor cores warns
-        check_dtype_on_device(spec, cd)
+        check_dtype_on_device(target.spec, cd)
     if predictor is not None and not callable(getattr(predictor, "predict", None)):
         raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
     if optimizer is not None and mode != "train":
@@ -220,11 +216,11 @@ def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
     return _Plan(targets, cds, native)
 
 
-def _predictor_of(given: Predictor | None, own: Predictor | None) -> Predictor:
+def _predictor_of(given: Predictor | None, target: Target) -> Predictor:
     """The predictor of a run: the one given, else the profile's, else the default."""
     if given is not None:
         return given
-    return own if own is not None else default_predictor()
+    return profile_predictor(target) or default_predictor()
 
 
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],

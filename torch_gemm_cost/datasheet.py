@@ -15,7 +15,7 @@ that is absent falls back as ``SPEC_FIELDS`` says, and a spec file says every fa
 one ``SpecFallbackWarning``. A missing or impossible value raises one ``SpecError`` listing each
 problem with its field, unit, and the value the most similar catalog GPU has.
 
-A calibration profile is JSON too; ``device_or_profile`` tells the two apart by content (a
+A calibration profile is JSON too; ``read_device_file`` tells the two apart by content (a
 profile has ``"format": "torch_gemm_cost.profile"``), never by file name.
 """
 
@@ -33,11 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from .devices import (
-    DeviceLike,
     DeviceSpec,
     _norm,
     _stacklevel_of_caller,
-    get_device,
     list_devices,
     spec_from_record,
 )
@@ -45,22 +43,24 @@ from .suggest import unknown
 
 __all__ = [
     "PROFILE_FORMAT",
+    "PROFILE_VERSION",
     "SPEC_FIELDS",
     "SpecError",
     "SpecFallbackWarning",
     "catalog_record",
     "datasheet_record",
-    "device_or_profile",
     "document_kind",
     "load_spec_file",
     "most_similar",
+    "read_device_file",
     "spec_from_datasheet",
     "template",
 ]
 
 # The format marker of a calibration profile (predict/profile.py writes it): the content that
-# tells a profile from a spec file.
+# tells a profile from a spec file; and the version of the profile layout this package reads.
 PROFILE_FORMAT = "torch_gemm_cost.profile"
+PROFILE_VERSION = 1
 
 MB = 1 << 20  # gpus.json's "mb" of caches is MiB (B200: 129536 KiB -> 126.5)
 KB = 1 << 10
@@ -907,31 +907,20 @@ def load_spec_file(path: str | os.PathLike[str], *, warn: bool = True) -> list[D
     return _specs(doc, path, warn)
 
 
-def device_or_profile(device: DeviceLike) -> DeviceSpec | Path:
-    """The spec ``device`` names, or the path of the calibration profile it names.
+def read_device_file(path: str | os.PathLike[str]) -> DeviceSpec | Mapping[str, Any]:
+    """The device of a spec file, or the parsed document of a calibration profile.
 
-    ``device`` is a ``DeviceSpec``, a catalog id, a driver name, ``"cuda"``, or the path of a
-    JSON file: a spec file (one gpus.json record) is read here into its spec; a calibration
-    profile (written by ``torch-gemm-cost calibrate``) is returned as its path, for the
-    predict stage to load. The two are told apart by content, never by name. An unknown name
-    that is no file either raises the catalog's error, with its close matches.
+    The two are told apart by content, never by name: a spec file (one gpus.json record) is
+    read here into its spec; a calibration profile (written by ``torch-gemm-cost calibrate``)
+    is returned as its document, for the predict stage to load its predictor
+    (``predict/target.resolve_target``). A spec file of several devices, or any other JSON,
+    raises a ValueError saying what it holds.
     """
-    if isinstance(device, DeviceSpec):
-        return device
-    if not isinstance(device, (str, os.PathLike)):
-        raise TypeError(f"device must be a catalog id, a driver name, a spec file or a profile "
-                        f"path, got {device!r}")
-    if isinstance(device, str) and not device.endswith(".json"):
-        try:
-            return get_device(device)
-        except ValueError:
-            if not Path(device).is_file():  # no file either: the catalog's error
-                raise
-    path = Path(device)
+    path = Path(path)
     doc = _read_json(path)
     kind = document_kind(doc)
     if kind == "profile":
-        return path
+        return doc
     if kind != "spec":
         raise _not_a_device(path, kind)
     specs = _specs(doc, path, warn=True)

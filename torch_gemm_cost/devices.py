@@ -151,7 +151,7 @@ def spec_to_record(spec: DeviceSpec) -> dict[str, Any]:
     return rec
 
 
-# a spec, a catalog id or name, a spec file or a calibration profile (datasheet.device_or_profile)
+# a spec, a catalog id or name, a spec file or a calibration profile (target.resolve_target)
 DeviceLike = str | DeviceSpec | os.PathLike[str]
 
 
@@ -246,7 +246,7 @@ def get_device(device: str | DeviceSpec) -> DeviceSpec:
     """Look a device up by catalog id (``"h100_sxm5_80gb"``) or driver name (``"Tesla T4"``).
 
     ``"cuda"`` / ``"cuda:N"`` describe the local GPU. A path to a spec file or a calibrated
-    ``profile.json`` is accepted by the prediction entry points (``device_or_profile``), not
+    ``profile.json`` is accepted by the prediction entry points (``target.resolve_target``), not
     here.
     """
     if isinstance(device, DeviceSpec):

@@ -243,13 +243,12 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
 
     from ..capture import CaptureError
     from ..dtypes import resolve_dtype
-    from ..predict.query import resolve_target
+    from ..target import resolve_target
 
     _check_args(args)
     dtype = resolve_dtype(args.dtype)
     device_args = list(args.device or ["h100_sxm5_80gb"])
-    targets = [resolve_target(d) for d in device_args]
-    devices = [spec for spec, _ in targets]
+    devices = [resolve_target(d).spec for d in device_args]
     for dev in devices:
         if not dev.supports(dtype) and dtype.peak_key in ("fp8", "int8"):
             have = [k for k, v in dev.peak_flops if v is not None]

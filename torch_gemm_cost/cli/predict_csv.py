@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..devices import DeviceSpec
     from ..gemms.records import GemmBatch
     from ..predict.base import Predictor
+    from ..target import Target
 
 logger = logging.getLogger(__name__)
 
@@ -153,24 +154,22 @@ def _schema_of(header: list[str]) -> str:
     return max(("gemm", "attention", "vec"), key=lambda n: sum(c in header for c in SCHEMAS[n]))
 
 
-_Target = tuple["DeviceSpec", Union["Predictor", None]]
-
-
 class _Targets:
-    """gpu column value -> (DeviceSpec, Predictor | None): a profile's device names win, then
-    the catalog, then the spec file's records (for the GPUs the catalog lacks)."""
+    """gpu column value -> its ``Target``: a profile's device names win, then
+    ``resolve_target`` (the catalog), then the spec file's records by id, name or alias (the
+    GPUs the catalog lacks)."""
 
     def __init__(self, profile: str | None, spec_file: str | None = None) -> None:
         from ..datasheet import load_spec_file
         from ..devices import _norm, get_device
-        from ..predict.query import resolve_target
+        from ..target import Target, resolve_target
 
-        self._cache: dict[str, _Target | str] = {}
+        self._cache: dict[str, Target | str] = {}
         if profile is not None:
-            spec, pred = resolve_target(Path(profile))
-            for name in (spec.id, spec.name, *spec.aliases):
-                self._cache[name] = (spec, pred)
-        self._specs: dict[str, DeviceSpec] = {}
+            target = resolve_target(Path(profile))
+            for name in (target.spec.id, target.spec.name, *target.spec.aliases):
+                self._cache[name] = target
+        self._specs: dict[str, Target] = {}
         self._spec_file = spec_file
         for spec in load_spec_file(spec_file) if spec_file is not None else []:
             try:
@@ -182,20 +181,22 @@ class _Targets:
                                "catalog", spec_file, spec.id, known.id)
                 continue
             for name in (spec.id, spec.name, *spec.aliases):
-                self._specs.setdefault(_norm(name), spec)
+                self._specs.setdefault(_norm(name), Target(spec, f"spec file {spec_file}"))
 
-    def get(self, gpu: str) -> _Target | str:
-        """(spec, predictor), or the catalog's error message for an unknown device."""
-        from ..devices import _norm, get_device
+    def get(self, gpu: str) -> Target | str:
+        """The row's target, or the catalog's error message (its close matches) for an unknown
+        device."""
+        from ..devices import _norm
+        from ..target import resolve_target
 
         hit = self._cache.get(gpu)
         if hit is None:
             try:
-                hit = (get_device(gpu.strip()), None)
-            except ValueError as e:
-                spec = self._specs.get(_norm(gpu))
-                if spec is not None:
-                    hit = (spec, None)
+                hit = resolve_target(gpu.strip())
+            except (ValueError, FileNotFoundError) as e:
+                found = self._specs.get(_norm(gpu))
+                if found is not None:
+                    hit = found
                 elif self._spec_file is not None:
                     hit = f"{e} Nor does --device-spec {self._spec_file} name it."
                 else:
@@ -210,9 +211,9 @@ _Key = tuple[str, str, str]
 
 def _group_rows(
     table: _Table, targets: _Targets, errors: dict[int, str]
-) -> dict[_Key, tuple[_Target, list[int]]]:
+) -> dict[_Key, tuple[Target, list[int]]]:
     col = {c: table.header.index(c) for c in ("gpu", "timing", "source") if c in table.header}
-    groups: dict[_Key, tuple[_Target, list[int]]] = {}
+    groups: dict[_Key, tuple[Target, list[int]]] = {}
     for i, row in enumerate(table.rows):
         if len(row) != len(table.header):
             errors[i] = f"expected {len(table.header)} fields, got {len(row)}"
@@ -226,7 +227,7 @@ def _group_rows(
             errors[i] = f"column 'timing': unknown {timing!r}; known: {', '.join(TIMINGS[1:])}"
             continue
         source = row[col["source"]].strip() if "source" in col else ""
-        groups.setdefault((hit[0].id, timing, source), (hit, []))[1].append(i)
+        groups.setdefault((hit.spec.id, timing, source), (hit, []))[1].append(i)
     return groups
 
 
@@ -303,23 +304,25 @@ def _predict_groups(
     row's (lo, hi) at that level goes to ``spans`` (rows no calibration covers are left out)."""
     from ..predict import default_predictor
     from ..predict.intervals import uncertainty_of
+    from ..predict.profile import profile_predictor
 
     errors: dict[int, str] = {}
     times: list[float | None] = [None] * len(table.rows)
-    batches: dict[_Key, tuple[_Target, list[int], GemmBatch]] = {}
+    batches: dict[_Key, tuple[Target, list[int], GemmBatch]] = {}
     for key, (target, idx) in _group_rows(table, targets, errors).items():
         try:
-            batches[key] = (target, idx, _check_group(table, idx, target[0]))
+            batches[key] = (target, idx, _check_group(table, idx, target.spec))
         except ValueError:
-            good = _good_rows(table, idx, target[0], errors)
+            good = _good_rows(table, idx, target.spec, errors)
             if good:
-                batches[key] = (target, good, _check_group(table, good, target[0]))
+                batches[key] = (target, good, _check_group(table, good, target.spec))
     if errors and not skip_bad:
         first = min(errors)
         raise UsageError(f"{path} line {table.lines[first]}: {errors[first]}")
     fallback = weights_predictor or default_predictor()
-    for (_, timing, source), ((spec, profile_predictor), idx, gemms) in batches.items():
-        predictor = weights_predictor or profile_predictor or fallback
+    for (_, timing, source), (target, idx, gemms) in batches.items():
+        spec = target.spec
+        predictor = weights_predictor or profile_predictor(target) or fallback
         context = _context(predictor, timing, source)
         live = gemms.batch > 0  # (N,) zero-size batches cost nothing
         time_ms = torch.zeros(len(gemms), dtype=torch.float64)
@@ -376,7 +379,7 @@ def _by_device(table: _Table, targets: _Targets, errors: dict[int, str]
         if isinstance(hit, str):
             errors[i] = f"column 'gpu': {hit}"
             continue
-        groups.setdefault(hit[0].id, (hit[0], []))[1].append(i)
+        groups.setdefault(hit.spec.id, (hit.spec, []))[1].append(i)
     return groups
 
 

@@ -8,12 +8,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..datasheet import device_or_profile
 from ..devices import DeviceSpec, is_cpu
 from ..dtypes import ComputeDtype, resolve_dtype
-from ..predict import Predictor
-from ..predict.profile import load_profile
 from ..predict.sdpa import runs_fused_attention
+from ..target import Target, resolve_target
 from .shape import ServingShape
 from .weights import FP8_DTYPE, WEIGHT_FORMATS
 
@@ -23,17 +21,18 @@ __all__ = ["MEMORY_UTILIZATION", "check_device", "check_kv_dtype", "check_servin
 MEMORY_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
 
 
-def check_device(device: Any) -> tuple[DeviceSpec, Predictor | None]:
-    """The device's spec, and the predictor a calibration profile brings (None otherwise)."""
-    found = device_or_profile(device)
-    spec, own = (found, None) if isinstance(found, DeviceSpec) else load_profile(found)
+def check_device(device: Any) -> Target:
+    """The device resolved (its spec, and the profile it may bring), if it is a GPU the plan
+    can price."""
+    target = resolve_target(device)
+    spec = target.spec
     if is_cpu(spec) or not runs_fused_attention(spec):
         raise ValueError(f"device {spec.id!r} is no GPU the attention model prices; plan on a "
                          "catalog GPU, e.g. 'h100_sxm5_80gb'")
     if not spec.mem_bytes:
-        raise ValueError(f"device {spec.id!r} has no memory size in the catalog; a plan needs "
-                         "it to fit weights and KV cache")
-    return spec, own
+        raise ValueError(f"device {spec.id!r} ({target.source}) has no memory size; a plan "
+                         "needs it to fit weights and KV cache (a spec file's mem_bytes)")
+    return target
 
 
 def check_serving(full: ServingShape, prompt: int, gen: int, batches: Iterable[int] | int,

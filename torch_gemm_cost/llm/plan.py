@@ -22,13 +22,14 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec
+from ..devices import DeviceLike, DeviceSpec
 from ..dtypes import ComputeDtype
 from ..gemms.records import AttentionShape
 from ..predict import Predictor, default_predictor
 from ..predict.collectives import predict_collective_ms
 from ..predict.estimates import OpEstimate
 from ..predict.ops import OpCostModel, load_op_costs
+from ..predict.profile import profile_predictor
 from ..report import CostReport
 from .assumptions import assumptions
 from .attention import ServingAttention
@@ -62,7 +63,7 @@ __all__ = ["plan_llm"]
 def plan_llm(
     model_or_config: Any,
     *,
-    device: str | DeviceSpec,
+    device: DeviceLike,
     dtype: str | torch.dtype | None = None,
     prompt: int,
     gen: int,
@@ -85,7 +86,8 @@ def plan_llm(
     ``"fp8"``. ``token_budget``: tokens a forward pass holds; ``memory_utilization``: the share
     of the GPU's memory the engine uses. ``predictor``: the GEMM predictor (the default hybrid).
     """
-    spec, own = check_device(device)
+    target = check_device(device)
+    spec = target.spec
     config = config_of(model_or_config)
     cd = serving_dtype(dtype, config)
     fmt = check_weights(weights, spec, cd)
@@ -101,7 +103,7 @@ def plan_llm(
     key = config_key(gpu_config)
     model = meta_model(key, cd.name)
     pricer = StepPricer(key, spec, cd, kv, fmt, tp, full, ServingShape.of(gpu_config),
-                        predictor or own or default_predictor())
+                        predictor or profile_predictor(target) or default_predictor())
     shape = pricer.shape
     held = weights_bytes(model, full.experts, fmt)
     vocab = padded_vocab(full.vocab)

@@ -1,4 +1,4 @@
-"""Collective communication cost: NCCL's algorithms priced from the catalog's link bandwidths.
+"""Collective communication cost: NCCL's algorithms priced from a device record's links.
 
 A collective over ``n`` GPUs, ``g`` per node, moves a known number of bytes per GPU over its
 slowest link, in a known number of latency steps. The model mirrors the cost model NCCL uses to
@@ -49,11 +49,15 @@ kernel-timed measurements (``TIMINGS``), and two effects NCCL's model lacks, bot
   (2/g)^``host_exponent``. Only the L40S measured it (busbw falls about 4x per doubling of g).
 
 Every fitted constant is shared by all GPUs (no per-GPU constant); bandwidths and the node
-layout come from ``DeviceSpec``. NB: the network efficiency comes from one cluster, Vidur's
-A100s, whose network delivered about a fifth of a DGX A100's 8x 200 Gb/s; a DGX-networked
-cluster would run multi-node collectives faster than predicted. ``CollectivePredictor`` fits them (the estimator
-contract: ``fit`` returns self, fitted state ends in ``_``, seeded, JSON save/load), and
-``predict_collective_ms`` prices one call with the shipped weights.
+layout come from the device record handed to ``predict`` (``links_of`` reads them), so a GPU
+from a spec file crosses its own links. NB: the network efficiency comes from one cluster,
+Vidur's A100s, whose network delivered about a fifth of a DGX A100's 8x 200 Gb/s; a
+DGX-networked cluster would run multi-node collectives faster than predicted.
+
+``CollectivePredictor`` has the package's predictor contract, ``predict(calls, device) ->
+CollectivePrediction``, and fits the constants (the estimator contract: ``fit`` returns self,
+fitted state ends in ``_``, seeded, JSON save/load); ``predict_collective_ms`` prices one call
+with the shipped weights on any device ``resolve_target`` takes.
 
     >>> predict_collective_ms("h100_sxm5_80gb", "all_reduce", size_bytes=2**27,
     ...                       num_gpus=8)  # doctest: +SKIP
@@ -74,7 +78,8 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device
+from ..devices import DeviceLike, DeviceSpec
+from ..target import resolve_target
 from .base import read_fitted
 
 __all__ = [
@@ -84,11 +89,13 @@ __all__ = [
     "TOPOLOGIES",
     "CollectiveBatch",
     "CollectiveCall",
+    "CollectiveLinks",
     "CollectivePrediction",
     "CollectivePredictor",
     "bandwidth_baseline_ms",
     "candidate_times_ms",
     "check_call",
+    "links_of",
     "predict_collective_ms",
     "shipped_collective_weights_path",
 ]
@@ -148,9 +155,9 @@ NCCL_CONSTANTS: tuple[str, ...] = ("ll_bw_fraction", "ll128_bw_fraction", "tree_
 # ---------------------------------------------------------------- records and their tensors
 @dataclass(frozen=True)
 class CollectiveCall:
-    """One collective call. ``size_bytes`` follows nccl-tests (see the module docstring)."""
+    """One collective call. ``size_bytes`` follows nccl-tests (see the module docstring). The
+    device is not part of the call: ``predict`` takes its record beside the calls."""
 
-    device: str  # catalog id
     collective: str
     size_bytes: float
     num_gpus: int
@@ -162,24 +169,15 @@ class CollectiveCall:
 
 @dataclass(frozen=True)
 class CollectiveBatch:
-    """N calls as float64 tensors of shape (N,), with the catalog's bandwidths resolved."""
+    """N calls as tensors of shape (N,), on no device yet (``links_of`` adds the device's)."""
 
-    size_bytes: torch.Tensor
-    num_gpus: torch.Tensor
-    gpus_per_node: torch.Tensor
-    collective: torch.Tensor  # (N,) long, index into COLLECTIVES
-    intra_link: torch.Tensor  # (N,) long, index into LINKS: the intra-node bottleneck's class
-    intra_bw_bytes_per_s: torch.Tensor  # datasheet, one direction; 1e30 with one GPU a node
-    net_bw_bytes_per_s: torch.Tensor  # datasheet, per GPU one direction; 1e30 within a node
-    nvls_bw_bytes_per_s: torch.Tensor  # NVLink bw x NCCL's NVLS efficiency; 0 without NVLS
-    nvls: torch.Tensor  # (N,) bool
-    timing: torch.Tensor  # (N,) long, index into TIMINGS
-    # 2/g for the g > 2 GPUs of a PCIe-only node, whose flows share the host's PCIe paths; else 1
-    host_share: torch.Tensor = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        if self.host_share is None:
-            object.__setattr__(self, "host_share", torch.ones_like(self.size_bytes))
+    size_bytes: torch.Tensor  # float64
+    num_gpus: torch.Tensor  # float64
+    gpus_per_node: torch.Tensor  # float64
+    collective: torch.Tensor  # long, index into COLLECTIVES
+    topology: torch.Tensor  # long, index into TOPOLOGIES
+    element_bytes: torch.Tensor  # float64
+    timing: torch.Tensor  # long, index into TIMINGS
 
     def __len__(self) -> int:
         return int(self.size_bytes.shape[0])
@@ -190,27 +188,84 @@ class CollectiveBatch:
 
     @classmethod
     def from_calls(cls, calls: Sequence[CollectiveCall]) -> CollectiveBatch:
-        specs = {c.device: get_device(c.device) for c in calls}
-        rows = [_resolve(c, specs[c.device]) for c in calls]
-
-        def col(i: int) -> torch.Tensor:
-            return torch.tensor([r[i] for r in rows], dtype=torch.float64)
+        def col(values: Sequence[float], dtype: torch.dtype = torch.float64) -> torch.Tensor:
+            return torch.tensor(list(values), dtype=dtype)
 
         return cls(
-            size_bytes=torch.tensor([float(c.size_bytes) for c in calls], dtype=torch.float64),
-            num_gpus=torch.tensor([float(c.num_gpus) for c in calls], dtype=torch.float64),
-            gpus_per_node=torch.tensor([float(c.gpus_per_node) for c in calls],
-                                       dtype=torch.float64),
-            collective=torch.tensor([COLLECTIVES.index(c.collective) for c in calls],
-                                    dtype=torch.long),
-            intra_link=col(0).long(),
-            intra_bw_bytes_per_s=col(1),
-            net_bw_bytes_per_s=col(2),
-            nvls_bw_bytes_per_s=col(3),
-            nvls=col(4) > 0,
-            timing=torch.tensor([TIMINGS.index(c.timing) for c in calls], dtype=torch.long),
-            host_share=col(5),
+            size_bytes=col([float(c.size_bytes) for c in calls]),
+            num_gpus=col([float(c.num_gpus) for c in calls]),
+            gpus_per_node=col([float(c.gpus_per_node) for c in calls]),
+            collective=col([COLLECTIVES.index(c.collective) for c in calls], torch.long),
+            topology=col([TOPOLOGIES.index(c.topology) for c in calls], torch.long),
+            element_bytes=col([float(c.element_bytes) for c in calls]),
+            timing=col([TIMINGS.index(c.timing) for c in calls], torch.long),
         )
+
+
+@dataclass(frozen=True)
+class CollectiveLinks:
+    """What the device record gives each call of a batch, (N,) each: the class and datasheet
+    bandwidth (one direction) of the intra-node bottleneck, the network's share per GPU, NVLS."""
+
+    intra_link: torch.Tensor  # long, index into LINKS
+    intra_bw_bytes_per_s: torch.Tensor  # 1e30 with one GPU a node
+    net_bw_bytes_per_s: torch.Tensor  # per GPU; 1e30 within a node, NaN where none is known
+    nvls_bw_bytes_per_s: torch.Tensor  # NVLink bw x NCCL's NVLS efficiency; 0 without NVLS
+    nvls: torch.Tensor  # bool
+    # 2/g for the g > 2 GPUs of a PCIe-only node, whose flows share the host's PCIe paths; else 1
+    host_share: torch.Tensor
+
+
+def _device_columns(devices: Sequence[DeviceSpec]) -> dict[str, torch.Tensor]:
+    """The link fields of each call's device record, (N,) each."""
+
+    def col(values: Sequence[float]) -> torch.Tensor:
+        return torch.tensor(list(values), dtype=torch.float64)
+
+    majors = [int(d.compute_capability.split(".")[0]) if d.vendor == "NVIDIA" else 0
+              for d in devices]
+    return {
+        "peer": col([d.peer_link_bw_bytes_per_s or 0.0 for d in devices]),
+        "peer_links": col([float(d.peer_links) for d in devices]),
+        "pcie": col([d.pcie_bw_bytes_per_s or 0.0 for d in devices]),
+        "network": col([math.nan if d.network_bw_bytes_per_s is None
+                        else d.network_bw_bytes_per_s for d in devices]),
+        "major": col([float(m) for m in majors]),
+        "nvls_efficiency": col([NVLS_EFFICIENCY.get(m, 0.0) for m in majors]),
+    }
+
+
+def links_of(batch: CollectiveBatch, device: DeviceSpec | Sequence[DeviceSpec]
+             ) -> CollectiveLinks:
+    """The links each call of ``batch`` crosses on ``device`` (one record for every call, or
+    one per call): its record's peer link, PCIe, network and node fields, nothing else."""
+    devices = [device] * len(batch) if isinstance(device, DeviceSpec) else list(device)
+    if len(devices) != len(batch):
+        raise ValueError(f"need one device for every call or one per call, got {len(devices)} "
+                         f"devices for {len(batch)} calls")
+    d = _device_columns(devices)
+    g, n = batch.gpus_per_node, batch.num_gpus  # (N,)
+    fabric = torch.tensor([FABRICS.index(fabric_of(dev, TOPOLOGIES[t]))
+                           for dev, t in zip(devices, batch.topology.tolist())])  # (N,)
+    is_fabric = {f: fabric == FABRICS.index(f) for f in FABRICS}
+    one = g == 1
+    nvlink = is_fabric["nvswitch"] | (is_fabric["nvlink_pairs"] & (g == 2))
+    mesh = is_fabric["mesh"] & ~nvlink  # one direct link to each peer in the collective
+    on_nvlink = one | nvlink | mesh
+    mesh_bw = (d["peer"] / d["peer_links"].clamp(min=1.0)
+               * torch.minimum(g - 1, d["peer_links"]))  # (N,)
+    # else a PCIe-only node, or the PCIe between NVLink-bridged pairs
+    intra = torch.where(one, torch.full_like(g, _UNLIMITED),
+                        torch.where(nvlink, d["peer"], torch.where(mesh, mesh_bw, d["pcie"])))
+    link = torch.where(on_nvlink, LINKS.index("nvlink"), LINKS.index("pcie"))
+    net = torch.where(n == g, torch.full_like(n, _UNLIMITED), d["network"])
+    nvls = (is_fabric["nvswitch"] & (d["major"] >= 9) & (n == g) & (n > 2)
+            & (batch.collective == COLLECTIVES.index("all_reduce")) & (batch.element_bytes >= 2))
+    host_share = torch.where(is_fabric["pcie"] & (g > 2), 2.0 / g, torch.ones_like(g))
+    nvls_bw = torch.where(nvls, d["peer"] * d["nvls_efficiency"], torch.zeros_like(g))
+    return CollectiveLinks(intra_link=link.long(), intra_bw_bytes_per_s=intra,
+                           net_bw_bytes_per_s=net, nvls_bw_bytes_per_s=nvls_bw, nvls=nvls,
+                           host_share=host_share)
 
 
 def fabric_of(spec: DeviceSpec, topology: str) -> str:
@@ -218,31 +273,6 @@ def fabric_of(spec: DeviceSpec, topology: str) -> str:
     if topology == "node":
         return spec.node_fabric
     return "nvswitch" if topology == "dgx" else "nvlink_pairs"
-
-
-def _resolve(call: CollectiveCall, spec: DeviceSpec
-             ) -> tuple[int, float, float, float, float, float]:
-    """(intra link class, intra bw, net bw, NVLS bandwidth, NVLS available, host share)."""
-    g, n = call.gpus_per_node, call.num_gpus
-    fabric = fabric_of(spec, call.topology)
-    peer = spec.peer_link_bw_bytes_per_s or 0.0
-    pcie = spec.pcie_bw_bytes_per_s or 0.0
-    if g == 1:
-        link, intra = LINKS.index("nvlink"), _UNLIMITED
-    elif fabric == "nvswitch" or (fabric == "nvlink_pairs" and g == 2):
-        link, intra = LINKS.index("nvlink"), peer
-    elif fabric == "mesh":  # one direct link to each peer in the collective
-        link, intra = LINKS.index("nvlink"), peer / max(spec.peer_links, 1) * min(
-            g - 1, spec.peer_links)
-    else:  # PCIe-only node, or the PCIe between NVLink-bridged pairs
-        link, intra = LINKS.index("pcie"), pcie
-    net = _UNLIMITED if n == g else (spec.network_bw_bytes_per_s or math.nan)
-    major = int(spec.compute_capability.split(".")[0]) if spec.vendor == "NVIDIA" else 0
-    nvls = (fabric == "nvswitch" and major >= 9 and n == g and n > 2
-            and call.collective == "all_reduce" and call.element_bytes >= 2)
-    host_share = 2.0 / g if fabric == "pcie" and g > 2 else 1.0
-    nvls_bw = peer * NVLS_EFFICIENCY.get(major, 0.0) if nvls else 0.0
-    return link, intra, net, nvls_bw, float(nvls), host_share
 
 
 # ---------------------------------------------------------------- the physics (pure, batched)
@@ -286,16 +316,17 @@ def _inverse_prior() -> dict[str, torch.Tensor]:
     return {k: f(PRIOR[k]) for k, f in kinds.items()}
 
 
-def bus_bandwidth_bytes_per_s(batch: CollectiveBatch, eta_link: torch.Tensor,
-                              host_exponent: torch.Tensor | float = 0.0) -> torch.Tensor:
+def bus_bandwidth_bytes_per_s(batch: CollectiveBatch, links: CollectiveLinks,
+                              eta_link: torch.Tensor, host_exponent: torch.Tensor | float = 0.0
+                              ) -> torch.Tensor:
     """Per-GPU bottleneck bandwidth, one direction: min(intra-node link, node's network share).
 
     ``eta_link`` (3,) scales the datasheet figures and ``host_exponent`` the share of a PCIe-only
     node's host path; pass ones and 0 for the datasheet bound.
     """
-    intra = (batch.intra_bw_bytes_per_s * eta_link[batch.intra_link]
-             * batch.host_share ** host_exponent)  # (N,)
-    net = batch.net_bw_bytes_per_s * batch.gpus_per_node * eta_link[LINKS.index("net")]  # (N,)
+    intra = (links.intra_bw_bytes_per_s * eta_link[links.intra_link]
+             * links.host_share ** host_exponent)  # (N,)
+    net = links.net_bw_bytes_per_s * batch.gpus_per_node * eta_link[LINKS.index("net")]  # (N,)
     return torch.minimum(intra, net)  # (N,)
 
 
@@ -315,17 +346,18 @@ def _wire(batch: CollectiveBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return share * s, hops, net_hops
 
 
-def candidate_times_ms(batch: CollectiveBatch, p: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def candidate_times_ms(batch: CollectiveBatch, links: CollectiveLinks,
+                       p: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """Time of every candidate (algorithm, protocol) in ``ALGORITHMS``; +1e30 where NCCL would not
     run it. ``p`` holds the physical constants (``physical(raw)``). Returns (N, 7) in ms."""
-    bus = bus_bandwidth_bytes_per_s(batch, p["eta_link"], p["host_exponent"])  # (N,)
+    bus = bus_bandwidth_bytes_per_s(batch, links, p["eta_link"], p["host_exponent"])  # (N,)
     wire, hops, net_hops = _wire(batch)  # (N,) each
     local = torch.cat([p["local_chunks"], torch.zeros(1, dtype=torch.float64)])  # (5,)
     wire = wire + local[batch.collective] * batch.size_bytes / batch.num_gpus  # (N,)
     intra_hops = hops - net_hops
     link_scale = torch.stack([torch.ones_like(p["pcie_hop_scale"]), p["pcie_hop_scale"],
                               p["net_hop_scale"]])  # (3,)
-    hop_scale = link_scale[batch.intra_link]  # (N,)
+    hop_scale = link_scale[links.intra_link]  # (N,)
     proto_bw = torch.stack([p["ll_bw_fraction"], p["ll128_bw_fraction"],
                             torch.ones_like(p["ll_bw_fraction"])])  # (3,)
     base_us, hop_us = p["base_us"] * p["latency_scale"], p["hop_us"] * p["latency_scale"]  # (3,)
@@ -334,7 +366,7 @@ def candidate_times_ms(batch: CollectiveBatch, p: Mapping[str, torch.Tensor]) ->
               + (net_hops * p["net_hop_scale"])[:, None] * hop_us[None, :])  # (N, 3)
     ring = lat_us + 1e6 * wire[:, None] / (bus[:, None] * proto_bw[None, :])  # (N, 3) µs
     # LL128 runs on NVLink paths only (NCCL disables it elsewhere by default)
-    no_ll128 = batch.intra_link == LINKS.index("pcie")  # (N,)
+    no_ll128 = links.intra_link == LINKS.index("pcie")  # (N,)
     ring[:, 1] = torch.where(no_ll128, torch.full_like(ring[:, 1], _INF), ring[:, 1])
 
     g, nodes = batch.gpus_per_node, batch.nodes
@@ -348,10 +380,10 @@ def candidate_times_ms(batch: CollectiveBatch, p: Mapping[str, torch.Tensor]) ->
     tree = torch.where(tree_ok[:, None], tree, torch.full_like(tree, _INF))
     tree[:, 1] = torch.where(no_ll128, torch.full_like(tree[:, 1], _INF), tree[:, 1])
 
-    nvls_bw = batch.nvls_bw_bytes_per_s * p["nvls_scale"]  # (N,)
+    nvls_bw = links.nvls_bw_bytes_per_s * p["nvls_scale"]  # (N,)
     nvls = (p["nvls_base_us"] * p["latency_scale"]
             + 1e6 * batch.size_bytes / nvls_bw.clamp(min=1.0))  # (N,) µs
-    nvls = torch.where(batch.nvls, nvls, torch.full_like(nvls, _INF))[:, None]  # (N, 1)
+    nvls = torch.where(links.nvls, nvls, torch.full_like(nvls, _INF))[:, None]  # (N, 1)
 
     offset = torch.where(batch.timing == TIMINGS.index("kernel"), p["kernel_offset_us"],
                          torch.zeros_like(batch.size_bytes))  # (N,)
@@ -359,11 +391,13 @@ def candidate_times_ms(batch: CollectiveBatch, p: Mapping[str, torch.Tensor]) ->
     return (times * 1e-3).clamp(min=1e-4)
 
 
-def bandwidth_baseline_ms(batch: CollectiveBatch) -> torch.Tensor:
+def bandwidth_baseline_ms(batch: CollectiveBatch, device: DeviceSpec | Sequence[DeviceSpec]
+                          ) -> torch.Tensor:
     """The pure bandwidth bound, no fitted parameter and no latency: ring bytes per GPU over the
-    datasheet bottleneck link. (N,) ms."""
+    datasheet bottleneck link of ``device`` (one record, or one per call). (N,) ms."""
     wire, _, _ = _wire(batch)
-    return 1e3 * wire / bus_bandwidth_bytes_per_s(batch, torch.ones(3, dtype=torch.float64))
+    return 1e3 * wire / bus_bandwidth_bytes_per_s(batch, links_of(batch, device),
+                                                  torch.ones(3, dtype=torch.float64))
 
 
 # ---------------------------------------------------------------- the estimator
@@ -407,18 +441,20 @@ class CollectivePredictor:
                 for v in [getattr(self, k)]}
 
     # -- fitting
-    def fit(self, calls: Sequence[CollectiveCall], latency_ms: Sequence[float] | torch.Tensor
-            ) -> CollectivePredictor:
+    def fit(self, calls: Sequence[CollectiveCall], devices: Sequence[DeviceSpec],
+            latency_ms: Sequence[float] | torch.Tensor) -> CollectivePredictor:
+        """Fit to measured ``calls``, each on its own device record (``devices``, one per
+        call) and with its measured time. Returns self."""
         y = torch.as_tensor(latency_ms, dtype=torch.float64).reshape(-1)
-        if len(calls) != y.shape[0] or not len(calls):
-            raise ValueError(f"need one latency per call, got {len(calls)} calls and "
-                             f"{y.shape[0]} latencies")
+        if not len(calls) == len(devices) == y.shape[0] or not len(calls):
+            raise ValueError(f"need one device and one latency per call, got {len(calls)} "
+                             f"calls, {len(devices)} devices and {y.shape[0]} latencies")
         if not bool((y > 0).all()):
             raise ValueError("every measured latency must be positive")
         gen = torch.Generator().manual_seed(self.seed)
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, c in enumerate(calls):
-            key = (c.device, c.collective, c.topology, c.num_gpus, c.gpus_per_node, c.timing,
+            key = (devices[i].id, c.collective, c.topology, c.num_gpus, c.gpus_per_node, c.timing,
                    c.element_bytes)
             groups.setdefault(key, []).append(i)
         chosen: list[int] = []
@@ -430,6 +466,7 @@ class CollectivePredictor:
             chosen += idx
             weights += [1.0 / len(idx)] * len(idx)
         batch = CollectiveBatch.from_calls([calls[i] for i in chosen])
+        links = links_of(batch, [devices[i] for i in chosen])
         target = y[chosen].log()  # (M,)
         w = torch.tensor(weights, dtype=torch.float64)
         w = w / w.sum()  # (M,)
@@ -443,7 +480,7 @@ class CollectivePredictor:
         history: list[float] = []
         for _ in range(self.steps):
             opt.zero_grad()
-            times = candidate_times_ms(batch, physical(raw))  # (M, 7)
+            times = candidate_times_ms(batch, links, physical(raw))  # (M, 7)
             log_t = -self.softmin_tau * torch.logsumexp(-times.log() / self.softmin_tau, dim=1)
             r = log_t - target  # (M,)
             huber = torch.nn.functional.huber_loss(r, torch.zeros_like(r), reduction="none",
@@ -465,10 +502,14 @@ class CollectivePredictor:
         return physical(self.raw_)
 
     # -- prediction
-    def predict(self, calls: Sequence[CollectiveCall] | CollectiveBatch) -> CollectivePrediction:
+    def predict(self, calls: Sequence[CollectiveCall] | CollectiveBatch,
+                device: DeviceSpec | Sequence[DeviceSpec]) -> CollectivePrediction:
+        """The calls' times on ``device``: one record for every call (a catalog GPU, a spec
+        file's), or one per call. Only the record's links and node are read (``links_of``)."""
         batch = calls if isinstance(calls, CollectiveBatch) else CollectiveBatch.from_calls(calls)
+        links = links_of(batch, device)
         with torch.no_grad():
-            times = candidate_times_ms(batch, self._physical())  # (N, 7)
+            times = candidate_times_ms(batch, links, self._physical())  # (N, 7)
             best, which = times.min(dim=1)  # (N,)
             wire, _, _ = _wire(batch)
         return CollectivePrediction(
@@ -476,9 +517,6 @@ class CollectivePredictor:
             algorithm=tuple(ALGORITHMS[i] for i in which.tolist()),
             bus_bw_bytes_per_s=1e3 * wire / best,
         )
-
-    def predict_ms(self, calls: Sequence[CollectiveCall] | CollectiveBatch) -> torch.Tensor:
-        return self.predict(calls).time_ms
 
     def physical_constants(self) -> dict[str, Any]:
         """The fitted constants in their units (for reports and metadata)."""
@@ -565,12 +603,12 @@ def topologies_of(spec: DeviceSpec) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_call(device: str | DeviceSpec, collective: str, *, size_bytes: float, num_gpus: int,
+def check_call(spec: DeviceSpec, collective: str, *, size_bytes: float, num_gpus: int,
                gpus_per_node: int | None = None, topology: str | None = None,
                element_bytes: int = 2, timing: str = "nccl_tests") -> CollectiveCall:
-    """Validate a call at the boundary and fill the defaults: the device's usual node, and as many
-    GPUs a node as it holds. Each error names the bad value and the nearest good one."""
-    spec = get_device(device)
+    """Validate a call on the device ``spec`` at the boundary and fill the defaults: the
+    device's usual node, and as many GPUs a node as it holds. Each error names the bad value and
+    the nearest good one."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; nearest: "
                          f"{_nearest(collective, COLLECTIVES)!r} (one of {', '.join(COLLECTIVES)})")
@@ -611,11 +649,12 @@ def check_call(device: str | DeviceSpec, collective: str, *, size_bytes: float, 
                          f"{spec.id} nodes of up to {node_max}; nearest good: {near}")
     if gpus_per_node < num_gpus and (spec.network_bw_bytes_per_s is None
                                       or fabric != spec.node_fabric):
-        raise ValueError(f"{num_gpus} GPUs at {gpus_per_node} a node span nodes, and the catalog "
-                         f"has no usual inter-node network for {spec.id} in topology {topo!r}; "
+        raise ValueError(f"{num_gpus} GPUs at {gpus_per_node} a node span nodes, and the device "
+                         f"record has no usual inter-node network for {spec.id} in topology "
+                         f"{topo!r}; "
                          f"nearest good: gpus_per_node={num_gpus if num_gpus <= node_max else 1}"
                          f" within one node")
-    return CollectiveCall(spec.id, collective, float(size_bytes), num_gpus, gpus_per_node, topo,
+    return CollectiveCall(collective, float(size_bytes), num_gpus, gpus_per_node, topo,
                           element_bytes, timing)
 
 
@@ -630,10 +669,14 @@ def _shipped() -> CollectivePredictor:
         return CollectivePredictor.load(real)
 
 
-def predict_collective_ms(device: str | DeviceSpec, collective: str, *, size_bytes: float,
+def predict_collective_ms(device: DeviceLike, collective: str, *, size_bytes: float,
                           num_gpus: int, gpus_per_node: int | None = None,
                           topology: str | None = None) -> float:
     """Predicted time of one NCCL collective, in ms, as nccl-tests would time it.
+
+    ``device`` is any device ``resolve_target`` takes: a catalog id or driver name, a
+    ``DeviceSpec``, a spec file or a calibration profile; the links, node and network of its
+    record are what the collective crosses (a spec file's own, not the catalog's).
 
     ``collective`` is one of ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``alltoall``,
     ``send_recv``; ``size_bytes`` follows nccl-tests: the buffer of an all-reduce (the tensor
@@ -644,6 +687,7 @@ def predict_collective_ms(device: str | DeviceSpec, collective: str, *, size_byt
     defaults to as many of ``num_gpus`` as that node holds. Elements are taken as 16-bit (fp16 or
     bf16, what tensor parallelism reduces), which NVLS can reduce.
     """
-    call = check_call(device, collective, size_bytes=size_bytes, num_gpus=num_gpus,
+    spec = resolve_target(device).spec
+    call = check_call(spec, collective, size_bytes=size_bytes, num_gpus=num_gpus,
                       gpus_per_node=gpus_per_node, topology=topology)
-    return float(_shipped().predict_ms([call])[0])
+    return float(_shipped().predict([call], spec).time_ms[0])

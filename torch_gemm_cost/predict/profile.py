@@ -1,7 +1,8 @@
 """Calibration profiles: a device's spec and the predictor fitted to it, in one JSON file.
 
-``torch-gemm-cost calibrate`` writes them; ``estimate``, ``predict_gemm_ms`` and ``predict-csv``
-read them through ``load_profile``. JSON only (never pickle), checked entry by entry.
+``torch-gemm-cost calibrate`` writes them. Every entry point that takes a device reads one
+through ``target.resolve_target`` and, when it prices, builds its predictor with
+``profile_predictor``. JSON only (never pickle), checked entry by entry.
 """
 
 from __future__ import annotations
@@ -11,18 +12,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..datasheet import PROFILE_FORMAT
-from ..devices import DeviceSpec, spec_from_record, spec_to_record
+from ..datasheet import PROFILE_FORMAT, PROFILE_VERSION
+from ..devices import DeviceSpec, spec_to_record
+from ..target import Target, profile_spec
 from .base import Estimator, Predictor
 from .calibrated import CalibratedPredictor
 from .hybrid import HybridPredictor
 from .intervals import IntervalCalibration
 
 __all__ = ["FORMAT", "PREDICTOR_KINDS", "VERSION", "load_profile", "make_profile",
-           "save_profile"]
+           "profile_predictor", "save_profile"]
 
 FORMAT = PROFILE_FORMAT  # the content that tells a profile from a spec file
-VERSION = 1
+VERSION = PROFILE_VERSION
 PREDICTOR_KINDS: tuple[str, ...] = ("calibrated", "hybrid")
 
 
@@ -79,20 +81,25 @@ def load_profile(path: str | Path) -> tuple[DeviceSpec, Predictor]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"calibration profile {str(path)!r} is not valid JSON: {e}") from None
+    return profile_spec(doc, path), _predictor_of_document(doc,
+                                                           f"calibration profile {str(path)!r}")
+
+
+def profile_predictor(target: Target) -> Predictor | None:
+    """The predictor the target's calibration profile brings; None for any other device."""
+    if target.profile is None:
+        return None
+    return _predictor_of_document(target.profile, f"calibration {target.source}")
+
+
+def _predictor_of_document(doc: Mapping[str, Any], where: str) -> Predictor:
+    """The fitted predictor of a profile document whose device ``profile_spec`` has checked."""
     try:
-        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
-            got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
-            raise ValueError(f"format is {got!r}, expected {FORMAT!r}")
-        if doc.get("version") != VERSION:
-            raise ValueError(f"version is {doc.get('version')!r}, this reader knows {VERSION}")
-        for key in ("device", "predictor"):
-            if key not in doc:
-                raise ValueError(f"missing {key!r}")
         predictor = _predictor_from_record(doc["predictor"])
         if "intervals" in doc and isinstance(predictor, Estimator):
             # the device's own cross-validated residuals set its intervals
             predictor.own_intervals_ = IntervalCalibration.from_dict(doc["intervals"])
-        return spec_from_record(doc["device"]), predictor
+        return predictor
     except (KeyError, TypeError, ValueError) as e:
         detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
-        raise ValueError(f"calibration profile {str(path)!r} is invalid: {detail}") from None
+        raise ValueError(f"{where} is invalid: {detail}") from None

@@ -1,7 +1,8 @@
 """Ask the predictor about GEMMs directly: ``predict_gemm_ms`` for times, ``explain`` for why.
 
-Both take a device id (or driver name, or the path of a spec file or calibration profile), dims
-as scalars or arrays that broadcast together, and any ``Predictor``; by default the package's
+Both take any device ``resolve_target`` reads (a catalog id or driver name, a ``DeviceSpec``,
+the path of a spec file or calibration profile), dims as scalars or arrays that broadcast
+together, and any ``Predictor``; by default the one a profile brings, else the package's
 ``default_predictor()``. Inputs are checked here, at the boundary: each error names the bad
 value and the nearest good one.
 
@@ -16,17 +17,16 @@ from typing import Any, NamedTuple, overload
 
 import torch
 
-from ..datasheet import device_or_profile
 from ..devices import DeviceLike, DeviceSpec, check_dtype_on_device
 from ..dtypes import resolve_dtype
 from ..gemms.records import GemmBatch
+from ..target import resolve_target
 from .base import GemmPrediction, Predictor
 from .hybrid import HybridPredictor
 from .intervals import check_level, uncertainty_of
-from .profile import load_profile
+from .profile import profile_predictor
 
-__all__ = ["GemmInterval", "check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms",
-           "resolve_target"]
+__all__ = ["GemmInterval", "check_dtype_on_device", "explain", "load_weights", "predict_gemm_ms"]
 
 DimLike = int | float | torch.Tensor | Any  # also lists and NumPy arrays
 
@@ -37,18 +37,6 @@ _EXPLAIN_KEYS: tuple[str, ...] = (
 )
 _INT_KEYS = frozenset({"tile_m", "tile_n", "split_k", "waves"})
 _MAX_DIM = 2**53  # float64 holds every integer up to here exactly
-
-
-def resolve_target(device: DeviceLike) -> tuple[DeviceSpec, Predictor | None]:
-    """A device spec, and the predictor that comes with it when ``device`` is a profile.
-
-    ``device`` is a catalog id, a driver name, ``"cuda"``, a ``DeviceSpec``, the path of a spec
-    file (a datasheet record in gpus.json's schema: ``torch-gemm-cost devices --template``), or
-    the path of a calibration profile written by ``torch-gemm-cost calibrate``; the file's
-    content says which (``datasheet.device_or_profile``).
-    """
-    found = device_or_profile(device)
-    return (found, None) if isinstance(found, DeviceSpec) else load_profile(found)
 
 
 def load_weights(path: str | os.PathLike[str]) -> Predictor:
@@ -100,7 +88,8 @@ def _run(
            tuple[DeviceSpec, Predictor]]:
     """Validate, predict the non-empty GEMMs; returns (gemms, prediction, nonempty mask, scalar,
     (device, predictor))."""
-    spec, profile_predictor = resolve_target(device)
+    target = resolve_target(device)
+    spec = target.spec
     cd = resolve_dtype(dtype)
     check_dtype_on_device(spec, cd)
     dims = [_dim("batch", batch, 0), _dim("m", m, 1), _dim("n", n, 1), _dim("k", k, 1)]
@@ -112,7 +101,7 @@ def _run(
         raise ValueError(f"dims do not broadcast together: {shapes}") from None
     gemms = GemmBatch.from_dims(m=m_, n=n_, k=k_, batch=b_, dtype=cd, op=op, bias=bool(bias))
     live = b_ > 0  # (N,) zero-size batches cost nothing and are not predicted
-    chosen = predictor or profile_predictor
+    chosen = predictor or profile_predictor(target)
     if chosen is None:
         from . import default_predictor
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from ..devices import DeviceSpec, get_device
 from ..predict.collectives import CollectiveCall, CollectivePredictor, check_call
 
 __all__ = [
@@ -105,33 +106,38 @@ def load_comm(data_dir: str | Path) -> list[CommRow]:
     return rows
 
 
-def to_calls(rows: Sequence[CommRow]) -> tuple[list[CollectiveCall], list[int], list[str]]:
-    """Calls for the rows the model can price, their row indices, and why the others cannot."""
+def to_calls(rows: Sequence[CommRow]
+             ) -> tuple[list[CollectiveCall], list[DeviceSpec], list[int], list[str]]:
+    """Calls for the rows the model can price, each call's device (the catalog's record of the
+    row's GPU), their row indices, and why the others cannot be priced."""
     calls: list[CollectiveCall] = []
+    devices: list[DeviceSpec] = []
     kept: list[int] = []
     skipped: dict[tuple[Any, ...], str] = {}
     for i, r in enumerate(rows):
         try:
-            calls.append(check_call(r.gpu, r.collective, size_bytes=r.size_bytes,
+            spec = get_device(r.gpu)
+            calls.append(check_call(spec, r.collective, size_bytes=r.size_bytes,
                                     num_gpus=r.num_gpus, gpus_per_node=r.gpus_per_node,
                                     topology=r.topology, element_bytes=ELEMENT_BYTES[r.dtype],
                                     timing=TIMING_OF_SOURCE[r.source]))
+            devices.append(spec)
             kept.append(i)
         except ValueError as e:
             skipped.setdefault(r.group, str(e))
     reasons = [f"{'/'.join(map(str, g))}: {why}" for g, why in skipped.items()]
-    return calls, kept, reasons
+    return calls, devices, kept, reasons
 
 
 def fit_collectives(rows: Sequence[CommRow], **hyper: Any) -> CollectivePredictor:
-    calls, kept, _ = to_calls(rows)
-    return CollectivePredictor(**hyper).fit(calls, [rows[i].latency_ms for i in kept])
+    calls, devices, kept, _ = to_calls(rows)
+    return CollectivePredictor(**hyper).fit(calls, devices, [rows[i].latency_ms for i in kept])
 
 
 def leave_one_gpu_out(rows: Sequence[CommRow], gpus: Iterable[str] | None = None,
                       **hyper: Any) -> dict[int, float]:
     """Row index -> time predicted by a model fitted without that row's GPU."""
-    calls, kept, _ = to_calls(rows)
+    calls, devices, kept, _ = to_calls(rows)
     out: dict[int, float] = {}
     for gpu in sorted(set(gpus or {rows[i].gpu for i in kept})):
         train = [j for j, i in enumerate(kept) if rows[i].gpu != gpu]
@@ -139,8 +145,9 @@ def leave_one_gpu_out(rows: Sequence[CommRow], gpus: Iterable[str] | None = None
         if not test:
             continue
         model = CollectivePredictor(**hyper).fit([calls[j] for j in train],
+                                                 [devices[j] for j in train],
                                                  [rows[kept[j]].latency_ms for j in train])
-        pred = model.predict_ms([calls[j] for j in test])
+        pred = model.predict([calls[j] for j in test], [devices[j] for j in test]).time_ms
         out.update({kept[j]: float(p) for j, p in zip(test, pred.tolist())})
     return out
 
@@ -159,7 +166,7 @@ def score(pairs: Sequence[tuple[float, float]]) -> dict[str, float]:
 def in_sample_all_reduce(rows: Sequence[CommRow], predict: Callable[[list[int]], list[float]]
                          ) -> dict[str, Any]:
     """MAPE of all-reduces of SMALL_BYTES or more, per GPU and over all of them."""
-    _, kept, _ = to_calls(rows)
+    _, _, kept, _ = to_calls(rows)
     big = [i for i in kept if rows[i].collective == "all_reduce"
            and rows[i].size_bytes >= SMALL_BYTES]
     pred = dict(zip(big, predict(big)))
@@ -180,14 +187,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = load_comm(args.data)
-    calls, kept, skipped = to_calls(rows)
+    calls, devices, kept, skipped = to_calls(rows)
     t0 = time.perf_counter()
     model = fit_collectives(rows, seed=args.seed)
     seconds = time.perf_counter() - t0
 
     def predict(idx: list[int]) -> list[float]:
-        by_row = dict(zip(kept, calls))
-        return model.predict_ms([by_row[i] for i in idx]).tolist()
+        by_row = dict(zip(kept, zip(calls, devices)))
+        return model.predict([by_row[i][0] for i in idx], [by_row[i][1] for i in idx]
+                             ).time_ms.tolist()
 
     metadata = {
         "description": "torch_gemm_cost collective model: NCCL ring/tree/NVLS costs from the "
