@@ -20,6 +20,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("capture", ("capture",)),
     ("gemms", ("gemms",)),
     ("predict", ("predict",)),
+    ("measured", ("measured",)),
     ("advise", ("advise",)),
     ("report", ("report", "report_html", "llm_report")),
     ("top", ("api", "plan", "calibrate", "cli", "train", "__main__", "")),

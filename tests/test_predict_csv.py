@@ -269,7 +269,7 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
 
 
 def test_weights_flag_predicts_with_the_hybrid_from_that_file(tmp_path, data_dir):
-    from torch_gemm_cost.gemms.measured import load_gemms
+    from torch_gemm_cost.measured.gemm import load_gemms
     from torch_gemm_cost.predict import HybridPredictor
 
     weights = tmp_path / "w.json"

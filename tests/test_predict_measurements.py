@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.gemms.measured import gemm_batch_from_columns, load_gemms
+from torch_gemm_cost.measured.gemm import gemm_batch_from_columns, load_gemms
 
 HEADER = "gpu,gpu_name,source,timing,op,dtype,batch,m,n,k,bias,layout,latency_ms\n"
 
