@@ -321,6 +321,11 @@ def _predict_comm(table: Table, targets: _Targets, priced: _Priced) -> None:
             priced.times[i] = t
 
 
+def _ms(t: float) -> str:
+    """The shortest text that reads back as ``t`` exactly (``0`` for zero)."""
+    return repr(t).removesuffix(".0")
+
+
 def _rows_out(table: Table, priced: _Priced, skip_bad: bool, interval: bool
               ) -> Iterator[Sequence[str]]:
     header = list(table.header)
@@ -336,13 +341,13 @@ def _rows_out(table: Table, priced: _Priced, skip_bad: bool, interval: bool
     for i, row in enumerate(table.rows):
         out = list(row) + [""] * (len(header) - len(row))
         t = priced.times[i]
-        out[slots[0]] = "" if t is None else repr(t)
+        out[slots[0]] = "" if t is None else _ms(t)
         if skip_bad:
             out[slots[1]] = priced.errors.get(i, "")
         if interval:
             span = priced.spans.get(i)
-            out[slots[-2]] = "" if span is None else repr(span[0])
-            out[slots[-1]] = "" if span is None else repr(span[1])
+            out[slots[-2]] = "" if span is None else _ms(span[0])
+            out[slots[-1]] = "" if span is None else _ms(span[1])
         yield out
 
 
