@@ -67,8 +67,8 @@ class MeasuredGemms:
     gemms: GemmBatch
     gpu: tuple[str, ...]
     source: tuple[str, ...]
-    timing: tuple[str, ...]  # event, kernel or table (see DATA.md)
-    latency_ms: torch.Tensor  # (N,) float64
+    timing: tuple[str, ...]  # as written: one of TIMINGS ("" where the file gives none)
+    latency_ms: torch.Tensor  # (N,) float64; NaN where not read
     kernel: tuple[str, ...] = ()  # cuBLAS kernel name where the source recorded it, else ""
     devices: Mapping[str, DeviceSpec] = field(default_factory=dict)
 
