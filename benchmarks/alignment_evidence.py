@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, load_gemms
+from torch_gemm_cost.measured.gemm import DEFAULT_DATA_DIR, load_gemms
 
 RESULTS = Path(__file__).resolve().parent / "results" / "alignment_evidence.md"
 

@@ -29,16 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.measured.attention import (
+    KERNEL_OF,
+    MeasuredAttention,
+    load_attention,
+)
 from torch_gemm_cost.predict.attention import (
     AttentionPredictor,
     AttentionRoofline,
     attention_bytes,
     attention_flops,
-)
-from torch_gemm_cost.predict.attention_measured import (
-    KERNEL_OF,
-    MeasuredAttention,
-    load_attention,
 )
 from torch_gemm_cost.train.attention import (
     MIN_MS,

@@ -27,19 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.measured.comm import CommRow, load_comm, to_calls
 from torch_gemm_cost.predict.collectives import (
     CollectiveBatch,
     CollectivePredictor,
     bandwidth_baseline_ms,
 )
-from torch_gemm_cost.train.collectives import (
-    SMALL_BYTES,
-    CommRow,
-    leave_one_gpu_out,
-    load_comm,
-    score,
-    to_calls,
-)
+from torch_gemm_cost.train.collectives import SMALL_BYTES, leave_one_gpu_out, score
 
 TARGET_PCT = 20.0
 GPUS = ("a100_sxm4_80gb", "a40", "h200_sxm_141gb", "b200", "l40s")

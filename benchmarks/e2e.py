@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch_gemm_cost
 from torch_gemm_cost.api import compare
-from torch_gemm_cost.gemms.measured import DEFAULT_OWN_DIRS
+from torch_gemm_cost.measured.gemm import DEFAULT_OWN_DIRS
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.predict.ops import OpCostModel, op_times_ms
 from torch_gemm_cost.train.gemm import chip_of
@@ -222,9 +222,10 @@ def own_gemm_levels(data_dir: Path, predictor: Any, gpus: Iterable[str]
     fitted non-FMA instructions per FMA. A whole model with no measured GEMM of its own shapes
     inherits that level."""
     from torch_gemm_cost.devices import get_device
-    from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
+    from torch_gemm_cost.measured.gemm import load_all_gemms
     from torch_gemm_cost.predict.features import simt_issue_per_lane
     from torch_gemm_cost.predict.power import simt_issue_share
+    from torch_gemm_cost.predict.roofline import impossible_rows
 
     data = load_all_gemms(data_dir)
     data = data.select(~impossible_rows(data))
@@ -484,8 +485,9 @@ class HeldOutByChip:
         return self.cache / f"{kind}-v{self.version}-seed{self.seed}-{chip}.json"
 
     def _gemm_model(self, chip: str) -> Any:
-        from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
+        from torch_gemm_cost.measured.gemm import load_all_gemms
         from torch_gemm_cost.predict.hybrid import HybridPredictor
+        from torch_gemm_cost.predict.roofline import impossible_rows
 
         if chip not in self.gemm:
             path = self._path("gemm", chip)

@@ -105,7 +105,8 @@ class _GA100Held:
             self.gemm = HybridPredictor.load(path)
             self.source = f"{path} (read only)"
         else:
-            from torch_gemm_cost.gemms.measured import impossible_rows, load_all_gemms
+            from torch_gemm_cost.measured.gemm import load_all_gemms
+            from torch_gemm_cost.predict.roofline import impossible_rows
 
             data = load_all_gemms(data_dir)
             data = data.select(~impossible_rows(data))

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR, MeasuredGemms, load_gemms
+from torch_gemm_cost.measured.gemm import DEFAULT_DATA_DIR, MeasuredGemms, load_gemms
 
 RESULTS = Path(__file__).resolve().parent / "results" / "label_consistency.md"
 DURATION_BINS_MS = ((1.0, 10.0), (10.0, 100.0), (100.0, math.inf))

@@ -97,13 +97,8 @@ def collective_figures(data: str) -> tuple[list[list[Any]], float]:
     """All-reduces of 64 KiB or more, each GPU held out (train.collectives' evaluation, as
     benchmarks/collectives.py runs it): per GPU, its MAPE over all its rows and over its
     rows within one node."""
-    from torch_gemm_cost.train.collectives import (
-        SMALL_BYTES,
-        leave_one_gpu_out,
-        load_comm,
-        score,
-        to_calls,
-    )
+    from torch_gemm_cost.measured.comm import load_comm, to_calls
+    from torch_gemm_cost.train.collectives import SMALL_BYTES, leave_one_gpu_out, score
 
     t0 = time.perf_counter()
     rows = load_comm(data)
@@ -129,8 +124,8 @@ def attention_figures(data: str) -> tuple[list[list[Any]], float]:
     benchmarks/attention.py (its leave-one-GPU-out fits, its per-phase MAPE)."""
     from attention import phase_mape  # benchmarks/attention.py
 
+    from torch_gemm_cost.measured.attention import load_attention
     from torch_gemm_cost.predict.attention import AttentionPredictor
-    from torch_gemm_cost.predict.attention_measured import load_attention
     from torch_gemm_cost.train.attention import leave_one_gpu_out
 
     t0 = time.perf_counter()
@@ -151,7 +146,7 @@ def decode_gemm_bias(data: str) -> list[list[Any]]:
     of m <= 64 tokens and a weight of at least 4096 x 4096, kernel-timed in CUDA graphs (every
     GPU of them is in the predictor's fit): median predicted / measured per GPU, and the share
     of DRAM bandwidth they reached."""
-    from torch_gemm_cost.gemms.measured import read_gemm_file
+    from torch_gemm_cost.measured.gemm import read_gemm_file
     from torch_gemm_cost.predict import shipped_hybrid
 
     rows = read_gemm_file(Path(data) / "gemm" / "aiconfigurator.csv.gz")

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from torch_gemm_cost import calibrate as cal
 from torch_gemm_cost.devices import get_device, host_cpu
-from torch_gemm_cost.gemms.measured import DEFAULT_DATA_DIR
+from torch_gemm_cost.measured.gemm import DEFAULT_DATA_DIR
 
 log = logging.getLogger("measure_gpu")
 PARTS = ("alignment", "e2e", "calibrate", "kernels", "vec")

@@ -49,12 +49,9 @@ from build_catalog import spec_file_record
 from torch_gemm_cost import devices
 from torch_gemm_cost.cli import main as cli_main
 from torch_gemm_cost.devices import DeviceSpec, get_device
-from torch_gemm_cost.gemms.measured import (
-    MeasuredGemms,
-    impossible_rows,
-    load_all_gemms,
-)
+from torch_gemm_cost.measured.gemm import MeasuredGemms, load_all_gemms
 from torch_gemm_cost.predict.hybrid import HybridPredictor, variants
+from torch_gemm_cost.predict.roofline import impossible_rows
 from torch_gemm_cost.target import resolve_target
 from torch_gemm_cost.train.gemm import chip_of
 

@@ -27,7 +27,7 @@ import torch
 from tabulate import tabulate
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.gemms.measured import gemm_batch_from_columns
+from torch_gemm_cost.measured.gemm import gemm_batch_from_columns
 from torch_gemm_cost.predict import GemmBatch, Predictor, RooflinePredictor, default_predictor
 from torch_gemm_cost.predict.query import load_weights, predict_gemm_ms
 

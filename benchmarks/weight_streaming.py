@@ -50,7 +50,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 from accuracy import held_out_main
 
-from torch_gemm_cost.gemms.measured import MeasuredGemms
+from torch_gemm_cost.measured.gemm import MeasuredGemms
 from torch_gemm_cost.predict import shipped_hybrid
 
 COPIES = 6  # layers in aiconfigurator's CUDA graph, each with its own weights

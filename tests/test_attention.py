@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.measured.attention import ATTENTION_COLUMNS, load_attention
 from torch_gemm_cost.predict.attention import (
     KERNELS,
     AttentionBatch,
@@ -41,7 +42,6 @@ from torch_gemm_cost.predict.attention import (
     vllm_kernel,
     warp_specialized,
 )
-from torch_gemm_cost.predict.attention_measured import ATTENTION_COLUMNS, load_attention
 from torch_gemm_cost.train.attention import score_attention
 
 
@@ -810,7 +810,7 @@ def test_loader_errors_name_file_line_and_column(tmp_path: Path, column: str, va
 
 def test_loader_names_missing_columns_and_files(tmp_path: Path) -> None:
     header = HEADER.replace(",latency_ms", "")
-    with pytest.raises(ValueError, match=r"line 1: missing columns \['latency_ms'\]"):
+    with pytest.raises(ValueError, match=r"line 1: missing column\(s\) latency_ms; the attention"):
         load_attention(write_csv(tmp_path, GOOD.rsplit(",", 1)[0] + "\n", header))
     with pytest.raises(FileNotFoundError, match="attention data not found"):
         load_attention(tmp_path / "nowhere")

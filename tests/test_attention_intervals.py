@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
+from torch_gemm_cost.measured.attention import MeasuredAttention
 from torch_gemm_cost.predict.attention import AttentionBatch, AttentionCall, AttentionPredictor
-from torch_gemm_cost.predict.attention_measured import MeasuredAttention
 from torch_gemm_cost.predict.intervals import PROBS, AttentionIntervals
 from torch_gemm_cost.train.attention import fit_attention_intervals
 

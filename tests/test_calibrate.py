@@ -31,8 +31,8 @@ from torch_gemm_cost.calibrate import (
 )
 from torch_gemm_cost.cli import main
 from torch_gemm_cost.devices import DeviceSpec, get_device, host_cpu
-from torch_gemm_cost.gemms.measured import MeasuredGemms
 from torch_gemm_cost.gemms.records import GemmBatch
+from torch_gemm_cost.measured.gemm import MeasuredGemms
 from torch_gemm_cost.predict.query import predict_gemm_ms
 from torch_gemm_cost.predict.score import summarize_errors
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_gemm_cost.gemms.measured import MeasuredGemms, gemm_batch_from_columns
+from torch_gemm_cost.measured.gemm import MeasuredGemms, gemm_batch_from_columns
 
 _spec = importlib.util.spec_from_file_location(
     "ceiling", Path(__file__).resolve().parents[1] / "benchmarks" / "ceiling.py"

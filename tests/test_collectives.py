@@ -242,7 +242,8 @@ def test_bad_weight_files_name_the_file(tmp_path):
 
 @pytest.mark.data
 def test_shipped_weights_reproduce_their_in_sample_figure(data_dir):
-    from torch_gemm_cost.train.collectives import in_sample_all_reduce, load_comm, to_calls
+    from torch_gemm_cost.measured.comm import load_comm, to_calls
+    from torch_gemm_cost.train.collectives import in_sample_all_reduce
 
     if not (data_dir / "comm").is_dir():
         pytest.skip(f"collective measurements not found at {(data_dir / 'comm').resolve()}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from torch_gemm_cost.gemms.measured import load_gemms
+from torch_gemm_cost.measured.gemm import load_gemms
 
 _spec = importlib.util.spec_from_file_location(
     "label_consistency", Path(__file__).resolve().parents[1] / "benchmarks" / "label_consistency.py"

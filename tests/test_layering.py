@@ -20,6 +20,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("capture", ("capture", "hf_config")),
     ("gemms", ("gemms",)),
     ("predict", ("predict",)),
+    ("measured", ("measured",)),
     ("advise", ("advise",)),
     # llm: serving plans, priced by the predict stage, their records holding CostReports, their
     # text rendered in llm.text; no stage before it imports it

@@ -272,7 +272,7 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
 
 
 def test_weights_flag_predicts_with_the_hybrid_from_that_file(tmp_path, data_dir):
-    from torch_gemm_cost.gemms.measured import load_gemms
+    from torch_gemm_cost.measured.gemm import load_gemms
     from torch_gemm_cost.predict import HybridPredictor
 
     weights = tmp_path / "w.json"
@@ -423,3 +423,73 @@ def test_interval_on_attention_rows_reads_the_attention_calibration(tmp_path):
         assert [float(x) for x in r[-3:]] == pytest.approx(
             [t.item(), lo.item(), hi.item()], rel=1e-5)
         assert float(r[-2]) < float(r[-3]) < float(r[-1])
+
+
+def test_aiconfigurator_fp8_rows_are_priced_with_their_input_cast(tmp_path):
+    """The library prices aiconfigurator's fp8 rows with vLLM's bf16 -> fp8 input cast (batch·m·k
+    elements of A) and the row's kernel timing; predict-csv gives the same time, which is more
+    than the GEMM alone."""
+    from dataclasses import replace
+
+    from torch_gemm_cost.measured.gemm import MeasuredGemms, gemm_batch_from_columns
+    from torch_gemm_cost.predict import shipped_hybrid
+
+    header = ["gpu", "source", "timing", "op", "dtype", "batch", "m", "n", "k", "latency_ms"]
+    rows = [["h200_sxm_141gb", "aiconfigurator", "kernel", "linear", "float8_e4m3fn", "1",
+             str(m), "4096", "4096", "0.05"] for m in (16, 2048)]
+    src = _write(tmp_path / "fp8.csv", header, rows)
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(src), "--out", str(out)]) == 0
+    got = torch.tensor([float(r[-1]) for r in _read(out)[1:]], dtype=torch.float64)
+    gemms = gemm_batch_from_columns(op=["linear"] * 2, dtype=["float8_e4m3fn"] * 2,
+                                    batch=[1, 1], m=[16, 2048], n=[4096] * 2, k=[4096] * 2)
+    bare = MeasuredGemms(gemms=gemms, gpu=("h200_sxm_141gb",) * 2,
+                         source=("aiconfigurator",) * 2, timing=("kernel",) * 2,
+                         latency_ms=torch.tensor([0.05, 0.05], dtype=torch.float64))
+    cast = replace(bare, gemms=replace(gemms, quantized_elements=torch.tensor(
+        [16 * 4096.0, 2048 * 4096.0], dtype=torch.float64)))
+    hybrid = shipped_hybrid()
+    assert torch.equal(got, hybrid.predict_measured(cast).double())
+    assert (got > hybrid.predict_measured(bare).double()).all()
+
+
+COMM_HEADER = ["gpu", "source", "collective", "num_gpus", "gpus_per_node", "topology",
+               "size_elements", "size_bytes", "dtype", "latency_ms"]
+
+
+def test_comm_schema_is_priced_as_measured(tmp_path):
+    """Vidur's rows are NCCL kernel times of size_elements bytes (its size_bytes doubles the
+    buffer); nccl-tests rows are the out-of-place time of size_bytes."""
+    from torch_gemm_cost.devices import get_device
+    from torch_gemm_cost.measured.comm import comm_times_ms
+    from torch_gemm_cost.predict.collectives import check_call
+
+    rows = [["a100_sxm4_80gb", "vidur", "all_reduce", "8", "8", "dgx", "1001472", "2002944",
+             "float16", "0.1"],
+            ["h200_sxm_141gb", "aiconfigurator", "all_gather", "4", "4", "node", "1048576",
+             "2097152", "float16", "0.05"]]
+    src = _write(tmp_path / "comm.csv", COMM_HEADER, rows)
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(src), "--out", str(out)]) == 0
+    got = [float(r[-1]) for r in _read(out)[1:]]
+    devices = [get_device("a100_sxm4_80gb"), get_device("h200_sxm_141gb")]
+    calls = [check_call(devices[0], "all_reduce", size_bytes=1001472, num_gpus=8,
+                        gpus_per_node=8, topology="dgx", element_bytes=2, timing="kernel"),
+             check_call(devices[1], "all_gather", size_bytes=2097152, num_gpus=4,
+                        gpus_per_node=4, topology="node", element_bytes=2)]
+    assert got == comm_times_ms(calls, devices).tolist()
+
+
+def test_comm_rows_the_model_cannot_price_get_the_reason(tmp_path, capsys):
+    rows = [["l40s", "aiconfigurator", "all_reduce", "2", "2", "dgx", "1024", "2048",
+             "float16", "0.02"],
+            ["l40s", "aiconfigurator", "all_reduce", "2", "2", "node", "1024", "2048",
+             "float17", "0.02"]]
+    src = _write(tmp_path / "comm.csv", COMM_HEADER, rows)
+    out = tmp_path / "o.csv"
+    assert main(["predict-csv", str(src), "--out", str(out), "--skip-bad"]) == 0
+    errors = [r[-1] for r in _read(out)[1:]]
+    assert errors[0].startswith("topology 'dgx': l40s has no NVSwitch node; nearest: 'node'")
+    assert errors[1].startswith("column 'dtype': unknown 'float17'")
+    assert main(["predict-csv", str(src), "--out", str(out)]) == 2
+    assert "comm.csv line 2: topology 'dgx'" in capsys.readouterr().err

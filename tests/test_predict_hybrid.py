@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from torch_gemm_cost.devices import get_device, list_devices
 from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.gemms.measured import MeasuredGemms, gemm_batch_from_columns
 from torch_gemm_cost.gemms.records import DTYPE_NAMES, GemmBatch
+from torch_gemm_cost.measured.gemm import MeasuredGemms, gemm_batch_from_columns
 from torch_gemm_cost.predict.cache import (
     effective_bandwidth,
     grid_dram_bandwidth,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.gemms.measured import gemm_batch_from_columns, load_gemms
+from torch_gemm_cost.measured.gemm import gemm_batch_from_columns, load_gemms, read_gemm_file
 
 HEADER = "gpu,gpu_name,source,timing,op,dtype,batch,m,n,k,bias,layout,latency_ms\n"
 
@@ -101,3 +101,30 @@ def test_deepbench_fp16_rows_count_as_padded(tmp_path) -> None:
     narrowest = torch.minimum(torch.minimum(g.a_align_bytes, g.b_align_bytes), g.c_align_bytes)
     # fp16 padded: 16; fp32 7133 · 4 B = 28532 B -> 4; vidur fp16 k = 1761 · 2 B -> 2
     assert narrowest.tolist() == [16.0, 4.0, 2.0]
+
+
+def test_aiconfigurator_fp8_rows_carry_vllms_input_cast(tmp_path) -> None:
+    """vLLM's fp8 Linear casts its bf16 input to fp8 before the GEMM, and aiconfigurator's fp8
+    rows time both: A's batch·m·k elements are cast. Its bf16 rows and other sources' fp8 rows
+    (XLA's tables time the GEMM alone) cast nothing."""
+    (tmp_path / "gemm").mkdir()
+    rows = ["h200_sxm_141gb,x,aiconfigurator,kernel,linear,float8_e4m3fn,1,8,1024,512,0,x@W^T,0.01\n",
+            "h200_sxm_141gb,x,aiconfigurator,kernel,linear,bfloat16,1,8,1024,512,0,x@W^T,0.01\n",
+            "b200,x,xla-ptable,table,matmul,float8_e4m3fn,2,256,256,512,0,A@B,0.01\n",
+            "b200,x,aiconfigurator,kernel,linear,float8_e4m3fn,1,16,64,4096,0,x@W^T,0.01\n"]
+    with gzip.open(tmp_path / "gemm" / "x.csv.gz", "wt") as fh:
+        fh.write(HEADER + "".join(rows))
+    d = load_gemms(tmp_path)
+    # 8·512 = 4,096 and 16·4096 = 65,536 elements of A
+    assert d.gemms.quantized_elements.tolist() == [4096.0, 0.0, 0.0, 65536.0]
+    assert d.quantized_elements is not None
+    assert d.select([1, 2]).quantized_elements is None
+
+
+def test_rows_keep_their_timing_and_a_missing_one_stays_empty(tmp_path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("gpu,op,dtype,batch,m,n,k,latency_ms\nl4,mm,fp16,1,8,8,8,0.01\n")
+    assert read_gemm_file(path).timing == ("",)  # priced with the predictor's default
+    path.write_text("gpu,timing,op,dtype,batch,m,n,k,latency_ms\nl4,evnt,mm,fp16,1,8,8,8,0.01\n")
+    with pytest.raises(ValueError, match=r"t.csv line 2, column 'timing': unknown 'evnt'"):
+        read_gemm_file(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_gemm_cost.gemms.measured import load_gemms
+from torch_gemm_cost.measured.gemm import load_gemms
 from torch_gemm_cost.predict import shipped_hybrid
 
 ROOT = Path(__file__).resolve().parents[1]

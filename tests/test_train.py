@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.gemms.measured import MeasuredGemms, load_gemms
 from torch_gemm_cost.gemms.records import GemmBatch
+from torch_gemm_cost.measured.gemm import MeasuredGemms, load_gemms
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import (
     CREDITS,
@@ -56,7 +56,7 @@ def test_scores_by_hand() -> None:
 
 
 def load_gemms_from_rows():
-    from torch_gemm_cost.gemms.measured import MeasuredGemms, gemm_batch_from_columns
+    from torch_gemm_cost.measured.gemm import MeasuredGemms, gemm_batch_from_columns
 
     g = gemm_batch_from_columns(op=["bmm"] * 3, dtype=["float32"] * 3, batch=[1] * 3,
                                 m=[8] * 3, n=[8] * 3, k=[8] * 3)

@@ -12,7 +12,7 @@ import torch
 
 from ..devices import DeviceSpec, is_cpu
 from ..dtypes import DTYPES
-from ..gemms.measured import MeasuredGemms
+from ..measured.gemm import MeasuredGemms
 from ..predict import shipped_weights_path
 from ..predict.calibrated import CalibratedPredictor
 from ..predict.hybrid import HybridPredictor

@@ -16,8 +16,8 @@ import torch
 
 from ..devices import DeviceSpec
 from ..dtypes import DTYPES
-from ..gemms.measured import MeasuredGemms, read_gemm_file
 from ..gemms.records import OP_LAYOUT
+from ..measured.gemm import PREDICTOR_TIMING, MeasuredGemms, read_gemm_file
 from .sweep import SweepPoint
 
 __all__ = [
@@ -37,9 +37,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SOURCE = "calibrate"
-# the launch overhead a predictor adds for rows timed by each timer: perf_counter around the call
-# ("wall") includes the host's dispatch, as CUDA events around a torch op do ("event")
-PREDICTOR_TIMING: dict[str, str] = {"wall": "event", "event": "event"}
 # DATA.md's gemm schema, in its column order
 CSV_COLUMNS: tuple[str, ...] = (
     "gpu", "gpu_name", "source", "timing", "op", "dtype", "batch", "m", "n", "k", "bias",

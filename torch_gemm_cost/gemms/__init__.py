@@ -1,5 +1,5 @@
 """GEMM records, the handlers that read them off ATen ops (one per op, in a registry that takes
-custom ops too), the walk of a captured graph, and measured GEMMs from the data's schema."""
+custom ops too) and the walk of a captured graph."""
 
 from .extract import META_KEY, OPTIMIZERS, PHASES, adamw_ops, extract, optimizer_ops
 from .handlers import (

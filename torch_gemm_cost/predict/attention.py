@@ -1271,7 +1271,8 @@ class AttentionRoofline:
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Time (ms) of every measured row on its own GPU, (N,)."""
-        return self._predict(measured.calls, [get_device(g) for g in measured.gpu]).time_ms
+        devices = [measured.device(g) for g in measured.gpu]
+        return self._predict(measured.calls, devices).time_ms
 
     @staticmethod
     def _predict(b: AttentionBatch, devices: Sequence[DeviceSpec]) -> AttentionPrediction:
@@ -1459,12 +1460,12 @@ class AttentionPredictor:
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Time (ms) of every measured row on its own GPU, re-run warm as measured, (N,)."""
-        devices = [get_device(g) for g in measured.gpu]
+        devices = [measured.device(g) for g in measured.gpu]
         return self._predict(measured.calls, devices, warm_l2=True).time_ms
 
     # ------------------------------------------------------------ fitting
     def fit(self, measured: Any) -> AttentionPredictor:
-        """Fit every constant on measured calls (``attention_measured.MeasuredAttention``);
+        """Fit every constant on measured calls (``measured.attention.MeasuredAttention``);
         returns self.
 
         Each (gpu, phase, KV dtype) group gives at most ``rows_per_group`` seeded-random rows

@@ -15,7 +15,6 @@ import torch
 
 from ..devices import DeviceSpec, get_device, is_cpu
 from ..dtypes import resolve_dtype
-from ..gemms.measured import MeasuredGemms
 from ..gemms.records import DTYPE_NAMES, GemmBatch
 from .base import Estimator, GemmPrediction, inv_softplus
 
@@ -172,7 +171,7 @@ class CalibratedPredictor(Estimator):
         return params
 
     # ---------------------------------------------------------------- training
-    def _init_params(self, data: MeasuredGemms, spec: DeviceSpec) -> dict[str, torch.Tensor]:
+    def _init_params(self, data: Any, spec: DeviceSpec) -> dict[str, torch.Tensor]:
         g, y = data.gemms, data.latency_ms
         names = g.dtype_names()
         per: dict[str, list[float]] = {k: [] for k in _PER_DTYPE}
@@ -203,7 +202,7 @@ class CalibratedPredictor(Estimator):
         })
         return params
 
-    def fit(self, data: MeasuredGemms, *, warm_start: bool = False) -> CalibratedPredictor:
+    def fit(self, data: Any, *, warm_start: bool = False) -> CalibratedPredictor:
         """Fit the physical parameters to one device's measured rows with Adam on the
         pseudo-Huber loss of log time (relative error, robust to runs that a busy host stalled
         by a scheduler tick), each dtype weighted equally, then keep every row's log ratio
@@ -327,7 +326,7 @@ class CalibratedPredictor(Estimator):
         return model
 
 
-def _one_device(data: MeasuredGemms) -> DeviceSpec:
+def _one_device(data: Any) -> DeviceSpec:
     """The one device ``data`` was measured on."""
     gpus = sorted(set(data.gpu))
     if len(gpus) != 1:

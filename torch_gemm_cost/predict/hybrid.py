@@ -45,7 +45,6 @@ from typing import Any
 import torch
 
 from ..devices import DeviceSpec, get_device
-from ..gemms.measured import impossible_rows
 from .base import Estimator, GemmBatch, GemmPrediction, read_fitted
 from .base import inv_softplus as _inv_softplus
 from .cache import L2Geometry, effective_bandwidth, grid_dram_bandwidth, l2_geometry, l2_hit_rate
@@ -53,6 +52,7 @@ from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs,
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .power import simt_issue_share, sustained_clock_share
+from .roofline import impossible_rows
 from .tiles import ENGINES, candidate_table, tile_grid
 
 __all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]

@@ -6,13 +6,15 @@ GEMM runs faster than it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..devices import DeviceSpec
 from ..gemms.records import DTYPE_NAMES, GemmBatch
 from .base import GemmPrediction
 
-__all__ = ["RooflinePredictor", "peak_flops_per_s"]
+__all__ = ["RooflinePredictor", "impossible_rows", "peak_flops_per_s"]
 
 
 def peak_flops_per_s(gemms: GemmBatch, device: DeviceSpec) -> torch.Tensor:
@@ -49,3 +51,29 @@ class RooflinePredictor:
             compute_bound=compute_s >= memory_s,
             details={"compute_ms": compute_s * 1e3, "memory_ms": memory_s * 1e3},
         )
+
+
+def impossible_rows(measured: Any) -> torch.Tensor:
+    """Measured rows (a ``measured.MeasuredGemms``) faster than physics allows: below FLOPs /
+    dense peak or compulsory bytes / DRAM bandwidth of their device. These are data errors;
+    training leaves them out. (N,) bool.
+
+    Rows on devices or dtypes the catalog lacks are flagged too, since nothing can check them.
+    """
+    g = measured.gemms
+    floor_s = torch.full((len(measured),), float("nan"), dtype=torch.float64)
+    gpus = sorted(set(measured.gpu))
+    gpu_index = {name: i for i, name in enumerate(gpus)}
+    rows_gpu = torch.tensor([gpu_index[x] for x in measured.gpu], dtype=torch.long)
+    for name, i in gpu_index.items():
+        try:
+            device = measured.device(name)
+        except ValueError:
+            continue
+        sel = rows_gpu == i
+        peaks = [_peak_or_nan(device, dt) for dt in DTYPE_NAMES]
+        peak = torch.tensor(peaks, dtype=torch.float64)[g.dtype_index[sel]]
+        compute_s = g.flops[sel] / peak
+        memory_s = g.compulsory_bytes[sel] / device.dram_bw_bytes_per_s
+        floor_s[sel] = torch.maximum(compute_s, memory_s)
+    return ~(measured.latency_ms * 1e-3 >= floor_s)  # NaN floor -> flagged

@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
+from ..measured.attention import MeasuredAttention, load_attention
 from ..predict.attention import AttentionPredictor
-from ..predict.attention_measured import MeasuredAttention, load_attention
 from ..predict.intervals import (
     ATTENTION_PHASES,
     PROBS,

@@ -10,12 +10,7 @@ The data (``comm/`` of the measured-data bundle; DATA.md has the schema):
   nccl-tests ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``alltoall`` in one node of 2, 4
   or 8 A100-SXM4-80GB, H200, B200 or L40S, fp16 and int8, 512 B to 512 MiB; the out-of-place time.
 
-NB: Vidur's buffer is ``size_elements / 2`` fp16 elements, ``size_elements`` bytes: its profiler
-records ``"size": elements * 2  # bytes`` (vidur/profiling/collectives/collectives_wrapper.py),
-its sizes start at 1024 elements (``get_collectives_sizes_to_profile``), and the smallest
-recorded size is 2048. The bundle's ``size_bytes`` doubles that once more. With the bundle's
-figure, an A100 pair would send at 600 GB/s over NVLink 3, which carries 300 GB/s each way;
-``load_comm`` uses the true bytes (``VIDUR_BYTES_COLUMN``).
+Vidur's sizes are corrected as they are read (``measured.comm``).
 
     python -m torch_gemm_cost.train.collectives [--data ../shared/data] \\
         [--out torch_gemm_cost/data/collective_weights.json]
@@ -24,40 +19,30 @@ figure, an A100 pair would send at 600 GB/s over NVLink 3, which carries 300 GB/
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import json
 import logging
 import platform
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device
-from ..predict.collectives import CollectiveCall, CollectivePredictor, check_call
+from ..measured.comm import CommRow, load_comm, to_calls
+from ..predict.collectives import CollectivePredictor
 
 __all__ = [
     "SMALL_BYTES",
-    "CommRow",
     "fit_collectives",
     "leave_one_gpu_out",
-    "load_comm",
     "main",
     "score",
-    "to_calls",
 ]
 
 log = logging.getLogger(__name__)
 
-FILES = ("vidur.csv.gz", "aiconfigurator.csv.gz")
-TIMING_OF_SOURCE = {"vidur": "kernel", "aiconfigurator": "nccl_tests"}
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1}
-VIDUR_BYTES_COLUMN = "size_elements"  # see the module docstring
 SMALL_BYTES = 64 * 1024  # accuracy is reported for messages of 64 KiB or more, smaller apart
 DATA_SOURCES = [
     {"source": "vidur", "project": "Vidur (microsoft/vidur) collective profiling",
@@ -65,68 +50,6 @@ DATA_SOURCES = [
     {"source": "aiconfigurator", "project": "AIConfigurator (ai-dynamo/aiconfigurator) "
      "nccl-tests sweeps", "license": "Apache-2.0", "copyright": "Copyright NVIDIA Corporation"},
 ]
-
-
-@dataclass(frozen=True)
-class CommRow:
-    """One measured collective, with its true bytes."""
-
-    gpu: str
-    source: str
-    collective: str
-    num_gpus: int
-    gpus_per_node: int
-    topology: str
-    size_bytes: float  # nccl-tests convention, true bytes
-    dtype: str
-    latency_ms: float
-
-    @property
-    def group(self) -> tuple[str, str, str, str, int, int]:
-        return (self.gpu, self.source, self.collective, self.topology, self.num_gpus,
-                self.gpus_per_node)
-
-
-def load_comm(data_dir: str | Path) -> list[CommRow]:
-    """Every row of ``comm/*.csv.gz``, Vidur's sizes corrected (module docstring)."""
-    rows: list[CommRow] = []
-    for name in FILES:
-        path = Path(data_dir) / "comm" / name
-        if not path.is_file():
-            raise FileNotFoundError(f"measured collectives not found at {path} "
-                                    "(expected ../shared/data/comm)")
-        with gzip.open(path, "rt", newline="") as f:
-            for rec in csv.DictReader(f):
-                size = float(rec[VIDUR_BYTES_COLUMN] if rec["source"] == "vidur"
-                             else rec["size_bytes"])
-                rows.append(CommRow(rec["gpu"], rec["source"], rec["collective"],
-                                    int(rec["num_gpus"]), int(rec["gpus_per_node"]),
-                                    rec["topology"], size, rec["dtype"],
-                                    float(rec["latency_ms"])))
-    return rows
-
-
-def to_calls(rows: Sequence[CommRow]
-             ) -> tuple[list[CollectiveCall], list[DeviceSpec], list[int], list[str]]:
-    """Calls for the rows the model can price, each call's device (the catalog's record of the
-    row's GPU), their row indices, and why the others cannot be priced."""
-    calls: list[CollectiveCall] = []
-    devices: list[DeviceSpec] = []
-    kept: list[int] = []
-    skipped: dict[tuple[Any, ...], str] = {}
-    for i, r in enumerate(rows):
-        try:
-            spec = get_device(r.gpu)
-            calls.append(check_call(spec, r.collective, size_bytes=r.size_bytes,
-                                    num_gpus=r.num_gpus, gpus_per_node=r.gpus_per_node,
-                                    topology=r.topology, element_bytes=ELEMENT_BYTES[r.dtype],
-                                    timing=TIMING_OF_SOURCE[r.source]))
-            devices.append(spec)
-            kept.append(i)
-        except ValueError as e:
-            skipped.setdefault(r.group, str(e))
-    reasons = [f"{'/'.join(map(str, g))}: {why}" for g, why in skipped.items()]
-    return calls, devices, kept, reasons
 
 
 def fit_collectives(rows: Sequence[CommRow], **hyper: Any) -> CollectivePredictor:
@@ -202,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "catalog's link bandwidths, shared physical constants",
         "data_sources": DATA_SOURCES,
         "vidur_size_correction": "true bytes = the bundle's size_elements (its size_bytes is "
-                                 "twice the buffer); see torch_gemm_cost/train/collectives.py",
+                                 "twice the buffer); see torch_gemm_cost/measured/comm.py",
         "training_command": "python -m torch_gemm_cost.train.collectives --data ../shared/data "
                             f"--out torch_gemm_cost/data/collective_weights.json --seed {args.seed}",
         "trained_gpus": sorted({rows[i].gpu for i in kept}),

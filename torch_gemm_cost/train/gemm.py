@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from ..devices import get_device
-from ..gemms.measured import DEFAULT_OWN_DIRS, MeasuredGemms, impossible_rows, load_all_gemms
+from ..measured.gemm import DEFAULT_OWN_DIRS, MeasuredGemms, load_all_gemms
 from ..predict.hybrid import HybridPredictor
+from ..predict.roofline import impossible_rows
 from ..predict.score import summarize_errors
 
 __all__ = [

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from ..gemms.measured import DEFAULT_OWN_DIRS, MeasuredGemms, impossible_rows, load_all_gemms
+from ..measured.gemm import DEFAULT_OWN_DIRS, MeasuredGemms, load_all_gemms
 from ..predict.hybrid import HybridPredictor
 from ..predict.intervals import (
     ENGINE_CLASSES,
@@ -57,6 +57,7 @@ from ..predict.intervals import (
     quantile_at,
     resolve_bucket,
 )
+from ..predict.roofline import impossible_rows
 from .gemm import chip_of, leave_one_chip_out
 
 __all__ = [

@@ -28,8 +28,6 @@ scored with each of the two chips held out (GA100, GA102) on ops of ``FUSED_MIN_
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import json
 import logging
 import math
@@ -41,10 +39,10 @@ from typing import Any
 import torch
 
 from ..devices import get_device
-from ..gemms.measured import DEFAULT_OWN_DIRS
+from ..measured.table import DEFAULT_OWN_DIRS
+from ..measured.vec import MeasuredOps, read_vec_file
 from ..predict.ops import (
     FUSED_ALIASES,
-    FUSED_OPS,
     VEC_OPS,
     FusedOpCost,
     fused_op_bytes,
@@ -123,39 +121,27 @@ def load_fused(data_dir: str | Path) -> FusedRows:
     path = Path(data_dir) / "vec" / "vidur.csv.gz"
     if not path.is_file():
         raise FileNotFoundError(f"measured fused ops not found at {path} (expected ../shared/data)")
-    cols: dict[str, list[Any]] = {k: [] for k in ("gpu", "op", "measured_op", "b", "k", "bw",
-                                                 "sm", "l2", "y")}
+    ops = read_vec_file(path)
+    keep = [i for i in range(len(ops)) if ops.fused[i]]
     facts: dict[str, tuple[float, float, float]] = {}
-    with gzip.open(path, "rt", newline="") as f:
-        for line, rec in enumerate(csv.DictReader(f), start=2):
-            name = rec["op"]
-            if name not in FUSED_OPS and name not in FUSED_ALIASES:
-                log.info("%s:%d: op %r is no fused op; skipped", path, line, name)
-                continue
-            gpu = rec["gpu"]
-            if gpu not in facts:
-                d = get_device(gpu)
-                facts[gpu] = (d.dram_bw_bytes_per_s, d.sm_count * (d.boost_clock_mhz or 0) * 1e6,
-                              d.l2_bytes)
-            elem = 2 if rec["dtype"] in ("float16", "bfloat16") else 4
-            nbytes, kernels = fused_op_bytes(name, int(rec["rows"]), int(rec["cols"]), elem)
-            cols["gpu"].append(gpu)
-            cols["op"].append(FUSED_ALIASES.get(name, (name, 1))[0])
-            cols["measured_op"].append(name)
-            cols["b"].append(float(nbytes))
-            cols["k"].append(float(kernels))
-            bw, sm, l2 = facts[gpu]
-            cols["bw"].append(bw)
-            cols["sm"].append(sm)
-            cols["l2"].append(l2)
-            cols["y"].append(float(rec["latency_ms"]))
+    for gpu in set(ops.gpu):
+        d = ops.device(gpu)
+        facts[gpu] = (d.dram_bw_bytes_per_s, d.sm_count * (d.boost_clock_mhz or 0) * 1e6,
+                      d.l2_bytes)
+    sizes = [fused_op_bytes(ops.op[i], ops.rows[i], ops.cols[i], ops.elem_bytes[i])
+             for i in keep]
 
-    def t(xs: list[float]) -> torch.Tensor:
+    def t(xs: Sequence[float]) -> torch.Tensor:
         return torch.tensor(xs, dtype=torch.float64)
 
-    return FusedRows(tuple(cols["gpu"]), tuple(cols["op"]), tuple(cols["measured_op"]),
-                     t(cols["b"]), t(cols["k"]), t(cols["bw"]), t(cols["sm"]), t(cols["l2"]),
-                     t(cols["y"]))
+    return FusedRows(tuple(ops.gpu[i] for i in keep),
+                     tuple(FUSED_ALIASES.get(ops.op[i], (ops.op[i], 1))[0] for i in keep),
+                     tuple(ops.op[i] for i in keep),
+                     t([float(b) for b, _ in sizes]), t([float(k) for _, k in sizes]),
+                     t([facts[ops.gpu[i]][0] for i in keep]),
+                     t([facts[ops.gpu[i]][1] for i in keep]),
+                     t([facts[ops.gpu[i]][2] for i in keep]),
+                     ops.latency_ms[torch.tensor(keep, dtype=torch.long)])
 
 
 def _fused_raw(costs: dict[str, FusedOpCost], eta: float, roof_p: float
@@ -259,30 +245,21 @@ def load_vec(data_dir: str | Path, own_dirs: Sequence[str | Path] = ()) -> list[
 
 
 def _read_vec(path: Path) -> list[VecRow]:
+    return _vec_rows(read_vec_file(path))
+
+
+def _vec_rows(ops: MeasuredOps) -> list[VecRow]:
+    """The event-timed ops of ``ops`` (``VEC_OPS``), with their bytes and their GPU's DRAM
+    bandwidth."""
     out: list[VecRow] = []
-    bw: dict[str, float] = {}
-    with gzip.open(path, "rt", newline="") as f:
-        for line, rec in enumerate(csv.DictReader(f), start=2):
-            if rec["op"] not in VEC_OPS:
-                log.info("%s:%d: op %r has no class; skipped", path, line, rec["op"])
-                continue
-            op_class, passes = VEC_OPS[rec["op"]]
-            if rec["gpu"] not in bw:
-                bw[rec["gpu"]] = get_device(rec["gpu"]).dram_bw_bytes_per_s
-            rows, cols = int(rec["rows"]), int(rec["cols"])
-            out.append(
-                VecRow(
-                    rec["gpu"],
-                    rec["source"],
-                    rec["op"],
-                    op_class,
-                    rows,
-                    cols,
-                    float(passes * rows * cols * 4),
-                    bw[rec["gpu"]],
-                    float(rec["latency_ms"]),
-                )
-            )
+    bw = {gpu: ops.device(gpu).dram_bw_bytes_per_s for gpu in set(ops.gpu)}
+    for i in range(len(ops)):
+        if ops.fused[i]:
+            continue
+        op_class, passes = VEC_OPS[ops.op[i]]
+        out.append(VecRow(ops.gpu[i], ops.source[i], ops.op[i], op_class, ops.rows[i],
+                          ops.cols[i], float(passes * ops.rows[i] * ops.cols[i] * ops.elem_bytes[i]),
+                          bw[ops.gpu[i]], float(ops.latency_ms[i])))
     return out
 
 

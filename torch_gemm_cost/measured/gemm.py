@@ -1,43 +1,59 @@
-"""Measured GEMMs: rows of the ``data/gemm/*.csv[.gz]`` schema (see ``../shared/data``) as a batch.
+"""Measured GEMMs: the one reader of the ``data/gemm/*.csv[.gz]`` schema (see ``../shared/data``),
+and the one path that prices such rows as they were measured.
 
-Reads with the ``csv`` module only, so loading needs neither pandas nor numpy. Operand alignment
-follows from ``op``/``layout``: the widest vector load (≤ 16 bytes) that each operand's leading
-dimension allows.
+Operand alignment follows from ``op``/``layout``: the widest vector load (≤ 16 bytes) that each
+operand's leading dimension allows. What a row's time holds beyond the GEMM is decided here, as
+the row is read, and nowhere else:
+
+- ``timing``: the launch overhead a predictor adds (``PREDICTOR_TIMING``; a row without one
+  takes the predictor's default);
+- aiconfigurator's fp8 rows time vLLM's fp8 Linear, which casts its bf16 input to fp8 in a
+  kernel of its own first (``GemmBatch.quantized_elements``);
+- DeepBench padded misaligned fp16 shapes to multiples of 8 before timing them, so their
+  kernels saw 16-byte-aligned operands whatever dims the row records.
+
+``gemm_times_ms`` prices rows read here; ``torch-gemm-cost predict-csv`` goes through it.
 """
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
+import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..devices import DeviceSpec, get_device
 from ..dtypes import DTYPES, resolve_dtype
-from .records import DTYPE_NAMES, LAYOUT_LEADS, OP_LAYOUT, GemmBatch, alignment_bytes
+from ..gemms.records import DTYPE_NAMES, LAYOUT_LEADS, OP_LAYOUT, GemmBatch, alignment_bytes
+from .table import DEFAULT_DATA_DIR, DEFAULT_OWN_DIRS, RowError, Table, read_table
 
 __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_OWN_DIRS",
+    "PREDICTOR_TIMING",
+    "REQUIRED",
+    "TIMINGS",
     "MeasuredGemms",
     "gemm_batch_from_columns",
-    "impossible_rows",
+    "gemm_times_ms",
     "load_all_gemms",
     "load_gemms",
     "read_gemm_file",
+    "read_gemms",
 ]
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-# what this project measured itself, in the same layout (benchmarks/data/README.md): one H200
-DEFAULT_OWN_DIRS: tuple[Path, ...] = (
-    Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200",
-)
-
-_REQUIRED = ("gpu", "op", "dtype", "batch", "m", "n", "k", "latency_ms")
+# the columns a row to price needs; a measured file needs ``latency_ms`` too
+REQUIRED: tuple[str, ...] = ("gpu", "op", "dtype", "batch", "m", "n", "k")
+# DATA.md's methods, plus calibrate's "wall" (perf_counter around the call); "" = unknown,
+# priced with the predictor's default
+TIMINGS: tuple[str, ...] = ("", "event", "kernel", "table", "wall")
+# the launch overhead a predictor adds for rows timed by each timer: perf_counter around the call
+# ("wall") includes the host's dispatch, as CUDA events around a torch op do ("event")
+PREDICTOR_TIMING: dict[str, str] = {"wall": "event", "event": "event"}
 
 
 @dataclass(frozen=True)
@@ -51,17 +67,20 @@ class MeasuredGemms:
     gemms: GemmBatch
     gpu: tuple[str, ...]
     source: tuple[str, ...]
-    timing: tuple[str, ...]  # event, kernel or table (see DATA.md)
-    latency_ms: torch.Tensor  # (N,) float64
+    timing: tuple[str, ...]  # as written: one of TIMINGS ("" where the file gives none)
+    latency_ms: torch.Tensor  # (N,) float64; NaN where not read
     kernel: tuple[str, ...] = ()  # cuBLAS kernel name where the source recorded it, else ""
     devices: Mapping[str, DeviceSpec] = field(default_factory=dict)
-    # elements of A that the measured time also quantizes before the GEMM (N,), or None for
-    # none: vLLM's fp8 Linear casts its bf16 input to fp8 first, one kernel that reads 2 and
-    # writes 1 byte an element (aiconfigurator's fp8 rows, a static activation scale)
-    quantized_elements: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.gpu)
+
+    @property
+    def quantized_elements(self) -> torch.Tensor | None:
+        """Elements of A that the measured time also casts before the GEMM (N,), or None for
+        none (``gemms.quantized_elements``)."""
+        cast = self.gemms.quantized_elements
+        return cast if bool((cast > 0).any()) else None
 
     def device(self, gpu: str) -> DeviceSpec:
         """The spec of a ``gpu`` id of these rows."""
@@ -88,8 +107,6 @@ class MeasuredGemms:
             latency_ms=self.latency_ms[idx],
             kernel=pick(self.kernel) if self.kernel else (),
             devices=self.devices,
-            quantized_elements=(None if self.quantized_elements is None
-                                else self.quantized_elements[idx]),
         )
 
     @classmethod
@@ -98,11 +115,6 @@ class MeasuredGemms:
         if not parts:
             raise ValueError("no measured rows to join")
         kernels = [p.kernel or ("",) * len(p) for p in parts]
-        quantized = None
-        if any(p.quantized_elements is not None for p in parts):
-            quantized = torch.cat([torch.zeros(len(p), dtype=torch.float64)
-                                   if p.quantized_elements is None else p.quantized_elements
-                                   for p in parts])
         return cls(
             gemms=GemmBatch.concat(p.gemms for p in parts),
             gpu=sum((p.gpu for p in parts), ()),
@@ -111,7 +123,6 @@ class MeasuredGemms:
             latency_ms=torch.cat([p.latency_ms for p in parts]),
             kernel=sum(kernels, ()),
             devices={k: v for p in parts for k, v in p.devices.items()},
-            quantized_elements=quantized,
         )
 
     def mask(self, **equal: str | Iterable[str]) -> torch.Tensor:
@@ -125,7 +136,10 @@ class MeasuredGemms:
         return keep
 
 
-def _int_dim(value: object, where: Callable[[], str]) -> int:
+_Bad = Callable[[int, str, str], RowError]  # (position, column, message) -> its error
+
+
+def _int_dim(value: object, bad: Callable[[str], RowError]) -> int:
     try:
         if isinstance(value, str):
             text = value.strip()
@@ -136,33 +150,34 @@ def _int_dim(value: object, where: Callable[[], str]) -> int:
             raise ValueError
         out = int(number)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{where()}: expected a non-negative integer, got {value!r}") from None
+        raise bad(f"expected a non-negative integer, got {value!r}") from None
     if out < 0:
-        raise ValueError(f"{where()}: expected a non-negative integer, got {value!r}")
+        raise bad(f"expected a non-negative integer, got {value!r}")
     return out
 
 
-def _bias_flag(value: object, where: Callable[[], str]) -> float:
+def _bias_flag(value: object, bad: Callable[[str], RowError]) -> float:
     text = str(value).strip().lower()
     if text in ("", "0", "0.0", "false", "none"):
         return 0.0
     if text in ("1", "1.0", "true"):
         return 1.0
-    raise ValueError(f"{where()}: expected 0 or 1, got {value!r}")
+    raise bad(f"expected 0 or 1, got {value!r}")
 
 
-_Where = Callable[[int, str], Callable[[], str]]
+def _bad_rows(row_names: Sequence[str] | None, rows: Sequence[int] | None) -> _Bad:
+    """The error of a bad value at a position: labelled by ``row_names`` (else ``row i``),
+    carrying the table row of ``rows`` (else -1)."""
 
-
-def _where_row(row_names: Sequence[str] | None) -> _Where:
-    def make(i: int, col: str) -> Callable[[], str]:
+    def bad(i: int, col: str, msg: str) -> RowError:
         label = row_names[i] if row_names is not None else f"row {i}"
-        return lambda: f"{label}, column {col!r}"
+        detail = f"column {col!r}: {msg}"
+        return RowError(f"{label}, {detail}", rows[i] if rows is not None else -1, detail)
 
-    return make
+    return bad
 
 
-def _dtype_column(dtype: Sequence[str], where: _Where) -> torch.Tensor:
+def _dtype_column(dtype: Sequence[str], bad: _Bad) -> torch.Tensor:
     """(N,) index into ``DTYPE_NAMES`` of each row's dtype, each spelling resolved once."""
     resolved: dict[str, int] = {}
     rows: list[int] = []
@@ -172,13 +187,13 @@ def _dtype_column(dtype: Sequence[str], where: _Where) -> torch.Tensor:
             try:
                 hit = DTYPE_NAMES.index(resolve_dtype(d).name)
             except (ValueError, TypeError) as e:
-                raise ValueError(f"{where(i, 'dtype')()}: {e}") from None
+                raise bad(i, "dtype", str(e)) from None
             resolved[d] = hit
         rows.append(hit)
     return torch.tensor(rows, dtype=torch.long)
 
 
-def _lead_rows(op: Sequence[str], layout: Sequence[str] | None, where: _Where) -> torch.Tensor:
+def _lead_rows(op: Sequence[str], layout: Sequence[str] | None, bad: _Bad) -> torch.Tensor:
     """(3, N): per row, the dim (1 m, 2 n, 3 k) holding the leading dim of A, B and C, from the
     row's layout, or the one its op implies."""
     resolved: dict[tuple[str, str | None], tuple[int, int, int]] = {}
@@ -189,11 +204,10 @@ def _lead_rows(op: Sequence[str], layout: Sequence[str] | None, where: _Where) -
         if sel is None:
             given = "" if lay is None else str(lay).strip()
             if given and given not in LAYOUT_LEADS:
-                raise ValueError(f"{where(i, 'layout')()}: unknown layout {lay!r}; known: "
-                                 + ", ".join(LAYOUT_LEADS))
+                raise bad(i, "layout", f"unknown layout {lay!r}; known: "
+                          + ", ".join(LAYOUT_LEADS))
             if o not in OP_LAYOUT:
-                raise ValueError(
-                    f"{where(i, 'op')()}: unknown op {o!r}; known: {', '.join(OP_LAYOUT)}")
+                raise bad(i, "op", f"unknown op {o!r}; known: {', '.join(OP_LAYOUT)}")
             a, b, c = LAYOUT_LEADS[given or OP_LAYOUT[o]]
             sel = resolved[(o, lay)] = (" mnk".index(a), " mnk".index(b), " mnk".index(c))
         rows.append(sel)
@@ -211,25 +225,31 @@ def gemm_batch_from_columns(
     k: Sequence[object],
     bias: Sequence[object] | None = None,
     row_names: Sequence[str] | None = None,
+    rows: Sequence[int] | None = None,
 ) -> GemmBatch:
     """A ``GemmBatch`` from columns of the DATA.md schema (strings or numbers).
 
     ``layout`` defaults to the layout ``op`` implies (``linear`` -> ``x@W^T``). ``row_names``
-    (e.g. ``"file.csv line 7"``) label errors; by default rows are named by position.
-    Raises ValueError naming the row and column of the first bad value.
+    (e.g. ``"file.csv line 7"``) label errors; by default rows are named by position. Raises a
+    ``RowError`` (a ValueError) naming the row and column of a bad value; its ``row`` is the
+    entry of ``rows`` (a table's row index) at that position.
     """
     size = len(op)
     for name, col in (("dtype", dtype), ("batch", batch), ("m", m), ("n", n), ("k", k),
                       ("layout", layout), ("bias", bias)):
         if col is not None and len(col) != size:
             raise ValueError(f"column {name!r} has {len(col)} values, column 'op' has {size}")
-    where = _where_row(row_names)
+    bad = _bad_rows(row_names, rows)
+
+    def at(i: int, col: str) -> Callable[[str], RowError]:
+        return lambda msg: bad(i, col, msg)
+
     dims = torch.stack([  # (4, N): batch, m, n, k
-        torch.tensor([_int_dim(v, where(i, name)) for i, v in enumerate(col)], dtype=torch.float64)
+        torch.tensor([_int_dim(v, at(i, name)) for i, v in enumerate(col)], dtype=torch.float64)
         for name, col in (("batch", batch), ("m", m), ("n", n), ("k", k))
     ])
-    dtype_index = _dtype_column(dtype, where)
-    lead = _lead_rows(op, layout, where)  # (3, N)
+    dtype_index = _dtype_column(dtype, bad)
+    lead = _lead_rows(op, layout, bad)  # (3, N)
     in_bytes = torch.tensor([float(DTYPES[d].in_bytes) for d in DTYPE_NAMES])[dtype_index]
     out_bytes = torch.tensor([float(DTYPES[d].out_bytes) for d in DTYPE_NAMES])[dtype_index]
     cols = torch.arange(size)
@@ -237,7 +257,7 @@ def gemm_batch_from_columns(
     bias_t = (
         torch.zeros(size, dtype=torch.float64)
         if bias is None
-        else torch.tensor([_bias_flag(v, where(i, "bias")) for i, v in enumerate(bias)],
+        else torch.tensor([_bias_flag(v, at(i, "bias")) for i, v in enumerate(bias)],
                           dtype=torch.float64)
     )
     return GemmBatch(
@@ -256,12 +276,6 @@ def gemm_batch_from_columns(
     )
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
 def _source_files(data_dir: Path) -> dict[str, Path]:
     gemm_dir = data_dir / "gemm"
     if not gemm_dir.is_dir():
@@ -274,35 +288,38 @@ def _source_files(data_dir: Path) -> dict[str, Path]:
     return files
 
 
-_COLUMNS = ("gpu", "source", "timing", "op", "layout", "dtype", "batch", "m", "n", "k", "bias",
-            "latency_ms", "kernel")
+def read_gemms(table: Table, idx: Sequence[int] | None = None, *, source: str = "",
+               device: DeviceSpec | None = None, timed: bool = True) -> MeasuredGemms:
+    """The GEMM rows ``idx`` of ``table`` (every row by default), in that order, as measured
+    (see the module docstring).
 
-
-def read_gemm_file(path: Path | str, source: str = "",
-                   required: Sequence[str] = _REQUIRED) -> MeasuredGemms:
-    """The rows of one CSV (or ``.csv.gz``) file of the data's GEMM schema, in file order.
-
-    Rows without a ``source`` take ``source``; without a ``timing``, ``event``. Raises
-    ValueError naming the file, line and column of a bad value or the ``required`` columns it
-    lacks.
+    Rows without a ``source`` take ``source``. With ``device``, every row is on it whatever its
+    ``gpu`` says (a device resolved by the caller); else ``gpu`` is a catalog id. ``timed``:
+    read ``latency_ms``; without it the latencies are NaN (rows to price, not to score).
+    Raises a ``RowError`` naming the line and column of a bad value.
     """
-    path = Path(path)
-    cols: dict[str, list[str]] = {c: [] for c in _COLUMNS}
-    names: list[str] = []
-    with _open_text(path) as fh:
-        reader = csv.DictReader(fh)
-        absent = [c for c in required if c not in (reader.fieldnames or [])]
-        if absent:
-            raise ValueError(f"{path}: missing column(s) {', '.join(absent)}")
-        for line, row in enumerate(reader, start=2):
-            for c, values in cols.items():
-                values.append(row.get(c) or "")
-            names.append(f"{path.name} line {line}")
+    pick = list(range(len(table))) if idx is None else list(idx)
+    names = [table.where(i) for i in pick]
+    cols = {c: table.column(c, pick) for c in ("gpu", "source", "timing", "op", "layout",
+                                                "dtype", "batch", "m", "n", "k", "bias",
+                                                "latency_ms", "kernel")}
+    bad = _bad_rows(names, pick)
+    for i, gpu in enumerate(cols["gpu"]):
+        if not gpu:
+            raise bad(i, "gpu", "empty device id")
+    for i, t in enumerate(cols["timing"]):
+        if t not in TIMINGS:
+            raise bad(i, "timing", f"unknown {t!r}; known: {', '.join(TIMINGS[1:])}")
     cols["source"] = [v or source for v in cols["source"]]
     gemms = gemm_batch_from_columns(
         op=cols["op"], layout=cols["layout"], dtype=cols["dtype"], batch=cols["batch"],
-        m=cols["m"], n=cols["n"], k=cols["k"], bias=cols["bias"], row_names=names,
+        m=cols["m"], n=cols["n"], k=cols["k"], bias=cols["bias"], row_names=names, rows=pick,
     )
+    for dim in ("m", "n", "k"):
+        empty = torch.nonzero(getattr(gemms, dim) < 1).flatten()
+        if len(empty):
+            j = int(empty[0])
+            raise bad(j, dim, f"expected a positive integer, got {cols[dim][j]!r}")
     # DeepBench padded misaligned fp16 shapes to multiples of 8 before timing them (DATA.md):
     # the kernels that ran saw 16-byte-aligned operands whatever dims the row records
     padded = torch.tensor([s == "deepbench" and d.startswith("float16")
@@ -311,27 +328,42 @@ def read_gemm_file(path: Path | str, source: str = "",
         sixteen = torch.full_like(gemms.a_align_bytes, 16.0)
         gemms = replace(gemms, **{f: torch.where(padded, sixteen, getattr(gemms, f))
                                   for f in ("a_align_bytes", "b_align_bytes", "c_align_bytes")})
-    for i, gpu in enumerate(cols["gpu"]):
-        if not gpu:
-            raise ValueError(f"{names[i]}, column 'gpu': empty device id")
     # vLLM's fp8 Linear (aiconfigurator) runs a static-scale quantization of its bf16 input
     # before the scaled GEMM, and the row times both
-    quantized = torch.tensor([s == "aiconfigurator" and d.startswith("float8")
-                              for s, d in zip(cols["source"], cols["dtype"])], dtype=torch.bool)
-    a_elements = gemms.batch * gemms.m * gemms.k
-    return MeasuredGemms(
+    cast = torch.tensor([s == "aiconfigurator" and DTYPE_NAMES[d].startswith("float8")
+                         for s, d in zip(cols["source"], gemms.dtype_index.tolist())],
+                        dtype=torch.bool)
+    if cast.any():
+        a_elements = gemms.batch * gemms.m * gemms.k
+        gemms = replace(gemms, quantized_elements=torch.where(
+            cast, a_elements, gemms.quantized_elements))
+    latency = (_latencies(cols["latency_ms"], bad) if timed
+               else torch.full((len(pick),), math.nan, dtype=torch.float64))
+    rows = MeasuredGemms(
         gemms=gemms,
         gpu=tuple(cols["gpu"]),
         source=tuple(cols["source"]),
-        timing=tuple(t or "event" for t in cols["timing"]),
-        latency_ms=_latencies(cols["latency_ms"], names),
+        timing=tuple(cols["timing"]),
+        latency_ms=latency,
         kernel=tuple(cols["kernel"]),
-        quantized_elements=(torch.where(quantized, a_elements, torch.zeros_like(a_elements))
-                            if quantized.any() else None),
     )
+    return rows if device is None else rows.on_device(device)
 
 
-def _latencies(texts: Sequence[str], names: Sequence[str]) -> torch.Tensor:
+def read_gemm_file(path: Path | str, source: str = "",
+                   required: Sequence[str] = (*REQUIRED, "latency_ms")) -> MeasuredGemms:
+    """The rows of one CSV (or ``.csv.gz``) file of the data's GEMM schema, in file order.
+
+    Rows without a ``source`` take ``source``; a row without a ``timing`` is priced with the
+    predictor's default. Raises ValueError naming the file, line and column of a bad value or
+    the ``required`` columns it lacks.
+    """
+    table = read_table(path)
+    table.check_columns(required, "gemm")
+    return read_gemms(table, source=source)
+
+
+def _latencies(texts: Sequence[str], bad: _Bad) -> torch.Tensor:
     latency = torch.empty(len(texts), dtype=torch.float64)
     for i, text in enumerate(texts):
         try:
@@ -339,9 +371,7 @@ def _latencies(texts: Sequence[str], names: Sequence[str]) -> torch.Tensor:
         except ValueError:
             value = float("nan")
         if not (value > 0.0 and value < float("inf")):
-            raise ValueError(
-                f"{names[i]}, column 'latency_ms': expected a positive finite number, got {text!r}"
-            )
+            raise bad(i, "latency_ms", f"expected a positive finite number, got {text!r}")
         latency[i] = value
     return latency
 
@@ -376,31 +406,40 @@ def load_all_gemms(
     return MeasuredGemms.concat([load_gemms(d) for d in (data_dir, *own_dirs)])
 
 
-def impossible_rows(measured: MeasuredGemms) -> torch.Tensor:
-    """Rows faster than physics allows: below FLOPs / dense peak or compulsory bytes / DRAM
-    bandwidth of their device. These are data errors; training leaves them out. (N,) bool.
+def _context(predictor: Any, timing: str, source: str) -> dict[str, str]:
+    """The ``timing``/``source`` keywords the predictor's ``predict`` takes, where given."""
+    params = inspect.signature(predictor.predict).parameters
+    given = {"timing": timing, "source": source}
+    return {k: v for k, v in given.items() if v and k in params}
 
-    Rows on devices or dtypes the catalog lacks are flagged too, since nothing can check them.
+
+def gemm_times_ms(rows: MeasuredGemms, predictor: Any) -> torch.Tensor:
+    """Predicted ms (N,) float64 of every row as it was measured: on its own device, with the
+    launch overhead of its ``timing`` (``PREDICTOR_TIMING``; none given: the predictor's
+    default) and its ``source``, and what the reading decided the row's time holds (an fp8
+    input cast, padded operands). Rows of ``batch`` 0 cost 0 ms.
+
+    A predictor with ``predict_measured`` (the hybrid) prices every row in one batched call;
+    any other is called once per (gpu, timing, source) with the keywords its ``predict``
+    takes.
     """
-    g = measured.gemms
-    floor_s = torch.full((len(measured),), float("nan"), dtype=torch.float64)
-    gpus = sorted(set(measured.gpu))
-    gpu_index = {name: i for i, name in enumerate(gpus)}
-    rows_gpu = torch.tensor([gpu_index[x] for x in measured.gpu], dtype=torch.long)
-    for name, i in gpu_index.items():
-        try:
-            device = measured.device(name)
-        except ValueError:
-            continue
-        sel = rows_gpu == i
-        peaks = []
-        for dt in DTYPE_NAMES:
-            try:
-                peaks.append(device.peak_flops_per_s(dt))
-            except ValueError:
-                peaks.append(float("nan"))
-        peak = torch.tensor(peaks, dtype=torch.float64)[g.dtype_index[sel]]
-        compute_s = g.flops[sel] / peak
-        memory_s = g.compulsory_bytes[sel] / device.dram_bw_bytes_per_s
-        floor_s[sel] = torch.maximum(compute_s, memory_s)
-    return ~(measured.latency_ms * 1e-3 >= floor_s)  # NaN floor -> flagged
+    default = getattr(predictor, "default_timing", "")
+    timing = tuple(PREDICTOR_TIMING.get(t, t) or default for t in rows.timing)
+    rows = replace(rows, timing=timing)
+    time_ms = torch.zeros(len(rows), dtype=torch.float64)
+    live = rows.gemms.batch > 0  # (N,) zero-size batches cost nothing
+    if not bool(live.any()):
+        return time_ms
+    if hasattr(predictor, "predict_measured"):
+        sub = rows if bool(live.all()) else rows.select(live)
+        time_ms[live] = predictor.predict_measured(sub).to(torch.float64)
+        return time_ms
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i in torch.nonzero(live).flatten().tolist():
+        groups.setdefault((rows.gpu[i], timing[i], rows.source[i]), []).append(i)
+    for (gpu, t, source), idx in groups.items():
+        context = _context(predictor, t, source)
+        pick = torch.tensor(idx, dtype=torch.long)
+        time_ms[pick] = predictor.predict(rows.gemms.select(pick), rows.device(gpu),
+                                          **context).time_ms.to(torch.float64)
+    return time_ms
