@@ -438,7 +438,7 @@ def test_o_store_is_paid_in_the_last_wave_only(monkeypatch: pytest.MonkeyPatch) 
     # a CTA retires once its O store is issued: dropping the O bytes shortens a grid of 32
     # waves and one of 249 by the same time, one CTA's store (FlashAttention 3 on an H200: 128
     # packed rows, 32 positions a tile, 512 tiles x 8 KV heads a sequence on 132 SMs)
-    import torch_gemm_cost.predict.attention as att
+    import torch_gemm_cost.predict.attention.physics as att
 
     full = att.attention_bytes
 

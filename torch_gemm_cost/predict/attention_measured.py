@@ -23,7 +23,7 @@ import torch
 
 from ..devices import get_device
 from ..dtypes import resolve_dtype
-from .attention import PHASES, AttentionBatch, _closest
+from .attention.calls import PHASES, AttentionBatch, _closest
 
 __all__ = [
     "ATTENTION_COLUMNS",
