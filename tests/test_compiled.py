@@ -279,7 +279,7 @@ def test_sdpa_with_dropout_never_splits(p: float):
     assert rec.op.attention.dropout == (p > 0)
     (call,) = sdpa_calls([rec.op], A100)
     assert call.dropout == (p > 0)
-    pred = AttentionPredictor.shipped().predict([call], A100, warm_l2=False)
+    pred = AttentionPredictor.shipped().predict(AttentionBatch.from_calls([call]), A100)
     assert pred.details["splits"].item() == (1.0 if p > 0 else 2.0)
 
 
@@ -318,11 +318,12 @@ def test_sdpa_on_a_gpu_is_one_flash_kernel_of_hand_worked_bytes(causal: bool):
     blocks = 72 if causal else 128
     assert geo.requested_kv_bytes.item() == 2 * 8 * blocks * 32_768
     # priced by the attention model, cold L2, as the kernel PyTorch runs (FlashAttention 2)
-    pred = AttentionPredictor.shipped().predict(sdpa_calls([rec.op], A100), A100, warm_l2=False)
+    calls = AttentionBatch.from_calls(sdpa_calls([rec.op], A100))
+    pred = AttentionPredictor.shipped().predict(calls, A100)
     assert rec.time_ms == pytest.approx(pred.time_ms.item())
     assert rec.kernel == "flash_attention_torch_fa2_0"
     assert report.total_ms == pytest.approx(rec.time_ms)  # its GEMMs are fused into it
-    assert sum(g.site.flops for g in report.gemms) == pytest.approx(pred.flops.item())
+    assert sum(g.site.flops for g in report.gemms) == pytest.approx(pred.details["flops"].item())
 
 
 def test_causal_flash_kernel_runs_fewer_blocks_and_is_faster():

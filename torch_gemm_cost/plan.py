@@ -51,7 +51,7 @@ from .gemms.fusion import fuse_kernels
 from .gemms.records import OP_LAYOUT, AttentionShape, FusedKernel, alignment_bytes, operand_leads
 from .llm_report import LlmPlan, LlmPlanRow
 from .predict import Predictor, default_predictor
-from .predict.attention import AttentionCall, AttentionPredictor, vllm_kernel
+from .predict.attention import AttentionBatch, AttentionCall, AttentionPredictor, vllm_kernel
 from .predict.collectives import predict_collective_ms
 from .predict.estimates import GemmEstimate, OpEstimate, estimate_gemms, estimate_ops
 from .predict.ops import OpCostModel, load_op_costs
@@ -993,15 +993,15 @@ class _Attention:
         if not todo:
             return
         s = self.shape
-        pred = self.model.predict([AttentionCall(
+        pred = self.model.predict(AttentionBatch.from_calls([AttentionCall(
             phase="decode" if q == 1 else "prefill", batch=b, q_len=q, kv_len=k,
             heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim, window=w, causal=True,
             dtype=self.cd.name, kv_dtype=self.kv.name,
             # the step's KV-cache write is its own op (``_kv_writes``); vLLM's metadata
             # builder plans FlashAttention 3's varlen schedule once a step (aot_schedule)
             cache_write=False, scheduled=True)
-            for b, q, k, w in todo], self.spec)
-        for c, t, f in zip(todo, pred.time_ms.tolist(), pred.flops.tolist()):
+            for b, q, k, w in todo]), self.spec)
+        for c, t, f in zip(todo, pred.time_ms.tolist(), pred.details["flops"].tolist()):
             self.cache[c] = (t - self.launch_ms, f)
 
     def _sum(self, calls: Sequence[tuple[int, int, int]]) -> tuple[float, float]:

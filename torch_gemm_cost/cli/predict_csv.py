@@ -425,7 +425,7 @@ def _predict_attention(table: _Table, targets: _Targets, interval: float | None 
     """Attention rows, prefill causal, re-run warm as measured (see the module docstring);
     with ``interval``, each row's (lo, hi) at that level goes to ``spans`` (the attention
     model's held-out residual quantiles, ``AttentionPredictor.bounds``)."""
-    from ..predict.attention import AttentionCall, AttentionPredictor
+    from ..predict.attention import AttentionBatch, AttentionCall, AttentionPredictor
     from ..predict.attention_measured import KERNEL_OF
 
     errors: dict[int, str] = {}
@@ -452,7 +452,8 @@ def _predict_attention(table: _Table, targets: _Targets, interval: float | None 
             except ValueError as e:
                 errors[i] = str(e)
         if calls:
-            pred = predictor.predict([c for _, c in calls], spec, warm_l2=True)
+            pred = predictor.predict(AttentionBatch.from_calls([c for _, c in calls],
+                                                               warm_l2=True), spec)
             for (i, _), t in zip(calls, pred.time_ms.tolist()):
                 times[i] = t
             if interval is not None and spans is not None:

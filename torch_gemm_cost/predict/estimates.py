@@ -13,12 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import torch
-
 from ..devices import DeviceSpec
 from ..gemms.records import FusedKernel, GemmBatch, GemmSite, OtherOp
 from .base import Predictor
-from .intervals import DEFAULT_LEVEL, ReportUncertainty, uncertainty_of
+from .intervals import ReportUncertainty, uncertainty_of
 from .ops import OpCostModel, op_times_ms
 from .sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
 
@@ -78,17 +76,22 @@ def price_gemms(sites: Sequence[GemmSite], device: DeviceSpec, predictor: Predic
     unc = uncertainty_of(batch, device, predictor)
     if unc is not None and fused:
         unc = replace(unc, attention=shipped_attention().intervals_)
-    lo, hi = ([None] * len(sites), [None] * len(sites)) if unc is None else (
-        t.tolist() for t in unc.gemm_bounds(pred.time_ms.to(torch.float64), DEFAULT_LEVEL))
+    if len(pred.bound) != len(sites):
+        raise ValueError(f"predictor {getattr(predictor, 'name', predictor)!r} says what bounds "
+                         f"{len(pred.bound)} of {len(sites)} GEMMs; a GEMM predictor names each "
+                         "one's bound (Prediction.bound)")
+    none: list[float | None] = [None] * len(sites)
+    lo = none if pred.lo_ms is None else pred.lo_ms.tolist()
+    hi = none if pred.hi_ms is None else pred.hi_ms.tolist()
     return tuple(
-        GemmEstimate(site, float(t), "compute" if bound else "memory",
+        GemmEstimate(site, float(t), bound,
                      {name: float(values[i]) for name, values in details.items()},
                      lo_ms=lo[i], hi_ms=hi[i])
         if not (fused and _in_attention_kernel(site))
         else GemmEstimate(site, 0.0, "fused", lo_ms=None if unc is None else 0.0,
                           hi_ms=None if unc is None else 0.0)
         for i, (site, t, bound) in enumerate(zip(sites, pred.time_ms.tolist(),
-                                                 pred.compute_bound.tolist()))
+                                                 pred.bound))
     ), unc
 
 

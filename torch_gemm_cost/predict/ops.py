@@ -38,12 +38,9 @@ activations partly hit L2, so such ops run faster than predicted.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +50,7 @@ from ..devices import DeviceSpec
 from ..dtypes import DTYPES
 from ..gemms import OtherOp
 from ..gemms.records import FusedKernel
+from .registry import check_format, load_file, load_shipped
 
 __all__ = [
     "BACKWARD",
@@ -72,6 +70,8 @@ __all__ = [
     "op_times_ms",
     "warm_l2_hit",
 ]
+
+VERSION = 2  # of the op cost tables this module reads and ``train.ops`` writes
 
 OP_CLASSES: tuple[str, ...] = (
     "elementwise",
@@ -221,17 +221,23 @@ class OpCostModel:
         )
 
     @classmethod
+    def read(cls, doc: Mapping[str, Any]) -> OpCostModel:
+        """A table file's content (``format`` and ``version`` checked), as ``from_dict``."""
+        check_format(doc, "op_costs", VERSION)
+        return cls.from_dict(doc)
+
+    @classmethod
     def load(cls, path: str | Path | None = None) -> OpCostModel:
-        """The shipped table (``data/op_costs.json``) or one written by ``train.ops``."""
+        """The shipped table (``data/op_costs.json``) or one written by ``train.ops``; a
+        missing, corrupt or mismatched file raises an error that names it."""
         if path is None:
             return load_op_costs()
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return load_file("op_costs", path, cls.read)
 
 
-@lru_cache(maxsize=1)
 def load_op_costs() -> OpCostModel:
-    text = resources.files("torch_gemm_cost").joinpath("data/op_costs.json").read_text()
-    return OpCostModel.from_dict(json.loads(text))
+    """The shipped table, read once."""
+    return load_shipped("op_costs", OpCostModel.read)
 
 
 def _class_index(c: str) -> int:

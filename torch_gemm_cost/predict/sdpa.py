@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from ..devices import DeviceSpec, is_cpu
 from ..gemms.records import OtherOp
-from .attention import AttentionCall, AttentionPredictor, sdpa_kernel
+from .attention import AttentionBatch, AttentionCall, AttentionPredictor, sdpa_kernel
 from .ops import OP_CLASSES, OpCostModel, load_op_costs
 
 __all__ = ["FLASH_PREFIX", "runs_fused_attention", "sdpa_calls", "sdpa_times_ms",
@@ -73,7 +73,7 @@ def sdpa_times_ms(ops: Sequence[OtherOp], device: DeviceSpec,
         return [], []
     predictor = predictor or shipped_attention()
     costs = op_costs or load_op_costs()
-    pred = predictor.predict(sdpa_calls(ops, device), device, warm_l2=False)
+    pred = predictor.predict(AttentionBatch.from_calls(sdpa_calls(ops, device)), device)
     eta = costs.eta_on(device)[OP_CLASSES.index("elementwise")]
     times = [float(t) + (op.attention.mask_bytes if op.attention else 0)
              / (eta * device.dram_bw_bytes_per_s) * 1e3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -94,7 +94,10 @@ class AttentionBatch:
 
     ``decode``, ``causal``, ``cache_write``, ``dropout`` and ``scheduled`` are 0/1; ``in_bytes``
     is the element size of Q and O, ``kv_bytes`` that of K and V. ``dtype`` (compute dtype) and
-    ``kernel`` (a ``KERNELS`` name or "auto") are per call.
+    ``kernel`` (a ``KERNELS`` name or "auto") are per call. ``warm_l2`` is 1 where a call is
+    re-run on the same buffers, as in the measurements, so a working set that fits stays in the
+    L2, 0-dim for every call alike; inside a model each layer reads other K/V, so a batch is cold
+    by default.
     """
 
     decode: torch.Tensor
@@ -113,12 +116,14 @@ class AttentionBatch:
     scheduled: torch.Tensor
     dtype: tuple[str, ...]
     kernel: tuple[str, ...]
+    warm_l2: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.float64))
 
     def __len__(self) -> int:
         return int(self.batch.shape[0])
 
     @classmethod
-    def from_calls(cls, calls: Sequence[AttentionCall]) -> AttentionBatch:
+    def from_calls(cls, calls: Sequence[AttentionCall], *, warm_l2: bool = False
+                   ) -> AttentionBatch:
         if not calls:
             raise ValueError("no attention calls given")
         return cls(
@@ -138,7 +143,7 @@ class AttentionBatch:
             scheduled=_col([float(c.scheduled) for c in calls]),
             dtype=tuple(c.dtype for c in calls),
             kernel=tuple(c.kernel for c in calls),
-        )
+        ).with_warm_l2(warm_l2)
 
     def select(self, index: torch.Tensor | Sequence[int]) -> AttentionBatch:
         """The calls at ``index`` (a bool mask or integer positions), in that order."""
@@ -148,9 +153,15 @@ class AttentionBatch:
         idx = idx.long()
         pos = idx.tolist()
         tensors = {f: getattr(self, f)[idx] for f in self.__dataclass_fields__
-                   if f not in ("dtype", "kernel")}
+                   if f not in ("dtype", "kernel", "warm_l2")}
         return AttentionBatch(**tensors, dtype=tuple(self.dtype[i] for i in pos),
-                              kernel=tuple(self.kernel[i] for i in pos))
+                              kernel=tuple(self.kernel[i] for i in pos),
+                              warm_l2=self.warm_l2 if self.warm_l2.dim() == 0
+                              else self.warm_l2[idx])
+
+    def with_warm_l2(self, warm: bool = True) -> AttentionBatch:
+        """These calls re-run on the same buffers (``warm``, as measured) or cold, all alike."""
+        return replace(self, warm_l2=torch.tensor(float(warm), dtype=torch.float64))
 
     def resolve_kernels(self, devices: Sequence[DeviceSpec]) -> tuple[str, ...]:
         """Each call's kernel, "auto" replaced by what vLLM runs on its device."""

@@ -7,16 +7,16 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...devices import DeviceSpec, get_device
-from ..base import read_fitted
-from ..intervals import AttentionIntervals
-from .calls import AttentionBatch, AttentionCall
+from ..base import Prediction, bound_of, read_fitted
+from ..intervals import DEFAULT_LEVEL, AttentionIntervals
+from ..registry import SHIPPED, check_format, load_shipped
+from .calls import AttentionBatch
 from .geometry import (
     AttentionGeometry,
     attention_bytes,
@@ -33,30 +33,11 @@ from .kernels import FAMILIES, KERNELS, kernel_tiles, resident_ctas, warp_specia
 from .physics import PARAMS, DeviceColumns, _to_physical, _to_raw, attention_time
 
 
-@dataclass(frozen=True)
-class AttentionPrediction:
-    """Predicted time per call, with the physics that explains it; every tensor is (N,)."""
-
-    time_ms: torch.Tensor
-    flops: torch.Tensor  # needed: 4·d per unmasked pair and query head
-    executed_flops: torch.Tensor  # run by the MMAs: whole key blocks, padded query tiles
-    dram_bytes: torch.Tensor  # compulsory traffic that misses the L2
-    compute_ms: torch.Tensor  # tensor cores and softmax of the busiest SM
-    memory_ms: torch.Tensor  # DRAM and L2 traffic at their sustained rates
-    bound: tuple[str, ...]  # "compute", "memory" or "latency" (fixed per-CTA costs, launch)
-    kernel: tuple[str, ...]  # the kernel each call was priced as
-    details: Mapping[str, torch.Tensor] = field(default_factory=dict)
-
-
-def _bound(compute_ms: torch.Tensor, memory_ms: torch.Tensor, latency_ms: torch.Tensor
-           ) -> tuple[str, ...]:
-    names = ("compute", "memory", "latency")
-    which = torch.stack([compute_ms, memory_ms, latency_ms], dim=1).argmax(dim=1)  # (N,)
-    return tuple(names[i] for i in which.tolist())
-
-
-def _batch_of(calls: AttentionBatch | Sequence[AttentionCall]) -> AttentionBatch:
-    return calls if isinstance(calls, AttentionBatch) else AttentionBatch.from_calls(calls)
+def _batch(batch: AttentionBatch) -> AttentionBatch:
+    if not isinstance(batch, AttentionBatch):
+        raise TypeError(f"predict takes an AttentionBatch, got {type(batch).__name__}; build "
+                        "one with AttentionBatch.from_calls(calls, warm_l2=...)")
+    return batch
 
 
 class AttentionRoofline:
@@ -65,9 +46,8 @@ class AttentionRoofline:
 
     name = "roofline"
 
-    def predict(self, calls: AttentionBatch | Sequence[AttentionCall],
-                device: DeviceSpec | str) -> AttentionPrediction:
-        b = _batch_of(calls)
+    def predict(self, batch: AttentionBatch, device: DeviceSpec | str) -> Prediction:
+        b = _batch(batch)
         dev = get_device(device)
         return self._predict(b, [dev] * len(b))
 
@@ -76,20 +56,21 @@ class AttentionRoofline:
         return self._predict(measured.calls, [get_device(g) for g in measured.gpu]).time_ms
 
     @staticmethod
-    def _predict(b: AttentionBatch, devices: Sequence[DeviceSpec]) -> AttentionPrediction:
+    def _predict(b: AttentionBatch, devices: Sequence[DeviceSpec]) -> Prediction:
         dev = DeviceColumns.of(devices, b.dtype)
         flops = attention_flops(b)  # (N,)
         traffic = attention_bytes(b)["compulsory_bytes"]  # (N,)
         compute_ms = flops / dev.peak_flops_per_s * 1e3
         memory_ms = traffic / dev.dram_bw_bytes_per_s * 1e3
-        return AttentionPrediction(
-            time_ms=torch.maximum(compute_ms, memory_ms), flops=flops, executed_flops=flops,
-            dram_bytes=traffic, compute_ms=compute_ms, memory_ms=memory_ms,
-            bound=_bound(compute_ms, memory_ms, torch.zeros_like(flops)),
-            kernel=b.resolve_kernels(devices))
+        return Prediction(
+            time_ms=torch.maximum(compute_ms, memory_ms),
+            bound=bound_of(compute_ms, memory_ms, torch.zeros_like(flops)),
+            kernel=b.resolve_kernels(devices),
+            details={"flops": flops, "executed_flops": flops, "dram_bytes": traffic,
+                     "compute_ms": compute_ms, "memory_ms": memory_ms})
 
 
-FORMAT = "torch_gemm_cost.attention"
+FORMAT = SHIPPED["attention"].format
 _HYPER = ("q_tile", "kv_tile", "decode_q_tile", "max_splits", "l2_share", "l2_steepness",
           "steps", "lr", "rows_per_group", "seed")
 
@@ -231,38 +212,40 @@ class AttentionPredictor:
                              "weights file first (the shipped one: AttentionPredictor.shipped())")
         return self._physical(raw)
 
-    def _predict(self, b: AttentionBatch, devices: Sequence[DeviceSpec], warm_l2: bool
-                 ) -> AttentionPrediction:
+    def _predict(self, b: AttentionBatch, devices: Sequence[DeviceSpec]) -> Prediction:
         constants = self._check_fitted()
         geo, dev, family, kernels = self._inputs(b, devices)
         out = attention_time(b, geo, dev, family, constants,
                              fp8_elements=fp8_converted(b, kernels),
                              side_count=side_kernels(b, kernels),
                              specialized=warp_specialized(kernels), l2_share=self.l2_share,
-                             l2_steepness=self.l2_steepness, warm_l2=warm_l2)
-        details = {k: v for k, v in out.items()
-                   if k not in ("time_ms", "compute_ms", "memory_ms", "dram_bytes")}
-        details.update(ctas=geo.ctas, splits=geo.splits, packed=geo.packed,
-                       key_blocks_per_cta=geo.tiles_mean)
-        return AttentionPrediction(
-            time_ms=out["time_ms"], flops=attention_flops(b),
-            executed_flops=4.0 * b.head_dim * geo.executed_pairs, dram_bytes=out["dram_bytes"],
-            compute_ms=out["compute_ms"], memory_ms=out["memory_ms"],
-            bound=_bound(out["compute_ms"], out["memory_ms"], out["latency_ms"]),
+                             l2_steepness=self.l2_steepness)
+        time_ms = out["time_ms"]
+        lo_ms, hi_ms = (None, None) if self.intervals_ is None else self.intervals_.bounds(
+            time_ms, b.decode, DEFAULT_LEVEL)
+        # needed FLOPs: 4·d per unmasked pair and query head; executed: whole key blocks and
+        # padded query tiles, as the MMAs run them
+        details = {"flops": attention_flops(b),
+                   "executed_flops": 4.0 * b.head_dim * geo.executed_pairs,
+                   **{k: v for k, v in out.items() if k != "time_ms"},
+                   "ctas": geo.ctas, "splits": geo.splits, "packed": geo.packed,
+                   "key_blocks_per_cta": geo.tiles_mean}
+        return Prediction(
+            time_ms=time_ms, lo_ms=lo_ms, hi_ms=hi_ms,
+            bound=bound_of(out["compute_ms"], out["memory_ms"], out["latency_ms"]),
             kernel=kernels, details=details)
 
-    def predict(self, calls: AttentionBatch | Sequence[AttentionCall],
-                device: DeviceSpec | str, *, warm_l2: bool = False) -> AttentionPrediction:
-        """Predicted time of every call on ``device``. ``warm_l2``: the call is re-run on the
-        same buffers, as in the measurements, so a working set that fits stays in the L2;
-        inside a model each layer reads other K/V, so the default is a cold L2."""
-        b = _batch_of(calls)
-        return self._predict(b, [get_device(device)] * len(b), warm_l2)
+    def predict(self, batch: AttentionBatch, device: DeviceSpec | str) -> Prediction:
+        """Predicted time of every call on ``device``, warm or cold as the batch says
+        (``AttentionBatch.warm_l2``), with its interval at ``DEFAULT_LEVEL`` where the weights
+        carry a calibration (``bounds``)."""
+        b = _batch(batch)
+        return self._predict(b, [get_device(device)] * len(b))
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Time (ms) of every measured row on its own GPU, re-run warm as measured, (N,)."""
         devices = [get_device(g) for g in measured.gpu]
-        return self._predict(measured.calls, devices, warm_l2=True).time_ms
+        return self._predict(measured.calls.with_warm_l2(), devices).time_ms
 
     # ------------------------------------------------------------ fitting
     def fit(self, measured: Any) -> AttentionPredictor:
@@ -290,9 +273,10 @@ class AttentionPredictor:
         w = torch.tensor(weights, dtype=torch.float64)
         w = w / w.sum()
         devices = [get_device(g) for g in sub.gpu]
-        geo, dev, family, kernels = self._inputs(sub.calls, devices)
-        fp8 = fp8_converted(sub.calls, kernels)
-        extra = side_kernels(sub.calls, kernels)
+        calls = sub.calls.with_warm_l2()  # measured re-run on the same buffers
+        geo, dev, family, kernels = self._inputs(calls, devices)
+        fp8 = fp8_converted(calls, kernels)
+        extra = side_kernels(calls, kernels)
         specialized = warp_specialized(kernels)
         log_y = torch.log(sub.latency_ms)
 
@@ -305,10 +289,10 @@ class AttentionPredictor:
         history = []
         for step in range(self.steps):
             opt.zero_grad()
-            pred = attention_time(sub.calls, geo, dev, family, self._physical(raw),
+            pred = attention_time(calls, geo, dev, family, self._physical(raw),
                                   fp8_elements=fp8, side_count=extra, specialized=specialized,
-                                  l2_share=self.l2_share, l2_steepness=self.l2_steepness,
-                                  warm_l2=True)["time_ms"]
+                                  l2_share=self.l2_share,
+                                  l2_steepness=self.l2_steepness)["time_ms"]
             loss = (w * (torch.log(pred) - log_y).abs()).sum()
             loss.backward()
             opt.step()
@@ -358,12 +342,7 @@ class AttentionPredictor:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> AttentionPredictor:
-        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
-            raise ValueError(f"expected format {FORMAT!r}")
-        if str(doc.get("version")) != cls.version:
-            raise ValueError(f"version {doc.get('version')} weights; this predictor reads "
-                             f"version {cls.version} (refit: python -m "
-                             "torch_gemm_cost.train.attention)")
+        check_format(doc, "attention", cls.version)
         hyper = dict(doc["hyperparameters"])
         unknown = sorted(set(hyper) - set(_HYPER))
         if unknown:
@@ -394,12 +373,6 @@ class AttentionPredictor:
 
     @classmethod
     def shipped(cls) -> AttentionPredictor:
-        """The weights that ship with the package (``data/attention_weights.json``)."""
-        from importlib import resources
-
-        ref = resources.files("torch_gemm_cost").joinpath(WEIGHTS_FILE)
-        with resources.as_file(ref) as real:
-            return cls.load(real)
-
-
-WEIGHTS_FILE = "data/attention_weights.json"
+        """The weights that ship with the package (``registry.SHIPPED["attention"]``), read
+        once and shared."""
+        return load_shipped("attention", cls.from_dict)

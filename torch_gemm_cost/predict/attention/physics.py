@@ -90,12 +90,12 @@ def _to_physical(raw: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def _warm_hit(working_set: torch.Tensor, dev: DeviceColumns, l2_share: float,
-              l2_steepness: float, warm_l2: bool) -> torch.Tensor:
+              l2_steepness: float, warm_l2: torch.Tensor) -> torch.Tensor:
     """Share of ``working_set`` bytes (N,) a warm L2 still holds when the call is re-run on the
-    same buffers: 1 / (1 + (bytes / (share · L2))^steepness); 0 with a cold L2."""
-    if not warm_l2:
-        return torch.zeros_like(working_set)
-    return 1.0 / (1.0 + (working_set / (l2_share * dev.l2_bytes)) ** l2_steepness)
+    same buffers (``warm_l2`` 1, per call or for all): 1 / (1 + (bytes / (share · L2))^steepness);
+    0 with a cold L2."""
+    hit = 1.0 / (1.0 + (working_set / (l2_share * dev.l2_bytes)) ** l2_steepness)
+    return torch.where(warm_l2 > 0, hit, torch.zeros_like(hit))
 
 
 def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns,
@@ -103,13 +103,13 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
                    fp8_elements: torch.Tensor | float = 0.0,
                    side_count: torch.Tensor | float = 0.0,
                    specialized: torch.Tensor | float = 0.0,
-                   l2_share: float, l2_steepness: float, warm_l2: bool
-                   ) -> dict[str, torch.Tensor]:
+                   l2_share: float, l2_steepness: float) -> dict[str, torch.Tensor]:
     """Time (ms) of every call and its parts, the KV-cache write (``kv_cache_write_s``)
     included where the call makes one, from physical ``constants`` (``PARAMS`` names, physical
     units). ``family`` (N,) indexes ``FAMILIES``; ``fp8_elements`` (N,) is
     ``fp8_converted``; ``side_count`` (N,) is ``side_kernels``; ``specialized`` (N,) is 1 where
-    the kernel is warp-specialized (``warp_specialized``). Differentiable in the constants. With ``warm_l2``, a compulsory working set below ``l2_share`` of the L2 stays
+    the kernel is warp-specialized (``warp_specialized``). Differentiable in the constants. In a batch run warm
+    (``AttentionBatch.warm_l2``), a compulsory working set below ``l2_share`` of the L2 stays
     resident between runs (hit share 1 / (1 + (bytes / (share · L2))^steepness)).
     """
     c = constants
@@ -140,7 +140,7 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     block_compute_s = _pnorm(mma_cycles, softmax_cycles, overlap_p) / clk
 
     # traffic: the compulsory bytes from DRAM (or a warm L2), every re-read from the L2
-    hit = _warm_hit(compulsory, dev, l2_share, l2_steepness, warm_l2)
+    hit = _warm_hit(compulsory, dev, l2_share, l2_steepness, b.warm_l2)
     blocks = geo.ctas * geo.tiles_mean  # key blocks run by all CTAs
     block_bytes = geo.requested_kv_bytes / blocks
     from_dram = (kv_compulsory / geo.requested_kv_bytes).clamp(max=1.0) * (1.0 - hit)
@@ -184,7 +184,7 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     extra_kernels = geo.combines + side_count
     overhead_s = c["launch_us"] * 1e-6 + extra_kernels * c["extra_kernel_kcycles"] * 1e3 / clk
     cache_s = kv_cache_write_s(b, dev, c, l2_bw=sm_l2_bw * sm, l2_share=l2_share,
-                               l2_steepness=l2_steepness, warm_l2=warm_l2)
+                               l2_steepness=l2_steepness)
     # key blocks on the busiest SM
     busy = torch.maximum(waves * resident * geo.tiles_mean, geo.tiles_max)
     return {
@@ -202,7 +202,7 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
 
 
 def kv_cache_write_s(b: AttentionBatch, dev: DeviceColumns, c: Mapping[str, torch.Tensor], *,
-                     l2_bw: torch.Tensor, l2_share: float, l2_steepness: float, warm_l2: bool
+                     l2_bw: torch.Tensor, l2_share: float, l2_steepness: float
                      ) -> torch.Tensor:
     """Seconds to write each call's new K and V into its paged cache, (N,); zero where
     ``cache_write`` is 0.
@@ -218,7 +218,7 @@ def kv_cache_write_s(b: AttentionBatch, dev: DeviceColumns, c: Mapping[str, torc
     """
     elements = b.batch * b.q_len * b.kv_heads * b.head_dim * 2.0  # (N,)
     cache_bytes = elements * (b.in_bytes + b.kv_bytes)
-    hit = _warm_hit(cache_bytes, dev, l2_share, l2_steepness, warm_l2)
+    hit = _warm_hit(cache_bytes, dev, l2_share, l2_steepness, b.warm_l2)
     dram_bw = c["cache_write_efficiency"] * dev.dram_bw_bytes_per_s
     sm_s = (b.batch * b.q_len * c["cache_token_ns"] * 1e-9
             + (b.kv_bytes == 1).double() * elements * c["cache_fp8_cycles"] / dev.clock_hz)
