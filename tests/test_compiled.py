@@ -23,7 +23,7 @@ from torch_gemm_cost.predict.attention import (
     kernel_tiles,
     pack_gqa,
 )
-from torch_gemm_cost.predict.ops import OP_CLASSES, OpCostModel, kernel_times_ms, op_times_ms
+from torch_gemm_cost.predict.ops import OP_CLASSES, OpBatch, OpCostModel
 from torch_gemm_cost.predict.sdpa import sdpa_calls, sdpa_times_ms
 
 V100 = tgc.get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM
@@ -67,16 +67,16 @@ def test_layer_norm_gelu_add_is_one_kernel_of_its_outside_bytes():
     # writes the sum, 16,777,216 B: 50,339,840 B. The normalized and GELU'd tensors, and the
     # mean and rstd nothing reads, stay on chip
     assert k.dram_bytes == 50_339_840
-    # 50,339,840 / (0.5 · 900e9) = 0.111866 ms + one launch of 0.005 ms
-    (t,) = kernel_times_ms([k], V100, TABLE)
-    assert t == pytest.approx(0.116866, rel=1e-5)
-    # the kernel's time is shared by its ops (by the bytes each moves alone) and sums back
-    times = op_times_ms(ops, V100, TABLE, kernels)
-    assert sum(times[i] for i in k.ops) == pytest.approx(t)
+    # 50,339,840 / (0.5 · 900e9) = 0.111866 ms + one launch of 0.005 ms, shared by its ops
+    # (by the bytes each moves alone), each naming the kernel
+    pred = TABLE.predict(OpBatch(tuple(ops), tuple(kernels)), V100)
+    times = pred.times_or_none()
+    assert sum(times[i] or 0.0 for i in k.ops) == pytest.approx(0.116866, rel=1e-5)
+    assert {pred.kernel[i] for i in k.ops} == {k.name}
     # eager: three kernels, 33,595,392 (the norm, with its mean and rstd) + 33,554,432 (GELU)
     # + 50,331,648 (add) = 117,481,472 B: 0.074656 + 0.041425 + 0.062138 ms, and 3 launches
     # of 0.005 ms: 0.193219 ms
-    eager = op_times_ms(ops, V100, TABLE)
+    eager = TABLE.predict(OpBatch(tuple(ops)), V100).times_or_none()
     assert sum(o.dram_bytes for o in ops) == 117_481_472
     assert sum(t for t in eager if t) == pytest.approx(0.193219, rel=1e-5)
 

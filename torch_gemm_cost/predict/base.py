@@ -89,6 +89,11 @@ class Prediction:
     def __len__(self) -> int:
         return len(self.time_ms)
 
+    def times_or_none(self) -> list[float | None]:
+        """Each item's time in ms, None where the model prices none (NaN: an op it does not
+        model)."""
+        return [None if math.isnan(t) else t for t in self.time_ms.tolist()]
+
 
 def bound_of(compute_ms: torch.Tensor, memory_ms: torch.Tensor,
              latency_ms: torch.Tensor | None = None) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from ..devices import DeviceSpec
 from ..gemms.records import FusedKernel, GemmBatch, GemmSite, OtherOp
 from .base import Predictor
 from .intervals import ReportUncertainty, uncertainty_of
-from .ops import OpCostModel, op_times_ms
+from .ops import OpBatch, OpCostModel, load_op_costs
 from .sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
 
 __all__ = [
@@ -108,11 +108,9 @@ def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
     ``kernels`` (``gemms.fusion.fuse_kernels``) prices the ops they hold as those kernels,
     each op naming its kernel. On a GPU each SDPA call's record carries its attention
     kernel's time (``sdpa.sdpa_times_ms``)."""
-    times = op_times_ms(others, device, model, kernels)
-    names = [""] * len(others)
-    for k in kernels:
-        for i in k.ops:
-            names[i] = k.name
+    pred = (model or load_op_costs()).predict(OpBatch(tuple(others), tuple(kernels)), device)
+    times = pred.times_or_none()
+    names = list(pred.kernel)
     if runs_fused_attention(device):
         idx = [i for i, o in enumerate(others) if o.attention is not None and o.phase == "forward"]
         attention, kernel = sdpa_times_ms([others[i] for i in idx], device, op_costs=model)

@@ -50,6 +50,7 @@ from ..devices import DeviceSpec
 from ..dtypes import DTYPES
 from ..gemms import OtherOp
 from ..gemms.records import FusedKernel
+from .base import Prediction
 from .registry import check_format, load_file, load_shipped
 
 __all__ = [
@@ -59,15 +60,14 @@ __all__ = [
     "OP_CLASSES",
     "VEC_OPS",
     "FusedOpCost",
+    "OpBatch",
     "OpCostModel",
     "fused_op_bytes",
     "fused_time_ms",
     "fused_time_ms_of",
-    "kernel_times_ms",
     "load_op_costs",
     "measured_op_times_ms",
     "memory_time_ms",
-    "op_times_ms",
     "warm_l2_hit",
 ]
 
@@ -178,6 +178,24 @@ class OpCostModel:
     def eta_on(self, device: DeviceSpec) -> tuple[float, ...]:
         """η per class on ``device``: its architecture's where one was measured, else ``eta``."""
         return self.eta_by_architecture.get(device.architecture, self.eta)
+
+    def predict(self, batch: OpBatch, device: DeviceSpec) -> Prediction:
+        """A time per op in ms on ``device``, one batched evaluation for all of them: NaN where
+        the op is unmodelled (class ``other``), no interval (no calibration covers the op
+        model). Each fused kernel's time replaces its ops' own, shared among them in proportion
+        to the bytes each would move alone (equally where none would); ``kernel`` names the
+        fused kernel each op runs in ("" where it runs alone)."""
+        others = batch.ops
+        times = _op_times(others, device, self) if others else []
+        names = [""] * len(others)
+        for k, t in zip(batch.kernels, _kernel_times_ms(batch.kernels, device, self)):
+            alone = [float(others[i].dram_bytes) for i in k.ops]
+            total = sum(alone)
+            for i, b in zip(k.ops, alone):
+                times[i] = t * (b / total if total else 1.0 / len(k.ops))
+                names[i] = k.name
+        return Prediction(time_ms=torch.tensor([math.nan if t is None else t for t in times],
+                                               dtype=torch.float64), kernel=tuple(names))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> OpCostModel:
@@ -387,11 +405,32 @@ def warm_l2_hit(working_set_bytes: torch.Tensor, l2_bytes: torch.Tensor | float,
     return 1.0 / (1.0 + (working_set_bytes / (share * l2_bytes)) ** steepness)
 
 
-def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
-                    model: OpCostModel | None = None) -> list[float]:
+@dataclass(frozen=True)
+class OpBatch:
+    """N non-GEMM ops to price together (``OtherOp``, in capture order: a backward op finds
+    its forward twin among them), and the fused kernels that run some of them (``FusedKernel``,
+    ``gemms.fusion``: the ops as ``torch.compile`` fuses them, by index into ``ops``)."""
+
+    ops: tuple[OtherOp, ...]
+    kernels: tuple[FusedKernel, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        object.__setattr__(self, "kernels", tuple(self.kernels))
+        for k in self.kernels:
+            bad = [i for i in k.ops if not 0 <= i < len(self.ops)]
+            if bad:
+                raise ValueError(f"fused kernel {k.name!r} runs op {bad[0]}, but the batch "
+                                 f"holds ops 0 to {len(self.ops) - 1}")
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+def _kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec, model: OpCostModel
+                     ) -> list[float]:
     """Each fused kernel's time: its launches, and its bytes at its fused op's rates
     (``FUSED_OPS``) or its class's η."""
-    model = model or load_op_costs()
     out = []
     for k in kernels:
         nbytes = torch.tensor([float(k.dram_bytes)], dtype=torch.float64)
@@ -408,26 +447,6 @@ def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
     return out
 
 
-def op_times_ms(
-    others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel | None = None,
-    kernels: Sequence[FusedKernel] = (),
-) -> list[float | None]:
-    """A time per op in ms (None where unmodelled), one batched evaluation for all of them.
-
-    With ``kernels`` (``gemms.fusion``: the ops as ``torch.compile`` fuses them), each
-    kernel's time (``kernel_times_ms``) replaces its ops' own, shared among them in proportion
-    to the bytes each would move alone (equally where none would).
-    """
-    model = model or load_op_costs()
-    if not others:
-        return []
-    times = _op_times(others, device, model)
-    for k, t in zip(kernels, kernel_times_ms(kernels, device, model)):
-        alone = [float(others[i].dram_bytes) for i in k.ops]
-        total = sum(alone)
-        for i, b in zip(k.ops, alone):
-            times[i] = t * (b / total if total else 1.0 / len(k.ops))
-    return times
 
 
 def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
