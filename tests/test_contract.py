@@ -16,7 +16,7 @@ from torch_gemm_cost import get_device
 from torch_gemm_cost.gemms import OtherOp
 from torch_gemm_cost.predict import GemmBatch, RooflinePredictor, shipped_hybrid
 from torch_gemm_cost.predict.attention import AttentionBatch, AttentionCall, AttentionPredictor
-from torch_gemm_cost.predict.base import Prediction
+from torch_gemm_cost.predict.base import Model, Prediction
 from torch_gemm_cost.predict.collectives import CollectiveCall, CollectivePredictor
 from torch_gemm_cost.predict.hybrid import HybridPredictor
 from torch_gemm_cost.predict.intervals import IntervalCalibration
@@ -81,8 +81,9 @@ MODELS: list[Any] = [
 def test_every_model_returns_one_prediction(model: Callable[[], Any],
                                             batch: Callable[[], Any], device: str,
                                             has_interval: bool) -> None:
-    b = batch()
-    pred = model().predict(b, get_device(device))
+    b, m = batch(), model()
+    assert isinstance(m, Model)
+    pred = m.predict(b, get_device(device))
     assert isinstance(pred, Prediction)
     n = len(b)
     assert pred.time_ms.shape == (n,) and len(pred) == n

@@ -1,4 +1,6 @@
-"""Predictors: GEMMs on a device in, times out. All share ``Predictor.predict``."""
+"""Predictors: a batch on a device in, times out. Every model shares ``Model.predict`` and
+returns a ``Prediction``; the GEMM predictors are ``Predictor``s, and the shipped fitted files
+are read through ``registry``."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import logging
 from importlib.abc import Traversable
 
 from ..gemms.records import GemmBatch
-from .base import Prediction, Predictor
+from .base import Model, Prediction, Predictor
 from .hybrid import HybridPredictor
 from .registry import load_shipped, shipped_path
 from .roofline import RooflinePredictor
@@ -14,6 +16,7 @@ from .roofline import RooflinePredictor
 __all__ = [
     "GemmBatch",
     "HybridPredictor",
+    "Model",
     "Prediction",
     "Predictor",
     "RooflinePredictor",

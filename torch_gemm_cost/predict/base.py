@@ -34,6 +34,7 @@ __all__ = [
     "DTYPE_NAMES",
     "Estimator",
     "GemmBatch",
+    "Model",
     "Prediction",
     "Predictor",
     "bound_of",
@@ -104,9 +105,20 @@ def bound_of(compute_ms: torch.Tensor, memory_ms: torch.Tensor,
     return tuple(BOUNDS[i] for i in which.tolist())
 
 
+_Batch_contra = TypeVar("_Batch_contra", contravariant=True)
+
+
 @runtime_checkable
-class Predictor(Protocol):
-    """Anything that turns GEMMs on a device into times."""
+class Model(Protocol[_Batch_contra]):
+    """Any model: its typed batch and a device in, one ``Prediction`` out."""
+
+    def predict(self, batch: _Batch_contra, device: DeviceSpec, /) -> Prediction: ...
+
+
+@runtime_checkable
+class Predictor(Model[GemmBatch], Protocol):
+    """Anything that turns GEMMs on a device into times, named and versioned (a report says
+    which predictor priced it)."""
 
     name: str
     version: str

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
 
 from ..devices import DeviceSpec, is_cpu
 from ..gemms.records import OtherOp
@@ -38,9 +37,9 @@ def runs_fused_attention(device: DeviceSpec) -> bool:
             and math.isfinite(device.dram_bw_bytes_per_s) and device.sm_count > 0)
 
 
-@lru_cache(maxsize=1)
 def shipped_attention() -> AttentionPredictor:
-    """The shipped attention weights (and their interval calibration), read once."""
+    """The shipped attention weights (and their interval calibration), read once
+    (``registry.load_shipped``)."""
     return AttentionPredictor.shipped()
 
 
