@@ -275,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     full = make().fit(measured)
     insample = full.predict_measured(measured)
-    cache_ms = full._predict(measured.calls, [get_device(g) for g in measured.gpu],
-                             warm_l2=True).details["cache_write_ms"]
+    cache_ms = full._predict(measured.calls.with_warm_l2(),
+                             [get_device(g) for g in measured.gpu]).details["cache_write_ms"]
     t_full = time.perf_counter() - t0
     roof = AttentionRoofline().predict_measured(measured)
     folds = {gpu: model.physical_constants() for gpu, model in fold_models.items()}

@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                    [rows[i].latency_ms for i in kept])
     pred_full = full.predict(calls, devices)
     insample = dict(zip(kept, pred_full.time_ms.tolist()))
-    algo = dict(zip(kept, pred_full.algorithm))
+    algo = dict(zip(kept, pred_full.kernel))
     base = dict(zip(kept, bandwidth_baseline_ms(CollectiveBatch.from_calls(calls), devices).tolist()))
     wall = time.perf_counter() - t0
 

@@ -48,7 +48,7 @@ import torch_gemm_cost
 from torch_gemm_cost.api import compare
 from torch_gemm_cost.measured.gemm import DEFAULT_OWN_DIRS
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.ops import OpCostModel, op_times_ms
+from torch_gemm_cost.predict.ops import OpBatch, OpCostModel
 from torch_gemm_cost.train.gemm import chip_of
 
 LEFT_OUT_OPTIONS = ("fusion", "dp4", "tp4", "pp4_1")
@@ -164,7 +164,8 @@ def run(data_dir: Path, predictor: Any, op_costs: Any = None,
             if op_costs is None:
                 other = {id(o): o.time_ms or 0.0 for o in rep.others}
             else:
-                times = op_times_ms([o.op for o in rep.others], rep.device, op_costs(rep.device))
+                times = op_costs(rep.device).predict(OpBatch(tuple(o.op for o in rep.others)),
+                                                     rep.device).times_or_none()
                 other = {id(o): t or 0.0 for o, t in zip(rep.others, times)}
             other_ms = sum(other.values())
             total_ms = rep.gemm_ms + other_ms

@@ -154,7 +154,7 @@ def vec_section(path: Path, held_costs: Any) -> str:
 def e2e_section(data_dir: Path, labels: Path, predictors: dict[str, tuple[Any, Any]]) -> str:
     """Whole models; ``predictors`` maps a name to (GEMM predictor, op cost model or None for
     the shipped one)."""
-    from torch_gemm_cost.predict.ops import op_times_ms
+    from torch_gemm_cost.predict.ops import OpBatch
 
     with open(labels, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -169,7 +169,8 @@ def e2e_section(data_dir: Path, labels: Path, predictors: dict[str, tuple[Any, A
         for name, (pred, costs) in predictors.items():
             rep = compare(net, args, kwargs, devices=[GPU], mode=mode, predictor=pred)[0]
             other = rep.other_ms if costs is None else sum(
-                t or 0.0 for t in op_times_ms([o.op for o in rep.others], rep.device, costs))
+                t or 0.0 for t in costs.predict(OpBatch(tuple(o.op for o in rep.others)),
+                                                rep.device).times_or_none())
             total = rep.gemm_ms + other
             err = 100 * (total / meas - 1)
             errs[(name, r["mode"])].append(err)

@@ -15,7 +15,8 @@ from torch_gemm_cost import get_device
 from torch_gemm_cost.advise import PaddingAdvice, padded_size, padding_advice
 from torch_gemm_cost.capture import config_dims
 from torch_gemm_cost.gemms import alignment_bytes
-from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
+from torch_gemm_cost.predict import GemmBatch, Prediction, RooflinePredictor
+from torch_gemm_cost.predict.base import bound_of
 
 
 class AlignmentRoofline:
@@ -27,14 +28,14 @@ class AlignmentRoofline:
     name = "alignment-roofline"
     version = "test"
 
-    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device) -> Prediction:
         base = RooflinePredictor().predict(gemms, device)
         align = torch.minimum(torch.minimum(gemms.a_align_bytes, gemms.b_align_bytes),
                               gemms.c_align_bytes)  # (N,)
         compute = base.details["compute_ms"] * 16.0 / align
         memory = base.details["memory_ms"]
-        return GemmPrediction(torch.maximum(compute, memory), compute >= memory,
-                              {"compute_ms": compute, "memory_ms": memory})
+        return Prediction(torch.maximum(compute, memory), bound=bound_of(compute, memory),
+                          details={"compute_ms": compute, "memory_ms": memory})
 
 
 class WaveRoofline:
@@ -43,15 +44,15 @@ class WaveRoofline:
     name = "wave-roofline"
     version = "test"
 
-    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device) -> Prediction:
         tiles = gemms.batch * torch.ceil(gemms.m / 128) * torch.ceil(gemms.n / 128)  # (N,)
         waves = tiles / device.sm_count
         full = torch.ceil(waves)
         per_sm = 312e12 / device.sm_count
         wave_ms = 2 * 128 * 128 * gemms.k / per_sm * 1e3
         time = full * wave_ms
-        return GemmPrediction(time, torch.ones_like(time, dtype=torch.bool),
-                              {"waves": waves, "last_wave_fill": waves - full + 1.0})
+        return Prediction(time, bound=("compute",) * len(time),
+                          details={"waves": waves, "last_wave_fill": waves - full + 1.0})
 
 
 @pytest.fixture(scope="module")
@@ -182,14 +183,14 @@ class TileChoiceRoofline:
     name = "tile-choice"
     version = "test"
 
-    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device) -> Prediction:
         tile_n = torch.where(gemms.n % 64 == 0, 64.0, 16.0).to(torch.float64)  # (N,)
         tiles = gemms.batch * torch.ceil(gemms.m / 128) * torch.ceil(gemms.n / tile_n)
         waves = tiles / device.sm_count
         eff = tile_n / 64
         wave_ms = 2 * 128 * tile_n * gemms.k / (312e12 / device.sm_count * eff) * 1e3
         time = torch.ceil(waves) * wave_ms
-        return GemmPrediction(time, torch.ones_like(time, dtype=torch.bool), {
+        return Prediction(time, bound=("compute",) * len(time), details={
             "waves": waves, "last_wave_fill": waves - torch.ceil(waves) + 1.0,
             "tile_m": torch.full_like(waves, 128.0), "tile_n": tile_n})
 
@@ -214,7 +215,7 @@ def test_wave_quantization_cause_by_hand():
 class WholeWaves(TileChoiceRoofline):
     """The same, with waves counted whole, as the hybrid reports them (⌈tiles / slots⌉)."""
 
-    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device) -> Prediction:
         pred = super().predict(gemms, device)
         pred.details["waves"] = torch.ceil(pred.details["waves"])
         return pred

@@ -63,8 +63,8 @@ def grid_ms(model: AttentionPredictor, b: AttentionBatch, geo: Any, cols: Any, f
             c: dict[str, torch.Tensor], *, warm_l2: bool = True,
             specialized: float = 0.0) -> float:
     """The grid's time alone (launch and combine aside), ms."""
-    out = attention_time(b, geo, cols, family, c, l2_share=model.l2_share,
-                         l2_steepness=model.l2_steepness, warm_l2=warm_l2,
+    out = attention_time(b.with_warm_l2(warm_l2), geo, cols, family, c,
+                         l2_share=model.l2_share, l2_steepness=model.l2_steepness,
                          specialized=specialized)
     return float(out["grid_ms"])
 
@@ -371,9 +371,10 @@ def test_a_small_extra_kernel_costs_sm_clocks_by_hand() -> None:
     added = {}
     for gpu in ("a100_sxm4_80gb", "l40s"):
         model, b, geo, cols, family, c = priced_inputs(call, gpu)
-        t = [float(attention_time(b, geo, cols, family, c, side_count=n,
-                                  l2_share=model.l2_share, l2_steepness=model.l2_steepness,
-                                  warm_l2=True)["time_ms"]) for n in (0.0, 2.0)]
+        t = [float(attention_time(b.with_warm_l2(), geo, cols, family, c, side_count=n,
+                                  l2_share=model.l2_share,
+                                  l2_steepness=model.l2_steepness)["time_ms"])
+             for n in (0.0, 2.0)]
         added[gpu] = t[1] - t[0]
         clock_hz = get_device(gpu).boost_clock_mhz * 1e6
         expect_ms = 2 * float(c["extra_kernel_kcycles"]) * 1e3 / clock_hz * 1e3
@@ -382,7 +383,7 @@ def test_a_small_extra_kernel_costs_sm_clocks_by_hand() -> None:
     # … and the shipped predictor counts them where gqa_copy_kernels says
     pred = AttentionPredictor.shipped()
     dev = get_device("a100_sxm4_80gb")
-    one_seq, two_seq = (pred.predict([replace(call, batch=n, kv_len=16)], dev).time_ms.item()
+    one_seq, two_seq = (pred.predict(one(replace(call, batch=n, kv_len=16)), dev).time_ms.item()
                         for n in (1, 2))
     assert two_seq - one_seq > 0.9 * added["a100_sxm4_80gb"]
 
@@ -397,9 +398,9 @@ def test_triton_pairs_cost_sm_cycles_not_the_tensor_peak() -> None:
         model, b, geo, cols, family, c = priced_inputs(call, "l40s")
         slower = dict(c, mma_efficiency=c["mma_efficiency"] / 2)
         fewer_flops = replace(cols, peak_flops_per_s=cols.peak_flops_per_s / 8)
-        return [float(attention_time(b, geo, cl, family, cc, l2_share=model.l2_share,
-                                     l2_steepness=model.l2_steepness,
-                                     warm_l2=True)["time_ms"])
+        return [float(attention_time(b.with_warm_l2(), geo, cl, family, cc,
+                                     l2_share=model.l2_share,
+                                     l2_steepness=model.l2_steepness)["time_ms"])
                 for cl, cc in ((cols, c), (cols, slower), (fewer_flops, c))]
 
     base, slower, fewer = times("triton")
@@ -438,7 +439,7 @@ def test_o_store_is_paid_in_the_last_wave_only(monkeypatch: pytest.MonkeyPatch) 
     # a CTA retires once its O store is issued: dropping the O bytes shortens a grid of 32
     # waves and one of 249 by the same time, one CTA's store (FlashAttention 3 on an H200: 128
     # packed rows, 32 positions a tile, 512 tiles x 8 KV heads a sequence on 132 SMs)
-    import torch_gemm_cost.predict.attention as att
+    import torch_gemm_cost.predict.attention.physics as att
 
     full = att.attention_bytes
 
@@ -483,8 +484,8 @@ def test_prefill_split_kv_by_hand() -> None:
     # the fitted model takes the split: FA3 on an H200 runs this call faster than the same
     # structure without the split would (its time is set by the longest CTA's 8 blocks)
     pred = AttentionPredictor.shipped()
-    split = pred.predict([AttentionCall("prefill", batch=1, q_len=4096, kv_len=4096, heads=1,
-                                        kv_heads=1, head_dim=128, kernel="fa3")],
+    split = pred.predict(one(AttentionCall("prefill", batch=1, q_len=4096, kv_len=4096, heads=1,
+                                           kv_heads=1, head_dim=128, kernel="fa3")),
                          "h200_sxm_141gb").details["splits"].item()
     assert split == 4
 
@@ -504,19 +505,20 @@ def test_pytorch_flash_attention_2_splits_a_short_prefill_by_hand() -> None:
     batch = AttentionBatch.from_calls(calls)
     sm = torch.full((2,), float(a100.sm_count), dtype=torch.float64)
     assert mha_fwd_splits(batch, sm).tolist() == [2.0, 1.0]
-    out = AttentionPredictor.shipped().predict(calls, "a100_sxm4_80gb")
+    out = AttentionPredictor.shipped().predict(batch, "a100_sxm4_80gb")
     assert out.details["splits"].tolist() == [2.0, 1.0]
     assert out.details["ctas"].tolist() == [64.0, 64.0]
     # vLLM's FlashAttention 2 (the varlen path) does not split the first call, and no kernel
     # splits a call that drops probabilities: the first call on its regular 128-row tiles,
     # 8 * 2 = 16 CTAs, and a decode of one query over 8 heads and 4096 keys unsplit too
-    fa2 = AttentionPredictor.shipped().predict([replace(calls[0], kernel="fa2")],
+    fa2 = AttentionPredictor.shipped().predict(one(replace(calls[0], kernel="fa2")),
                                                "a100_sxm4_80gb")
     assert fa2.details["splits"].item() == 1.0
     dropped = [replace(calls[0], dropout=True),
                AttentionCall("decode", batch=1, q_len=1, kv_len=4096, heads=8, kv_heads=8,
                              head_dim=128, kernel="torch_fa2", dropout=True)]
-    out = AttentionPredictor.shipped().predict(dropped, "a100_sxm4_80gb")
+    out = AttentionPredictor.shipped().predict(AttentionBatch.from_calls(dropped),
+                                               "a100_sxm4_80gb")
     assert out.details["splits"].tolist() == [1.0, 1.0]
     assert out.details["ctas"].tolist() == [16.0, 8.0]
     with pytest.raises(TypeError, match="dropout must be True or False"):
@@ -540,11 +542,11 @@ def test_kv_cache_write_by_hand() -> None:
     c = {"cache_write_efficiency": torch.tensor(0.5), "cache_token_ns": torch.tensor(50.0),
          "cache_fp8_cycles": torch.tensor(0.5)}
     got = kv_cache_write_s(b, dev, c, l2_bw=torch.tensor([1e13] * 3), l2_share=0.75,
-                           l2_steepness=4.0, warm_l2=False) * 1e6
+                           l2_steepness=4.0) * 1e6
     assert got.tolist() == pytest.approx([34.578, 47.162, 0.0], abs=1e-3)
     # the predictor adds it to the kernel, and reports it
     pred = AttentionPredictor.shipped()
-    with_write, without = (pred.predict([x], "h200_sxm_141gb")
+    with_write, without = (pred.predict(one(x), "h200_sxm_141gb")
                            for x in (base, replace(base, cache_write=False)))
     assert with_write.details["cache_write_ms"].item() > 0
     assert without.details["cache_write_ms"].item() == 0
@@ -618,8 +620,8 @@ def test_cold_prediction_never_beats_the_roofline() -> None:
              for phase in ("prefill", "decode") for b in (1, 16) for s in (128, 4096)
              for kvh in (8, 32) for d in (64, 128) for w in (0, 1024)]
     for dev in ("a100_sxm4_80gb", "h200_sxm_141gb", "l40s", "h100_sxm5_80gb"):
-        pred = model.predict(calls, dev).time_ms
-        roof = AttentionRoofline().predict(calls, dev).time_ms
+        pred = model.predict(AttentionBatch.from_calls(calls), dev).time_ms
+        roof = AttentionRoofline().predict(AttentionBatch.from_calls(calls), dev).time_ms
         assert bool((pred >= roof).all()), dev
 
 
@@ -630,10 +632,11 @@ def test_large_kv_decode_takes_at_least_its_kv_bytes_over_dram(device: str) -> N
     # K and V: 2·64·8·32768·128·2 B = 8.6 GB, far past any L2
     kv_bytes = 2 * 64 * 8 * 32768 * 128 * 2
     floor_ms = kv_bytes / get_device(device).dram_bw_bytes_per_s * 1e3
-    pred = AttentionPredictor.shipped().predict([call], device)
+    pred = AttentionPredictor.shipped().predict(one(call), device)
     assert pred.time_ms.item() >= floor_ms
     assert pred.bound == ("memory",)
-    warm = AttentionPredictor.shipped().predict([call], device, warm_l2=True)
+    warm = AttentionPredictor.shipped().predict(AttentionBatch.from_calls([call], warm_l2=True),
+                                                device)
     assert warm.time_ms.item() >= floor_ms  # a warm L2 cannot hold it either
 
 
@@ -749,7 +752,7 @@ def test_fp8_kv_conversion_by_kernel() -> None:
     # over a long fp8 cache takes longer with FlashInfer's conversion than without it
     pred = AttentionPredictor.shipped()
     dev = get_device("l40s")
-    flashinfer, trtllm = (pred.predict([replace(calls[0], kernel=k)], dev).time_ms.item()
+    flashinfer, trtllm = (pred.predict(one(replace(calls[0], kernel=k)), dev).time_ms.item()
                           for k in ("flashinfer", "trtllm"))
     assert flashinfer > trtllm
 
@@ -858,7 +861,7 @@ def test_load_rejects_bad_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="missing parameter 'launch_us'"):
         AttentionPredictor.load(bad)
     with pytest.raises(ValueError, match="not fitted"):
-        AttentionPredictor().predict([AttentionCall("decode", 1, 1, 8, 1, 1, 8)], "l40s")
+        AttentionPredictor().predict(one(AttentionCall("decode", 1, 1, 8, 1, 1, 8)), "l40s")
 
 
 # ---------------------------------------------------------------- the shipped weights

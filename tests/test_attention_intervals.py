@@ -85,8 +85,13 @@ def test_shipped_bounds_are_finite_ordered_and_deterministic(tmp_path) -> None:
     calls = [AttentionCall("prefill", 4, 2048, 2048, 32, 8, 128),
              AttentionCall("decode", 64, 1, 4096, 32, 8, 128),
              AttentionCall("decode", 1, 1, 16, 8, 8, 64)]
-    t = model.predict(calls, "h200_sxm_141gb").time_ms
+    pred = model.predict(AttentionBatch.from_calls(calls), "h200_sxm_141gb")
+    t = pred.time_ms
     decode = torch.tensor([0.0, 1.0, 1.0])
+    # the prediction carries the interval at the default level, 0.8
+    lo_8, hi_8 = model.bounds(t, decode, 0.8)
+    assert pred.lo_ms is not None and pred.hi_ms is not None
+    assert torch.equal(pred.lo_ms, lo_8) and torch.equal(pred.hi_ms, hi_8)
     for level in (0.5, 0.8, 0.95):
         lo, hi = model.bounds(t, decode, level)
         assert bool(torch.isfinite(lo).all() and torch.isfinite(hi).all())

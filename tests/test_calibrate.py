@@ -179,7 +179,7 @@ def test_calibrated_model_hand_worked() -> None:
     pred = model.predict(g, cpu_spec())
     assert float(pred.time_ms[0]) == pytest.approx(0.008192, rel=1e-6)
     assert float(pred.details["last_wave_fill"][0]) == 0.5
-    assert bool(pred.compute_bound[0])
+    assert pred.bound == ("compute",)
     with pytest.raises(ValueError, match="no bfloat16 measurements; calibrated dtypes: float32"):
         model.predict(GemmBatch.from_dims(m=[8], n=[8], k=[8], dtype="bf16"), cpu_spec())
 

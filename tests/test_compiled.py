@@ -23,7 +23,7 @@ from torch_gemm_cost.predict.attention import (
     kernel_tiles,
     pack_gqa,
 )
-from torch_gemm_cost.predict.ops import OP_CLASSES, OpCostModel, kernel_times_ms, op_times_ms
+from torch_gemm_cost.predict.ops import OP_CLASSES, OpBatch, OpCostModel
 from torch_gemm_cost.predict.sdpa import sdpa_calls, sdpa_times_ms
 
 V100 = tgc.get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM
@@ -67,16 +67,16 @@ def test_layer_norm_gelu_add_is_one_kernel_of_its_outside_bytes():
     # writes the sum, 16,777,216 B: 50,339,840 B. The normalized and GELU'd tensors, and the
     # mean and rstd nothing reads, stay on chip
     assert k.dram_bytes == 50_339_840
-    # 50,339,840 / (0.5 · 900e9) = 0.111866 ms + one launch of 0.005 ms
-    (t,) = kernel_times_ms([k], V100, TABLE)
-    assert t == pytest.approx(0.116866, rel=1e-5)
-    # the kernel's time is shared by its ops (by the bytes each moves alone) and sums back
-    times = op_times_ms(ops, V100, TABLE, kernels)
-    assert sum(times[i] for i in k.ops) == pytest.approx(t)
+    # 50,339,840 / (0.5 · 900e9) = 0.111866 ms + one launch of 0.005 ms, shared by its ops
+    # (by the bytes each moves alone), each naming the kernel
+    pred = TABLE.predict(OpBatch(tuple(ops), tuple(kernels)), V100)
+    times = pred.times_or_none()
+    assert sum(times[i] or 0.0 for i in k.ops) == pytest.approx(0.116866, rel=1e-5)
+    assert {pred.kernel[i] for i in k.ops} == {k.name}
     # eager: three kernels, 33,595,392 (the norm, with its mean and rstd) + 33,554,432 (GELU)
     # + 50,331,648 (add) = 117,481,472 B: 0.074656 + 0.041425 + 0.062138 ms, and 3 launches
     # of 0.005 ms: 0.193219 ms
-    eager = op_times_ms(ops, V100, TABLE)
+    eager = TABLE.predict(OpBatch(tuple(ops)), V100).times_or_none()
     assert sum(o.dram_bytes for o in ops) == 117_481_472
     assert sum(t for t in eager if t) == pytest.approx(0.193219, rel=1e-5)
 
@@ -279,7 +279,7 @@ def test_sdpa_with_dropout_never_splits(p: float):
     assert rec.op.attention.dropout == (p > 0)
     (call,) = sdpa_calls([rec.op], A100)
     assert call.dropout == (p > 0)
-    pred = AttentionPredictor.shipped().predict([call], A100, warm_l2=False)
+    pred = AttentionPredictor.shipped().predict(AttentionBatch.from_calls([call]), A100)
     assert pred.details["splits"].item() == (1.0 if p > 0 else 2.0)
 
 
@@ -318,11 +318,12 @@ def test_sdpa_on_a_gpu_is_one_flash_kernel_of_hand_worked_bytes(causal: bool):
     blocks = 72 if causal else 128
     assert geo.requested_kv_bytes.item() == 2 * 8 * blocks * 32_768
     # priced by the attention model, cold L2, as the kernel PyTorch runs (FlashAttention 2)
-    pred = AttentionPredictor.shipped().predict(sdpa_calls([rec.op], A100), A100, warm_l2=False)
+    calls = AttentionBatch.from_calls(sdpa_calls([rec.op], A100))
+    pred = AttentionPredictor.shipped().predict(calls, A100)
     assert rec.time_ms == pytest.approx(pred.time_ms.item())
     assert rec.kernel == "flash_attention_torch_fa2_0"
     assert report.total_ms == pytest.approx(rec.time_ms)  # its GEMMs are fused into it
-    assert sum(g.site.flops for g in report.gemms) == pytest.approx(pred.flops.item())
+    assert sum(g.site.flops for g in report.gemms) == pytest.approx(pred.details["flops"].item())
 
 
 def test_causal_flash_kernel_runs_fewer_blocks_and_is_faster():

@@ -18,15 +18,20 @@ from torch_gemm_cost.devices import host_cpu
 from torch_gemm_cost.gemms import OtherOp, adamw_ops, optimizer_ops
 from torch_gemm_cost.predict.ops import (
     OP_CLASSES,
+    OpBatch,
     OpCostModel,
     load_op_costs,
     memory_time_ms,
-    op_times_ms,
 )
 from torch_gemm_cost.predict.sdpa import sdpa_times_ms
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec, shared_eta
 
 V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
+
+
+def op_times(ops: list[OtherOp], table: OpCostModel) -> list[float | None]:
+    """Each op's time on the V100 by ``table``, None where unmodelled."""
+    return table.predict(OpBatch(tuple(ops)), V100).times_or_none()
 
 # round constants, so the arithmetic below is checkable by hand
 TABLE = OpCostModel.from_dict(
@@ -69,12 +74,12 @@ def test_layer_norm_hand_worked():
     #   + weight, bias 2·1024·4 = 8,192 B -> 33,595,392 B
     # 33,595,392 / (0.5 · 900e9 B/s) = 74.656 µs, plus one launch of 5 µs -> 0.079656 ms
     ln = op("aten.native_layer_norm", "norm", 4096 * 1024, 33_595_392)
-    (t,) = op_times_ms([ln], V100, TABLE)
+    (t,) = op_times([ln], TABLE)
     assert t == pytest.approx(0.079656, rel=1e-5)
     # backward: dx (reads dy, x; writes dx) and dγ/dβ (reads dy, x): 2.5x the bytes, 2 kernels
     # 2.5 · 33,595,392 = 83,988,480 B / 450e9 = 186.641 µs + 2 · 5 µs -> 0.196641 ms
-    (tb,) = op_times_ms(
-        [ln, op("aten.native_layer_norm", "norm", 4096 * 1024, 67_190_784, "backward")], V100, TABLE
+    (tb,) = op_times(
+        [ln, op("aten.native_layer_norm", "norm", 4096 * 1024, 67_190_784, "backward")], TABLE
     )[1:]
     assert tb == pytest.approx(0.196641, rel=1e-5)
 
@@ -97,7 +102,7 @@ def test_gelu_hand_worked():
     # backward reads dy and x, writes dx: 1.5x = 201,326,592 B -> 248.551 µs + 5 µs
     fwd = op("aten.gelu", "elementwise", 4096 * 4096, 134_217_728)
     bwd = op("aten.gelu", "elementwise", 4096 * 4096, 268_435_456, "backward")
-    t_fwd, t_bwd = op_times_ms([fwd, bwd], V100, TABLE)
+    t_fwd, t_bwd = op_times([fwd, bwd], TABLE)
     assert t_fwd == pytest.approx(0.170701, rel=1e-5)
     assert t_bwd == pytest.approx(0.253551, rel=1e-5)
 
@@ -105,7 +110,7 @@ def test_gelu_hand_worked():
 def test_views_free_unmodelled_none_and_counted():
     view = op("aten.view", "view", 1 << 20, 0)
     odd = op("aten.my_custom_op", "other", 1 << 20, 8 << 20, node="n1")
-    assert op_times_ms([view, odd], V100, TABLE) == [0.0, None]
+    assert op_times([view, odd], TABLE) == [0.0, None]
     with torch.device("meta"):
         lin = nn.Linear(16, 16)
     report = estimate(lin, (torch.ones(4, 16, device="meta"),), device=V100)
@@ -132,7 +137,7 @@ def test_gradients_are_summed_where_a_tensor_forks_and_adds_pass_them_through():
     # reading two and writing one: 1,536 B in one elementwise kernel
     assert [o.op.dram_bytes for o in sums] == [1_536, 1_536]
     assert all(o.op.op_class == "elementwise" and o.time_ms > 0 for o in sums)
-    one = op_times_ms([op("aten.add", "elementwise", 8 * 16, 1_536)], V100)[0]  # shipped costs
+    one = op_times([op("aten.add", "elementwise", 8 * 16, 1_536)], load_op_costs())[0]
     assert sums[0].time_ms == pytest.approx(one)
     # the two adds joining the branches pass dy through: no kernel
     joins = [o for o in back if o.op.op == "aten.add" and o not in sums]
@@ -313,7 +318,7 @@ def test_a_device_takes_its_architectures_eta_else_the_shared_one():
     assert table.eta_on(get_device("b200"))[i] == 0.7  # Blackwell: no vec rows measured
     # 9e8 B on the V100 (900 GB/s) at 0.9: 1.1111 ms + 5 µs launch
     big = op("aten.add", "elementwise", 1, 900_000_000)
-    assert op_times_ms([big], V100, table)[0] == pytest.approx(1.0 / 0.9 + 0.005, rel=1e-9)
+    assert op_times([big], table)[0] == pytest.approx(1.0 / 0.9 + 0.005, rel=1e-9)
 
 
 def test_fit_on_measured_layer_norm_leaving_a_gpu_out(data_dir):
@@ -333,7 +338,7 @@ def test_backward_op_without_forward_twin_moves_its_own_bytes():
     # e.g. a bias gradient: column sums of a (4096, 1024) fp32 output gradient
     # 4096·1024·4 + 1024·4 = 16,781,312 B / (0.9 · 900e9) = 20.7177 µs + 5 µs -> 0.0257177 ms
     bias_grad = op("aten.sum", "reduction", 1024, 16_781_312, "backward", node="bias0")
-    (t,) = op_times_ms([bias_grad], V100, TABLE)
+    (t,) = op_times([bias_grad], TABLE)
     assert t == pytest.approx(0.0257177, rel=1e-5)
 
 

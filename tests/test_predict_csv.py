@@ -13,7 +13,7 @@ import torch
 
 import torch_gemm_cost.predict as predict_pkg
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
+from torch_gemm_cost.predict import GemmBatch, Prediction, RooflinePredictor
 from torch_gemm_cost.predict.query import predict_gemm_ms
 
 HEADER = ["gpu", "gpu_name", "op", "dtype", "batch", "m", "n", "k", "bias", "note",
@@ -49,7 +49,7 @@ class _Counting:
     def __init__(self) -> None:
         self.sizes: list[int] = []
 
-    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device) -> Prediction:
         self.sizes.append(len(gemms))
         return RooflinePredictor().predict(gemms, device)
 
@@ -229,7 +229,7 @@ def test_non_finite_prediction_is_an_internal_error_naming_the_line(tmp_path, mo
     class _Broken(_Counting):
         def predict(self, gemms, device):
             out = super().predict(gemms, device)
-            return GemmPrediction(out.time_ms * float("nan"), out.compute_bound)
+            return Prediction(out.time_ms * float("nan"), bound=out.bound)
 
     monkeypatch.setattr(predict_pkg, "default_predictor", _Broken)
     src = _write(tmp_path / "in.csv", HEADER, ROWS[:2])
@@ -344,7 +344,7 @@ def test_vec_schema_gets_predicted_ms_as_measured(tmp_path):
 
 
 def test_attention_schema_gets_predicted_ms_as_measured(tmp_path):
-    from torch_gemm_cost.predict.attention import AttentionCall, AttentionPredictor
+    from torch_gemm_cost.predict.attention import AttentionBatch, AttentionCall, AttentionPredictor
 
     header = ["gpu", "gpu_name", "source", "phase", "kernel", "batch", "q_len", "kv_len",
               "heads", "kv_heads", "head_dim", "window", "dtype", "kv_dtype", "latency_ms"]
@@ -364,7 +364,8 @@ def test_attention_schema_gets_predicted_ms_as_measured(tmp_path):
     decode = AttentionCall("decode", 64, 1, 8192, 32, 8, 128, window=4096, kv_dtype="fp8")
     for call, gpu, r in zip((prefill, decode), ("h200_sxm_141gb", "l40s"), got[1:]):
         # re-run on warm buffers, as measured
-        expected = model.predict([call], gpu, warm_l2=True).time_ms.item()
+        expected = model.predict(AttentionBatch.from_calls([call], warm_l2=True), gpu
+                                 ).time_ms.item()
         assert float(r[-1]) == pytest.approx(expected, rel=1e-5)
 
 
@@ -402,7 +403,7 @@ def test_interval_on_vec_rows_is_refused_by_name(tmp_path, capsys):
 
 
 def test_interval_on_attention_rows_reads_the_attention_calibration(tmp_path):
-    from torch_gemm_cost.predict.attention import AttentionCall, AttentionPredictor
+    from torch_gemm_cost.predict.attention import AttentionBatch, AttentionCall, AttentionPredictor
 
     header = ["gpu", "phase", "batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
               "window", "dtype", "kv_dtype"]
@@ -418,7 +419,7 @@ def test_interval_on_attention_rows_reads_the_attention_calibration(tmp_path):
     calls = [AttentionCall("prefill", 2, 4096, 4096, 32, 8, 128),
              AttentionCall("decode", 64, 1, 8192, 32, 8, 128, kv_dtype="fp8")]
     for call, gpu, r in zip(calls, ("h200_sxm_141gb", "l40s"), got[1:]):
-        t = model.predict([call], gpu, warm_l2=True).time_ms
+        t = model.predict(AttentionBatch.from_calls([call], warm_l2=True), gpu).time_ms
         lo, hi = model.bounds(t, torch.tensor([float(call.phase == "decode")]), 0.8)
         assert [float(x) for x in r[-3:]] == pytest.approx(
             [t.item(), lo.item(), hi.item()], rel=1e-5)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.predict import GemmBatch, GemmPrediction, RooflinePredictor
+from torch_gemm_cost.predict import GemmBatch, Prediction, RooflinePredictor
 from torch_gemm_cost.predict.query import explain, predict_gemm_ms
 from torch_gemm_cost.target import resolve_target
 
@@ -180,12 +180,12 @@ class _Recorder:
     def __init__(self) -> None:
         self.seen: GemmBatch | None = None
 
-    def predict(self, gemms: GemmBatch, device) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device) -> Prediction:
         self.seen = gemms
         one = torch.ones(len(gemms), dtype=torch.float64)
-        return GemmPrediction(
+        return Prediction(
             time_ms=gemms.m * 1e-3,
-            compute_bound=gemms.m > 100,
+            bound=tuple("compute" if m > 100 else "memory" for m in gemms.m.tolist()),
             details={"tile_m": 128 * one, "tile_n": 64 * one, "waves": 2 * one, "h2": 0.5 * one},
         )
 

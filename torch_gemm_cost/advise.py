@@ -26,7 +26,7 @@ from .capture import module_template
 from .devices import DeviceSpec
 from .dtypes import DTYPES, FP8_MULTIPLE
 from .gemms.records import DTYPE_NAMES, GemmBatch, GemmSite, alignment_bytes
-from .predict.base import GemmPrediction, Predictor
+from .predict.base import Prediction, Predictor
 from .predict.estimates import GemmEstimate
 
 __all__ = ["PaddingAdvice", "padded_size", "padding_advice", "waves_as_share"]
@@ -277,7 +277,7 @@ def padding_advice(
     return _best(run, blocks, batch, pred, model_ms, min_saving_pct)
 
 
-def _best(run: _Run, blocks: Sequence[_Block], batch: GemmBatch, pred: GemmPrediction,
+def _best(run: _Run, blocks: Sequence[_Block], batch: GemmBatch, pred: Prediction,
           model_ms: float, min_saving_pct: float) -> list[PaddingAdvice]:
     """Each candidate's best padding that saves time, ranked; within 1% of the best saving,
     the smaller padding wins."""
@@ -384,7 +384,7 @@ def _cause(batch: GemmBatch, det: Mapping[str, torch.Tensor], gi: int, pi: int, 
 
 
 def _make_advice(sites: Sequence[GemmSite], model_ms: float, blk: _Block, before: float,
-                 after: float, extra_frac: float, pred: GemmPrediction,
+                 after: float, extra_frac: float, pred: Prediction,
                  batch: GemmBatch) -> PaddingAdvice:
     c = blk.cand
     padded = [sites[i] for i in c.idx.tolist()]

@@ -4,13 +4,12 @@ window), summed over the layers."""
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Sequence
 
 from ..devices import DeviceSpec
 from ..dtypes import ComputeDtype
-from ..predict.attention import AttentionCall, AttentionPredictor, vllm_kernel
+from ..predict.attention import AttentionBatch, AttentionCall, AttentionPredictor, vllm_kernel
 from .shape import ServingShape
 
 __all__ = ["ServingAttention"]
@@ -78,10 +77,9 @@ def _predict(model: AttentionPredictor, calls: Sequence[AttentionCall], spec: De
              ) -> tuple[list[float], list[float]]:
     """The attention model's (time ms, FLOPs) of each call on ``spec``: the plan's one call
     into it."""
-    pred = model.predict(calls, spec)
-    return pred.time_ms.tolist(), pred.flops.tolist()
+    pred = model.predict(AttentionBatch.from_calls(calls), spec)
+    return pred.time_ms.tolist(), pred.details["flops"].tolist()
 
 
-@functools.lru_cache(maxsize=1)
 def _attention_model() -> AttentionPredictor:
-    return AttentionPredictor.shipped()
+    return AttentionPredictor.shipped()  # the registry reads and caches it

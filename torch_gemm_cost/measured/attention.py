@@ -24,7 +24,7 @@ import torch
 
 from ..devices import DeviceSpec, get_device
 from ..dtypes import resolve_dtype
-from ..predict.attention import PHASES, AttentionBatch, _closest
+from ..predict.attention.calls import PHASES, AttentionBatch, _closest
 from .table import RowError, Table, read_table
 
 __all__ = [

@@ -1,20 +1,23 @@
-"""Predictors: GEMMs on a device in, times out. All share ``Predictor.predict``."""
+"""Predictors: a batch on a device in, times out. Every model shares ``Model.predict`` and
+returns a ``Prediction``; the GEMM predictors are ``Predictor``s, and the shipped fitted files
+are read through ``registry``."""
 
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
-from importlib import resources
+from importlib.abc import Traversable
 
 from ..gemms.records import GemmBatch
-from .base import GemmPrediction, Predictor
+from .base import Model, Prediction, Predictor
 from .hybrid import HybridPredictor
+from .registry import load_shipped, shipped_path
 from .roofline import RooflinePredictor
 
 __all__ = [
     "GemmBatch",
-    "GemmPrediction",
     "HybridPredictor",
+    "Model",
+    "Prediction",
     "Predictor",
     "RooflinePredictor",
     "default_predictor",
@@ -24,22 +27,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_FILE = "data/hybrid_weights.json"
 
-
-def shipped_weights_path():  # -> importlib.resources.abc.Traversable
+def shipped_weights_path() -> Traversable:
     """Where the package's trained hybrid weights live (they may be absent in a dev checkout)."""
-    return resources.files("torch_gemm_cost").joinpath(WEIGHTS_FILE)
+    return shipped_path("hybrid")
 
 
-@lru_cache(maxsize=1)
 def _shipped() -> Predictor:
     path = shipped_weights_path()
     if not path.is_file():
         log.warning("no shipped hybrid weights at %s; falling back to the roofline", path)
         return RooflinePredictor()
-    with resources.as_file(path) as real:
-        return HybridPredictor.load(real)
+    return load_shipped("hybrid", HybridPredictor.from_dict)
 
 
 def default_predictor() -> Predictor:

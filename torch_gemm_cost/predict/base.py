@@ -1,7 +1,10 @@
-"""The predictor contract: a batch of GEMMs and a device in, a time per GEMM out.
+"""The model contract: a typed batch and a device in, one ``Prediction`` out.
 
-Every predictor (roofline, hybrid, each ablation, a calibrated device's own) implements
-``Predictor.predict`` with the same signature, so callers and benchmarks swap them in one line.
+Every model implements ``predict(batch, device) -> Prediction`` on its own batch record: the GEMM
+predictors (roofline, hybrid, each ablation, a calibrated device's own: ``Predictor``) on a
+``GemmBatch``, the attention model on an ``AttentionBatch``, the op cost model on an ``OpBatch``.
+A ``Prediction`` is the same record whichever model made it, so callers and benchmarks swap
+predictors in one line and read times, intervals and what bounds each item alike.
 
 A predictor fitted to measurements is also an ``Estimator``, scikit-learn's contract:
 ``__init__`` stores hyperparameters, ``get_params`` returns them and ``set_params`` changes
@@ -27,11 +30,14 @@ from ..devices import DeviceSpec
 from ..gemms.records import DTYPE_NAMES, GemmBatch
 
 __all__ = [
+    "BOUNDS",
     "DTYPE_NAMES",
     "Estimator",
     "GemmBatch",
-    "GemmPrediction",
+    "Model",
+    "Prediction",
     "Predictor",
+    "bound_of",
     "inv_softplus",
 ]
 
@@ -39,23 +45,85 @@ if TYPE_CHECKING:
     from typing import Self  # Python 3.11; only type checkers read it
 
 
-@dataclass(frozen=True)
-class GemmPrediction:
-    """Predicted time per GEMM, with the intermediates that explain it."""
+# what limits an item's time: its arithmetic, its memory traffic, or fixed per-kernel costs
+BOUNDS: tuple[str, ...] = ("compute", "memory", "latency")
 
-    time_ms: torch.Tensor  # (N,)
-    compute_bound: torch.Tensor  # (N,) bool
-    details: Mapping[str, torch.Tensor] = field(default_factory=dict)  # name -> (N,)
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted time of each of N items (GEMMs, attention calls, ops), with what explains it.
+
+    ``time_ms`` (N,); ``lo_ms`` and ``hi_ms`` (N,): the model's calibrated interval at
+    ``intervals.DEFAULT_LEVEL`` of the measured time, both None where the model carries no
+    calibration. ``bound``: per item, one of ``BOUNDS``; empty where the model does not say.
+    ``kernel``: per item, the kernel it was priced as, where the model names one; else empty.
+    ``details``: the model's intermediates, name -> (N,) tensor (waves, FLOPs, bytes, ...).
+    """
+
+    time_ms: torch.Tensor
+    lo_ms: torch.Tensor | None = None
+    hi_ms: torch.Tensor | None = None
+    bound: tuple[str, ...] = ()
+    kernel: tuple[str, ...] = ()
+    details: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.time_ms.dim() != 1:
+            raise ValueError(f"time_ms must be one time per item, shape (N,); got shape "
+                             f"{tuple(self.time_ms.shape)}")
+        n = len(self.time_ms)
+        if (self.lo_ms is None) != (self.hi_ms is None):
+            raise ValueError("an interval needs both lo_ms and hi_ms (or neither)")
+        shapes = {"lo_ms": self.lo_ms, "hi_ms": self.hi_ms, **{
+            f"details[{k!r}]": v for k, v in self.details.items()}}
+        for name, t in shapes.items():
+            if t is not None and tuple(t.shape) != (n,):
+                raise ValueError(f"{name} has shape {tuple(t.shape)}; expected ({n},), one "
+                                 "value per item as time_ms")
+        for name, labels in (("bound", self.bound), ("kernel", self.kernel)):
+            if labels and len(labels) != n:
+                raise ValueError(f"{name} names {len(labels)} items; expected {n} (or none)")
+        unknown = sorted(set(self.bound) - set(BOUNDS))
+        if unknown:
+            raise ValueError(f"bound {unknown[0]!r} is not one of {BOUNDS}")
+
+    def __len__(self) -> int:
+        return len(self.time_ms)
+
+    def times_or_none(self) -> list[float | None]:
+        """Each item's time in ms, None where the model prices none (NaN: an op it does not
+        model)."""
+        return [None if math.isnan(t) else t for t in self.time_ms.tolist()]
+
+
+def bound_of(compute_ms: torch.Tensor, memory_ms: torch.Tensor,
+             latency_ms: torch.Tensor | None = None) -> tuple[str, ...]:
+    """Per item the largest of its compute, memory and (if given) latency times, as
+    ``BOUNDS`` names them; a tie goes to the earlier (compute before memory)."""
+    parts = [compute_ms, memory_ms] + ([] if latency_ms is None else [latency_ms])
+    which = torch.stack(parts, dim=1).argmax(dim=1)  # (N,)
+    return tuple(BOUNDS[i] for i in which.tolist())
+
+
+_Batch_contra = TypeVar("_Batch_contra", contravariant=True)
 
 
 @runtime_checkable
-class Predictor(Protocol):
-    """Anything that turns GEMMs on a device into times."""
+class Model(Protocol[_Batch_contra]):
+    """Any model: its typed batch and a device in, one ``Prediction`` out."""
+
+    def predict(self, batch: _Batch_contra, device: DeviceSpec, /) -> Prediction: ...
+
+
+@runtime_checkable
+class Predictor(Model[GemmBatch], Protocol):
+    """Anything that turns GEMMs on a device into times, named and versioned (a report says
+    which predictor priced it)."""
 
     name: str
     version: str
 
-    def predict(self, gemms: GemmBatch, device: DeviceSpec) -> GemmPrediction: ...
+    def predict(self, gemms: GemmBatch, device: DeviceSpec) -> Prediction: ...
 
 
 class Estimator:

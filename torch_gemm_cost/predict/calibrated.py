@@ -16,7 +16,8 @@ import torch
 from ..devices import DeviceSpec, get_device, is_cpu
 from ..dtypes import resolve_dtype
 from ..gemms.records import DTYPE_NAMES, GemmBatch
-from .base import Estimator, GemmPrediction, inv_softplus
+from .base import Estimator, Prediction, bound_of, inv_softplus
+from .intervals import gemm_interval
 
 __all__ = ["CalibratedPredictor"]
 
@@ -150,7 +151,7 @@ class CalibratedPredictor(Estimator):
                 out[idx_rows] = (w * ref_r[idx]).sum(1) / (w.sum(1) + 0.5)
         return out
 
-    def predict(self, gemms: GemmBatch, device: DeviceSpec | str) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device: DeviceSpec | str) -> Prediction:
         spec = get_device(device)
         with torch.no_grad():
             out = self._forward(gemms, spec, self._params())
@@ -159,9 +160,11 @@ class CalibratedPredictor(Estimator):
         zero = torch.zeros(len(gemms), dtype=torch.float64)
         details = {k: torch.where(empty, zero, v) for k, v in out.items() if k != "time_ms"}
         details["neighbour_ratio"] = corr
-        return GemmPrediction(time_ms=torch.where(empty, zero, out["time_ms"] * corr),
-                              compute_bound=details["compute_ms"] >= details["memory_ms"],
-                              details=details)
+        time_ms = torch.where(empty, zero, out["time_ms"] * corr)
+        lo_ms, hi_ms = gemm_interval(gemms, spec, self, time_ms)
+        return Prediction(time_ms=time_ms, lo_ms=lo_ms, hi_ms=hi_ms,
+                          bound=bound_of(details["compute_ms"], details["memory_ms"]),
+                          details=details)
 
     def _params(self) -> dict[str, torch.Tensor]:
         params = getattr(self, "params_", None)

@@ -55,7 +55,7 @@ Vidur's A100s, whose network delivered about a fifth of a DGX A100's 8x 200 Gb/s
 DGX-networked cluster would run multi-node collectives faster than predicted.
 
 ``CollectivePredictor`` has the package's predictor contract, ``predict(calls, device) ->
-CollectivePrediction``, and fits the constants (the estimator contract: ``fit`` returns self,
+Prediction`` (``kernel``: the NCCL algorithm each call runs), and fits the constants (the estimator contract: ``fit`` returns self,
 fitted state ends in ``_``, seeded, JSON save/load); ``predict_collective_ms`` prices one call
 with the shipped weights on any device ``resolve_target`` takes.
 
@@ -71,8 +71,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +78,8 @@ import torch
 
 from ..devices import DeviceLike, DeviceSpec
 from ..target import resolve_target
-from .base import read_fitted
+from .base import Prediction, read_fitted
+from .registry import SHIPPED, check_format, load_shipped, shipped_path
 
 __all__ = [
     "ALGORITHMS",
@@ -90,7 +89,6 @@ __all__ = [
     "CollectiveBatch",
     "CollectiveCall",
     "CollectiveLinks",
-    "CollectivePrediction",
     "CollectivePredictor",
     "bandwidth_baseline_ms",
     "candidate_times_ms",
@@ -113,9 +111,8 @@ ALGORITHMS: tuple[str, ...] = ("ring/ll", "ring/ll128", "ring/simple", "tree/ll"
 # how a measurement was timed: nccl-tests' host-timed loop average (aiconfigurator), or the
 # duration of the NCCL kernel in a profiler trace of rank 0 (vidur)
 TIMINGS: tuple[str, ...] = ("nccl_tests", "kernel")
-FORMAT = "torch_gemm_cost.collectives"
+FORMAT = SHIPPED["collectives"].format
 VERSION = 1
-WEIGHTS_FILE = "data/collective_weights.json"
 # NCCL's NVLS efficiency by architecture (compute capability major), src/graph/tuning.cc
 # nvlsEfficiency: Hopper 0.85, Blackwell 0.74 (Volta and Ampere have no NVLS)
 NVLS_EFFICIENCY: dict[int, float] = {9: 0.85, 10: 0.74}
@@ -401,15 +398,6 @@ def bandwidth_baseline_ms(batch: CollectiveBatch, device: DeviceSpec | Sequence[
 
 
 # ---------------------------------------------------------------- the estimator
-@dataclass(frozen=True)
-class CollectivePrediction:
-    """Predicted time per call, the candidate NCCL would run, and the bus bandwidth it gets."""
-
-    time_ms: torch.Tensor  # (N,)
-    algorithm: tuple[str, ...]  # entries of ALGORITHMS
-    bus_bw_bytes_per_s: torch.Tensor  # (N,) achieved: bytes on the wire / time
-
-
 _HYPER = ("steps", "lr", "softmin_tau", "huber_delta", "prior_weight", "rows_per_group", "seed",
           "frozen")
 
@@ -503,7 +491,7 @@ class CollectivePredictor:
 
     # -- prediction
     def predict(self, calls: Sequence[CollectiveCall] | CollectiveBatch,
-                device: DeviceSpec | Sequence[DeviceSpec]) -> CollectivePrediction:
+                device: DeviceSpec | Sequence[DeviceSpec]) -> Prediction:
         """The calls' times on ``device``: one record for every call (a catalog GPU, a spec
         file's), or one per call. Only the record's links and node are read (``links_of``)."""
         batch = calls if isinstance(calls, CollectiveBatch) else CollectiveBatch.from_calls(calls)
@@ -512,11 +500,8 @@ class CollectivePredictor:
             times = candidate_times_ms(batch, links, self._physical())  # (N, 7)
             best, which = times.min(dim=1)  # (N,)
             wire, _, _ = _wire(batch)
-        return CollectivePrediction(
-            time_ms=best,
-            algorithm=tuple(ALGORITHMS[i] for i in which.tolist()),
-            bus_bw_bytes_per_s=1e3 * wire / best,
-        )
+        return Prediction(time_ms=best, kernel=tuple(ALGORITHMS[i] for i in which.tolist()),
+                          details={"bus_bw_bytes_per_s": 1e3 * wire / best})
 
     def physical_constants(self) -> dict[str, Any]:
         """The fitted constants in their units (for reports and metadata)."""
@@ -561,11 +546,7 @@ class CollectivePredictor:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> CollectivePredictor:
-        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
-            raise ValueError(f"expected format {FORMAT!r}")
-        if str(doc.get("version")) != cls.version:
-            raise ValueError(f"version {doc.get('version')} weights; this model reads version "
-                             f"{cls.version} (refit: python -m torch_gemm_cost.train.collectives)")
+        check_format(doc, "collectives", cls.version)
         hyper = dict(doc["hyperparameters"])
         unknown = set(hyper) - set(_HYPER)
         if unknown:
@@ -660,13 +641,11 @@ def check_call(spec: DeviceSpec, collective: str, *, size_bytes: float, num_gpus
 
 def shipped_collective_weights_path():  # -> importlib.resources.abc.Traversable
     """Where the package's fitted collective constants live."""
-    return resources.files("torch_gemm_cost").joinpath(WEIGHTS_FILE)
+    return shipped_path("collectives")
 
 
-@lru_cache(maxsize=1)
 def _shipped() -> CollectivePredictor:
-    with resources.as_file(shipped_collective_weights_path()) as real:
-        return CollectivePredictor.load(real)
+    return load_shipped("collectives", CollectivePredictor.from_dict)
 
 
 def predict_collective_ms(device: DeviceLike, collective: str, *, size_bytes: float,

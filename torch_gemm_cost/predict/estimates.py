@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import torch
-
 from ..devices import DeviceSpec
 from ..gemms.records import FusedKernel, GemmBatch, GemmSite, OtherOp
 from .base import Predictor
-from .intervals import DEFAULT_LEVEL, ReportUncertainty, uncertainty_of
-from .ops import OpCostModel, op_times_ms
+from .intervals import ReportUncertainty, uncertainty_of
+from .ops import OpBatch, OpCostModel, load_op_costs
 from .sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
 
 __all__ = [
@@ -80,17 +78,22 @@ def price_gemms(sites: Sequence[GemmSite], device: DeviceSpec, predictor: Predic
     unc = uncertainty_of(batch, device, predictor)
     if unc is not None and fused:
         unc = replace(unc, attention=shipped_attention().intervals_)
-    lo, hi = ([None] * len(sites), [None] * len(sites)) if unc is None else (
-        t.tolist() for t in unc.gemm_bounds(pred.time_ms.to(torch.float64), DEFAULT_LEVEL))
+    if len(pred.bound) != len(sites):
+        raise ValueError(f"predictor {getattr(predictor, 'name', predictor)!r} says what bounds "
+                         f"{len(pred.bound)} of {len(sites)} GEMMs; a GEMM predictor names each "
+                         "one's bound (Prediction.bound)")
+    none: list[float | None] = [None] * len(sites)
+    lo = none if pred.lo_ms is None else pred.lo_ms.tolist()
+    hi = none if pred.hi_ms is None else pred.hi_ms.tolist()
     return tuple(
-        GemmEstimate(site, float(t), "compute" if bound else "memory",
+        GemmEstimate(site, float(t), bound,
                      {name: float(values[i]) for name, values in details.items()},
                      lo_ms=lo[i], hi_ms=hi[i])
         if not (fused and _in_attention_kernel(site))
         else GemmEstimate(site, 0.0, "fused", lo_ms=None if unc is None else 0.0,
                           hi_ms=None if unc is None else 0.0)
         for i, (site, t, bound) in enumerate(zip(sites, pred.time_ms.tolist(),
-                                                 pred.compute_bound.tolist()))
+                                                 pred.bound))
     ), unc
 
 
@@ -107,11 +110,9 @@ def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
     ``kernels`` (``gemms.fusion.fuse_kernels``) prices the ops they hold as those kernels,
     each op naming its kernel. On a GPU each SDPA call's record carries its attention
     kernel's time (``sdpa.sdpa_times_ms``)."""
-    times = op_times_ms(others, device, model, kernels)
-    names = [""] * len(others)
-    for k in kernels:
-        for i in k.ops:
-            names[i] = k.name
+    pred = (model or load_op_costs()).predict(OpBatch(tuple(others), tuple(kernels)), device)
+    times = pred.times_or_none()
+    names = list(pred.kernel)
     if runs_fused_attention(device):
         idx = [i for i, o in enumerate(others) if o.attention is not None and o.phase == "forward"]
         attention, kernel = sdpa_times_ms([others[i] for i in idx], device, op_costs=model)

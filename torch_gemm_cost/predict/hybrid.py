@@ -45,13 +45,15 @@ from typing import Any
 import torch
 
 from ..devices import DeviceSpec, get_device
-from .base import Estimator, GemmBatch, GemmPrediction, read_fitted
+from .base import Estimator, GemmBatch, Prediction, read_fitted
 from .base import inv_softplus as _inv_softplus
 from .cache import L2Geometry, effective_bandwidth, grid_dram_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
+from .intervals import gemm_interval
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .power import simt_issue_share, sustained_clock_share
+from .registry import SHIPPED, check_format
 from .roofline import impossible_rows
 from .tiles import ENGINES, candidate_table, tile_grid
 
@@ -59,7 +61,7 @@ __all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]
 
 log = logging.getLogger(__name__)
 
-FORMAT = "torch_gemm_cost.hybrid"
+FORMAT = SHIPPED["hybrid"].format
 # elements of a row vLLM's fp8 cast converts per pass: 256 threads × one 16-byte vector of
 # 16-bit elements (``static_scaled_fp8_quant``, csrc/quantization/fp8/common.cu)
 CAST_ELEMENTS_PER_PASS = 256 * 16 // 2
@@ -586,7 +588,7 @@ class HybridPredictor(Estimator):
         return table
 
     def predict(self, gemms: GemmBatch, device: DeviceSpec | str, *, timing: str | None = None,
-                source: str | None = None) -> GemmPrediction:
+                source: str | None = None) -> Prediction:
         """Predicted time per GEMM on ``device``. ``timing`` chooses the launch overhead added
         ("kernel": GPU time only, the default; "event": CUDA events around the torch op)."""
         device = get_device(device)
@@ -620,8 +622,9 @@ class HybridPredictor(Estimator):
         dense_ms = out["time_ms"].double() * gemms.kept_fraction
         time_ms = torch.where(gemms.flops > 0, torch.maximum(dense_ms, floor_ms),
                               torch.zeros_like(floor_ms))
-        return GemmPrediction(time_ms=time_ms, compute_bound=out["compute_bound"],
-                              details=details)
+        lo_ms, hi_ms = gemm_interval(gemms, device, self, time_ms)
+        return Prediction(time_ms=time_ms, lo_ms=lo_ms, hi_ms=hi_ms, details=details, bound=tuple(
+            "compute" if c else "memory" for c in out["compute_bound"].tolist()))
 
     def predict_measured(self, measured: Any) -> torch.Tensor:
         """Predicted ms for every row of a ``MeasuredGemms``, using each row's gpu, timing and
@@ -761,15 +764,8 @@ class HybridPredictor(Estimator):
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> HybridPredictor:
-        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
-            raise ValueError(f"expected format {FORMAT!r}")
-        version = str(doc.get("version"))
-        if version != cls.version:
-            # an older model reads other features or parameters: refit rather than misread it
-            raise ValueError(
-                f"version {version} weights; this predictor reads version {cls.version} "
-                "(retrain: torch-gemm-cost train --data DATA --out W.json)"
-            )
+        # an older model reads other features or parameters: refit rather than misread it
+        check_format(doc, "hybrid", cls.version)
         hyper = dict(doc["hyperparameters"])
         unknown = set(hyper) - set(_HYPER)
         if unknown:

@@ -65,8 +65,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +75,7 @@ from ..dtypes import DTYPES
 from ..gemms.records import DTYPE_NAMES, GemmBatch
 from .base import read_fitted
 from .features import DeviceTable, library_family
+from .registry import SHIPPED, check_format, load_shipped, shipped_path
 from .roofline import peak_flops_per_s
 from .tiles import ENGINES
 
@@ -101,6 +100,7 @@ __all__ = [
     "conformal_quantiles",
     "default_calibration",
     "gemm_cases",
+    "gemm_interval",
     "novelty_of",
     "own_calibration",
     "propagate",
@@ -111,7 +111,8 @@ __all__ = [
     "uncertainty_of",
 ]
 
-FORMAT = "torch_gemm_cost.intervals"
+FORMAT = SHIPPED["gemm_intervals"].format
+VERSION = 1  # of the calibration files this module reads and writes
 DEFAULT_LEVEL = 0.8
 
 NOVELTY: tuple[str, ...] = ("calibrated", "chip_seen", "family_seen", "family_unseen")
@@ -509,7 +510,7 @@ class IntervalCalibration:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "version": 1,
+            "version": VERSION,
             "method": ("weighted split-conformal quantiles of log(measured / predicted) per "
                        "bucket, each GPU weighing the same; whole models: a shared level term "
                        "plus independent per-GEMM terms, normalized scores conformal"),
@@ -525,9 +526,7 @@ class IntervalCalibration:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> IntervalCalibration:
-        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
-            got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
-            raise ValueError(f"format is {got!r}, expected {FORMAT!r}")
+        check_format(doc, "gemm_intervals", VERSION)
         probs = tuple(float(p) for p in doc["probs"])
         buckets = tuple({f: b.get(f) for f in (*KEY_FIELDS, "rows", "gpus", "chips")}
                         for b in doc["buckets"])
@@ -558,16 +557,11 @@ class IntervalCalibration:
         return read_fitted(path, "interval calibration", FORMAT, cls.from_dict)
 
 
-CALIBRATION_FILE = "data/gemm_intervals.json"
-
-
-@lru_cache(maxsize=1)
 def default_calibration() -> IntervalCalibration | None:
     """The shipped calibration of the hybrid predictor's intervals (None where absent)."""
-    path = resources.files("torch_gemm_cost").joinpath(CALIBRATION_FILE)
-    if not path.is_file():
+    if not shipped_path("gemm_intervals").is_file():
         return None
-    return IntervalCalibration.from_dict(json.loads(path.read_text()))
+    return load_shipped("gemm_intervals", IntervalCalibration.from_dict)
 
 
 # ------------------------------------------------------------------------------ novelty
@@ -708,3 +702,14 @@ def uncertainty_of(gemms: GemmBatch, device: DeviceSpec, predictor: Any,
                              floor_ms=cases.floor_ms,
                              level_sigma=float(cal.level_sigma[cls]), total_z=cal.total_z,
                              probs=cal.probs)
+
+
+def gemm_interval(gemms: GemmBatch, device: DeviceSpec, predictor: Any, time_ms: torch.Tensor
+                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(lo, hi) at ``DEFAULT_LEVEL`` of GEMMs that ``predictor`` priced at ``time_ms`` (N,) on
+    ``device``, (N,) each; (None, None) where no calibration covers that predictor
+    (``uncertainty_of``)."""
+    unc = uncertainty_of(gemms, device, predictor)
+    if unc is None:
+        return None, None
+    return unc.gemm_bounds(time_ms.to(torch.float64), DEFAULT_LEVEL)

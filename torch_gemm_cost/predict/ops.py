@@ -38,12 +38,9 @@ activations partly hit L2, so such ops run faster than predicted.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +50,8 @@ from ..devices import DeviceSpec
 from ..dtypes import DTYPES
 from ..gemms import OtherOp
 from ..gemms.records import FusedKernel
+from .base import Prediction
+from .registry import check_format, load_file, load_shipped
 
 __all__ = [
     "BACKWARD",
@@ -61,17 +60,18 @@ __all__ = [
     "OP_CLASSES",
     "VEC_OPS",
     "FusedOpCost",
+    "OpBatch",
     "OpCostModel",
     "fused_op_bytes",
     "fused_time_ms",
     "fused_time_ms_of",
-    "kernel_times_ms",
     "load_op_costs",
     "measured_op_times_ms",
     "memory_time_ms",
-    "op_times_ms",
     "warm_l2_hit",
 ]
+
+VERSION = 2  # of the op cost tables this module reads and ``train.ops`` writes
 
 OP_CLASSES: tuple[str, ...] = (
     "elementwise",
@@ -179,6 +179,24 @@ class OpCostModel:
         """η per class on ``device``: its architecture's where one was measured, else ``eta``."""
         return self.eta_by_architecture.get(device.architecture, self.eta)
 
+    def predict(self, batch: OpBatch, device: DeviceSpec) -> Prediction:
+        """A time per op in ms on ``device``, one batched evaluation for all of them: NaN where
+        the op is unmodelled (class ``other``), no interval (no calibration covers the op
+        model). Each fused kernel's time replaces its ops' own, shared among them in proportion
+        to the bytes each would move alone (equally where none would); ``kernel`` names the
+        fused kernel each op runs in ("" where it runs alone)."""
+        others = batch.ops
+        times = _op_times(others, device, self) if others else []
+        names = [""] * len(others)
+        for k, t in zip(batch.kernels, _kernel_times_ms(batch.kernels, device, self)):
+            alone = [float(others[i].dram_bytes) for i in k.ops]
+            total = sum(alone)
+            for i, b in zip(k.ops, alone):
+                times[i] = t * (b / total if total else 1.0 / len(k.ops))
+                names[i] = k.name
+        return Prediction(time_ms=torch.tensor([math.nan if t is None else t for t in times],
+                                               dtype=torch.float64), kernel=tuple(names))
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> OpCostModel:
         classes = d["classes"]
@@ -221,17 +239,23 @@ class OpCostModel:
         )
 
     @classmethod
+    def read(cls, doc: Mapping[str, Any]) -> OpCostModel:
+        """A table file's content (``format`` and ``version`` checked), as ``from_dict``."""
+        check_format(doc, "op_costs", VERSION)
+        return cls.from_dict(doc)
+
+    @classmethod
     def load(cls, path: str | Path | None = None) -> OpCostModel:
-        """The shipped table (``data/op_costs.json``) or one written by ``train.ops``."""
+        """The shipped table (``data/op_costs.json``) or one written by ``train.ops``; a
+        missing, corrupt or mismatched file raises an error that names it."""
         if path is None:
             return load_op_costs()
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return load_file("op_costs", path, cls.read)
 
 
-@lru_cache(maxsize=1)
 def load_op_costs() -> OpCostModel:
-    text = resources.files("torch_gemm_cost").joinpath("data/op_costs.json").read_text()
-    return OpCostModel.from_dict(json.loads(text))
+    """The shipped table, read once."""
+    return load_shipped("op_costs", OpCostModel.read)
 
 
 def _class_index(c: str) -> int:
@@ -381,11 +405,32 @@ def warm_l2_hit(working_set_bytes: torch.Tensor, l2_bytes: torch.Tensor | float,
     return 1.0 / (1.0 + (working_set_bytes / (share * l2_bytes)) ** steepness)
 
 
-def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
-                    model: OpCostModel | None = None) -> list[float]:
+@dataclass(frozen=True)
+class OpBatch:
+    """N non-GEMM ops to price together (``OtherOp``, in capture order: a backward op finds
+    its forward twin among them), and the fused kernels that run some of them (``FusedKernel``,
+    ``gemms.fusion``: the ops as ``torch.compile`` fuses them, by index into ``ops``)."""
+
+    ops: tuple[OtherOp, ...]
+    kernels: tuple[FusedKernel, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        object.__setattr__(self, "kernels", tuple(self.kernels))
+        for k in self.kernels:
+            bad = [i for i in k.ops if not 0 <= i < len(self.ops)]
+            if bad:
+                raise ValueError(f"fused kernel {k.name!r} runs op {bad[0]}, but the batch "
+                                 f"holds ops 0 to {len(self.ops) - 1}")
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+def _kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec, model: OpCostModel
+                     ) -> list[float]:
     """Each fused kernel's time: its launches, and its bytes at its fused op's rates
     (``FUSED_OPS``) or its class's η."""
-    model = model or load_op_costs()
     out = []
     for k in kernels:
         nbytes = torch.tensor([float(k.dram_bytes)], dtype=torch.float64)
@@ -402,26 +447,6 @@ def kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec,
     return out
 
 
-def op_times_ms(
-    others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel | None = None,
-    kernels: Sequence[FusedKernel] = (),
-) -> list[float | None]:
-    """A time per op in ms (None where unmodelled), one batched evaluation for all of them.
-
-    With ``kernels`` (``gemms.fusion``: the ops as ``torch.compile`` fuses them), each
-    kernel's time (``kernel_times_ms``) replaces its ops' own, shared among them in proportion
-    to the bytes each would move alone (equally where none would).
-    """
-    model = model or load_op_costs()
-    if not others:
-        return []
-    times = _op_times(others, device, model)
-    for k, t in zip(kernels, kernel_times_ms(kernels, device, model)):
-        alone = [float(others[i].dram_bytes) for i in k.ops]
-        total = sum(alone)
-        for i, b in zip(k.ops, alone):
-            times[i] = t * (b / total if total else 1.0 / len(k.ops))
-    return times
 
 
 def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel

@@ -21,7 +21,7 @@ from ..devices import DeviceLike, DeviceSpec, check_dtype_on_device
 from ..dtypes import resolve_dtype
 from ..gemms.records import GemmBatch
 from ..target import resolve_target
-from .base import GemmPrediction, Predictor
+from .base import Prediction, Predictor
 from .hybrid import HybridPredictor
 from .intervals import check_level, uncertainty_of
 from .profile import profile_predictor
@@ -30,7 +30,7 @@ __all__ = ["GemmInterval", "check_dtype_on_device", "explain", "load_weights", "
 
 DimLike = int | float | torch.Tensor | Any  # also lists and NumPy arrays
 
-# details keys of GemmPrediction, in the order explain() lists them
+# details keys of a GEMM Prediction, in the order explain() lists them
 _EXPLAIN_KEYS: tuple[str, ...] = (
     "tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
     "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms", "memory_ms",
@@ -84,7 +84,7 @@ class GemmInterval(NamedTuple):
 def _run(
     device: DeviceLike, m: DimLike, n: DimLike, k: DimLike, batch: DimLike,
     dtype: str | torch.dtype, op: str, bias: bool, predictor: Predictor | None,
-) -> tuple[GemmBatch, GemmPrediction | None, torch.Tensor, bool,
+) -> tuple[GemmBatch, Prediction | None, torch.Tensor, bool,
            tuple[DeviceSpec, Predictor]]:
     """Validate, predict the non-empty GEMMs; returns (gemms, prediction, nonempty mask, scalar,
     (device, predictor))."""
@@ -210,7 +210,7 @@ def explain(
         if key in pred.details
     }
     times = [] if pred is None else pred.time_ms.tolist()
-    bound = [] if pred is None else pred.compute_bound.tolist()
+    bound = () if pred is None else pred.bound
     j = 0
     for i, alive in enumerate(live.tolist()):
         row: dict[str, Any] = {
@@ -221,7 +221,7 @@ def explain(
             for key, values in details.items():
                 v = float(values[j])  # stream-K's waves are tiles / slots, a fraction
                 row[key] = int(v) if key in _INT_KEYS and v.is_integer() else v
-            row["bound"] = "compute" if bound[j] else "memory"
+            row["bound"] = bound[j]
             row["time_ms"] = float(times[j])
             j += 1
         else:

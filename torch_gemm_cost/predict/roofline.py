@@ -12,7 +12,7 @@ import torch
 
 from ..devices import DeviceSpec
 from ..gemms.records import DTYPE_NAMES, GemmBatch
-from .base import GemmPrediction
+from .base import Prediction, bound_of
 
 __all__ = ["RooflinePredictor", "impossible_rows", "peak_flops_per_s"]
 
@@ -42,13 +42,13 @@ class RooflinePredictor:
     name = "roofline"
     version = "1"
 
-    def predict(self, gemms: GemmBatch, device: DeviceSpec) -> GemmPrediction:
+    def predict(self, gemms: GemmBatch, device: DeviceSpec) -> Prediction:
         compute_s = gemms.flops / peak_flops_per_s(gemms, device)  # (N,)
         memory_s = gemms.compulsory_bytes / device.dram_bw_bytes_per_s  # (N,)
         time_s = torch.maximum(compute_s, memory_s)
-        return GemmPrediction(
+        return Prediction(
             time_ms=time_s * 1e3,
-            compute_bound=compute_s >= memory_s,
+            bound=bound_of(compute_s, memory_s),
             details={"compute_ms": compute_s * 1e3, "memory_ms": memory_s * 1e3},
         )
 

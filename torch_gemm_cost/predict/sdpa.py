@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
 
 from ..devices import DeviceSpec, is_cpu
 from ..gemms.records import OtherOp
-from .attention import AttentionCall, AttentionPredictor, sdpa_kernel
+from .attention import AttentionBatch, AttentionCall, AttentionPredictor, sdpa_kernel
 from .ops import OP_CLASSES, OpCostModel, load_op_costs
 
 __all__ = ["FLASH_PREFIX", "runs_fused_attention", "sdpa_calls", "sdpa_times_ms",
@@ -38,9 +37,9 @@ def runs_fused_attention(device: DeviceSpec) -> bool:
             and math.isfinite(device.dram_bw_bytes_per_s) and device.sm_count > 0)
 
 
-@lru_cache(maxsize=1)
 def shipped_attention() -> AttentionPredictor:
-    """The shipped attention weights (and their interval calibration), read once."""
+    """The shipped attention weights (and their interval calibration), read once
+    (``registry.load_shipped``)."""
     return AttentionPredictor.shipped()
 
 
@@ -73,7 +72,7 @@ def sdpa_times_ms(ops: Sequence[OtherOp], device: DeviceSpec,
         return [], []
     predictor = predictor or shipped_attention()
     costs = op_costs or load_op_costs()
-    pred = predictor.predict(sdpa_calls(ops, device), device, warm_l2=False)
+    pred = predictor.predict(AttentionBatch.from_calls(sdpa_calls(ops, device)), device)
     eta = costs.eta_on(device)[OP_CLASSES.index("elementwise")]
     times = [float(t) + (op.attention.mask_bytes if op.attention else 0)
              / (eta * device.dram_bw_bytes_per_s) * 1e3

@@ -44,12 +44,14 @@ from ..measured.vec import MeasuredOps, read_vec_file
 from ..predict.ops import (
     FUSED_ALIASES,
     VEC_OPS,
+    VERSION,
     FusedOpCost,
     fused_op_bytes,
     fused_time_ms_of,
     memory_time_ms,
     warm_l2_hit,
 )
+from ..predict.registry import SHIPPED
 from ..predict.score import summarize_errors
 from .gemm import chip_of
 
@@ -364,7 +366,8 @@ def fit_op_costs(data_dir: str | Path, steps: int = 400, *,
                       "borrowed_from": src}
     fused = _fused_table(data_dir, steps, exclude_chips, metrics)
     return {
-        "format": 2,
+        "format": SHIPPED["op_costs"].format,
+        "version": VERSION,
         "model": "time = kernels * launch_ms + dram_bytes / (eta * dram_bw_bytes_per_s); eta "
                  "per architecture where one was measured (eta_by_architecture), else the "
                  "geometric mean over the measured architectures (eta)",
