@@ -68,6 +68,8 @@ def tiny_gpt2(tmp_path) -> str:
         (["no_such_pkg.models:build"], "cannot import 'no_such_pkg.models'"),
         (["json:nothing_here"], "json has no function 'nothing_here'"),
         (["not-a-callable"], "not of the form pkg.module:function"),
+        (["json:loads", "--attention", "eager"], "--attention applies to --hf-config only"),
+        (["--hf-config", GPT2, "--attention", "flash"], "argument --attention: invalid choice"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
