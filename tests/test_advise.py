@@ -366,3 +366,44 @@ def test_fp8_pads_to_a_multiple_of_16_and_names_its_bf16_output():
         assert advice.cause.startswith("alignment: 50257 × 2 B = 100514 B rows allow only "
                                        "2-byte loads (1 of 8 elements per 16-byte vector")
     assert suggested == {"bf16": 50264, "fp8": 50272}
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_eager_attention_sequence_padding_is_marked_and_sdpa_gets_none(mode):
+    transformers = pytest.importorskip("transformers")
+    import torch_gemm_cost as tgc
+    from torch_gemm_cost.advise import EAGER_ONLY, SEQUENCE
+
+    # one ViT layer on 224² images in 16-pixel patches: 14² + 1 = 197 tokens, 2 heads of 32.
+    # Eager attention writes its scores as rows of 197 keys: 197 × 2 B = 394 B allow 2-byte
+    # loads, which AlignmentRoofline runs 8× slow; 200 × 2 B = 400 B allow 16-byte ones. Every
+    # other dim (64, 32, 128, 768, 2 labels) is aligned or too small to pad.
+    config = transformers.ViTConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=128, num_labels=2)
+    pixels = torch.ones(2, 3, 224, 224, device="meta")
+    advice = {}
+    for attention in ("eager", "sdpa"):
+        config._attn_implementation = attention
+        with torch.device("meta"):
+            model = transformers.ViTForImageClassification(config)
+        report = tgc.estimate(model, (pixels,), device="a100_sxm4_80gb", dtype="fp16",
+                              mode=mode, predictor=AlignmentRoofline())
+        advice[attention] = report.padding_advice()
+        attention_gemms = [g for g in report.gemms if 197 in g.site.shape[1:]]
+        if attention == "eager":
+            [a] = advice["eager"]
+            assert a.eager_attention_only and a.config_field == SEQUENCE
+            # dKᵀ = Qᵀ·dS holds the keys on n
+            assert (a.current, a.suggested, a.dim) == (197, 200, "sequence (m)" if mode ==
+                                                       "inference" else "sequence (m) / sequence (n)")
+            assert a.modules == ("vit.layers.0.attention",)
+            assert a.cause.startswith(EAGER_ONLY + "alignment: 197 × 2 B = 394 B rows")
+            # QKᵀ and PV, and in training the two backward GEMMs of each
+            assert a.gemms == len(attention_gemms) == (2 if mode == "inference" else 6)
+            assert a.gemm_ms_before == pytest.approx(
+                sum(g.time_ms for g in attention_gemms), rel=1e-9)
+        else:
+            # a GPU runs the SDPA call as one fused kernel: its GEMM records hold 197 but have
+            # no time of their own, and no sequence length is advised
+            assert {g.bound for g in attention_gemms if g.site.phase == "forward"} == {"fused"}
+            assert advice["sdpa"] == []

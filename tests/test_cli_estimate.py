@@ -68,6 +68,8 @@ def tiny_gpt2(tmp_path) -> str:
         (["no_such_pkg.models:build"], "cannot import 'no_such_pkg.models'"),
         (["json:nothing_here"], "json has no function 'nothing_here'"),
         (["not-a-callable"], "not of the form pkg.module:function"),
+        (["json:loads", "--attention", "eager"], "--attention applies to --hf-config only"),
+        (["--hf-config", GPT2, "--attention", "flash"], "argument --attention: invalid choice"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
@@ -179,3 +181,26 @@ def test_devices_lists_peaks_and_bandwidths(capsys):
     assert rc == 2 and "no catalog device matches 'zzz'" in err
     rc, out, _ = run(capsys, "devices", "mi300x", "--json")
     assert json.loads(out)[0]["peak_flops_per_s"]["fp8"] == pytest.approx(2614.9e12)
+
+
+def test_attention_default_is_what_transformers_builds(capsys, tmp_path):
+    # GPT-Neo has no SDPA attention in transformers: asked for, it is an error naming the
+    # option that works; by default the model is built as transformers builds it, eager
+    path = tmp_path / "neo.json"
+    path.write_text(json.dumps({
+        "model_type": "gpt_neo", "num_layers": 2, "attention_types": [[["global", "local"], 1]],
+        "hidden_size": 64, "num_heads": 4, "vocab_size": 128, "max_position_embeddings": 64,
+        "bos_token_id": 0, "eos_token_id": 0}))
+    argv = ["--hf-config", str(path), "--batch", "1", "--seq", "16", "--predictor", "roofline",
+            "--device", "a100_sxm4_80gb"]
+    rc, out, err = run(capsys, "estimate", *argv, "--attention", "sdpa")
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == [
+        ("torch-gemm-cost estimate: error: --attention sdpa: GPTNeoConfig's model has no SDPA "
+         "attention in this transformers; use --attention eager")]
+    for extra in ([], ["--attention", "eager"]):
+        rc, out, err = run(capsys, "estimate", *argv, *extra, "--json", "-", "--quiet")
+        assert rc == 0, err
+        # eager attention: the scores are two matmuls, no SDPA record
+        ops = {row["op"] for row in json.loads(out)["rows"]}
+        assert "matmul" in ops and not ops & {"sdpa_qk", "sdpa_pv"}

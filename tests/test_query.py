@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_prediction_fixture import REL_TOL
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.dtypes import DTYPES
@@ -61,8 +62,9 @@ def test_arrays_broadcast_and_match_scalar_calls():
     expected = [
         predict_gemm_ms("a100_pcie_40gb", m=m, n=n, k=512) for n in (128, 1000) for m in ms
     ]
-    # NB: a float32 predictor is batch-invariant only to float32 rounding (~1e-7)
-    assert out.tolist() == pytest.approx(expected, rel=1e-6)
+    # NB: a float32 predictor is batch-invariant only to float32 rounding: a batch of 6 and a
+    # batch of 1 may run other matmul and vector kernels, as two CPUs do (REL_TOL's derivation)
+    assert out.tolist() == pytest.approx(expected, rel=REL_TOL)
 
 
 def test_numpy_arrays_are_accepted():

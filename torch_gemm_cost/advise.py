@@ -9,8 +9,18 @@ A dim that matches a config field (``vocab_size``, ``hidden_size``, ...) is padd
 occurs, as changing the config would do. Other dims are padded together in the layers of one
 parent module and its repeats: a dim one layer outputs, its sibling reads.
 
-NB: non-GEMM ops that grow with the padded dim (e.g. a softmax over a padded vocabulary) are not
-re-costed; the extra FLOPs and time counted are those of the GEMMs.
+Attention. Eager attention (``attn_implementation="eager"``) runs QKᵀ and PV as two products with
+the scores in DRAM between them, rows of one score per key: a sequence length there sets the
+alignment of the scores' rows, and padding it can pay. Such advice says it holds for eager
+attention only (``PaddingAdvice.eager_attention_only``). On a GPU an SDPA call is one fused
+kernel (``predict.sdpa``): its scores never leave the chip and it loads Q, K and V along the head
+dim, so no sequence length sets an alignment; its time is the attention model's, which the GEMM
+predictor that prices padding does not give. Its two GEMM records (``bound == "fused"``) are no
+candidates: no sequence padding is advised for it.
+
+NB: non-GEMM ops that grow with the padded dim (e.g. a softmax over a padded vocabulary), and a
+fused attention kernel whose head dim is padded, are not re-costed; the extra FLOPs and time
+counted are those of the GEMMs.
 """
 
 from __future__ import annotations
@@ -34,6 +44,11 @@ __all__ = ["PaddingAdvice", "padded_size", "padding_advice", "waves_as_share"]
 MULTIPLES: tuple[int, ...] = (8, 16, 32, 64, 128)
 _AXES = ("m", "n", "k")
 _LINEAR_OPS = ("linear", "addmm", "conv1d", "mm", "matmul")
+# products of two activations: eager attention's QKᵀ and PV are two of these
+_PRODUCT_OPS = ("matmul", "bmm", "baddbmm", "einsum")
+SEQUENCE = "sequence length (eager attention)"  # the field of eager attention's lengths
+EAGER_ONLY = ("eager attention only (SDPA's fused kernel keeps the scores on chip, where no "
+              "sequence length sets an alignment); ")
 # a convolution's implicit GEMM has two dims a user can pad, its channels (m is images ×
 # positions): the axis of (m, n, k) that holds the plain channels, per op and phase ...
 _CHANNEL_AXIS = {
@@ -73,6 +88,9 @@ class PaddingAdvice:
     model_ms_after: float
     cause_kind: str  # "alignment", "wave quantization", "tile quantization" or "kernel choice"
     cause: str  # the cause in words and numbers
+    # the padded dim is a sequence length of eager attention's QKᵀ and PV products alone: with
+    # SDPA (one fused kernel on a GPU) these GEMMs do not run and the padding saves nothing
+    eager_attention_only: bool = False
 
     @property
     def saving_ms(self) -> float:
@@ -122,6 +140,7 @@ class _Candidate:
     field: str | None
     idx: torch.Tensor  # (c,) GEMM indices into the run
     mask: torch.Tensor  # (c, 3) which of m, n, k equal ``value``
+    eager_only: bool = False  # it pads eager attention's sequence lengths only
 
 
 @dataclass(frozen=True)
@@ -170,14 +189,42 @@ def _paddable(sites: Sequence[GemmSite]) -> torch.Tensor:
     return paddable
 
 
+def _attention_lengths(sites: Sequence[GemmSite]) -> torch.Tensor:
+    """(N, 3) the axes of each GEMM that hold a sequence length of eager attention.
+
+    QKᵀ and PV are two forward products of one module and batch, PV reading the scores QKᵀ
+    writes: QKᵀ is (queries, keys, head dim) and PV (queries, head dim, keys), so PV's m is
+    QKᵀ's m and PV's k QKᵀ's n. In every GEMM of those two nodes (their backward ones too) the
+    axes that hold the query or key count are sequence lengths."""
+    lengths = torch.zeros((len(sites), 3), dtype=torch.bool)
+    products: dict[tuple[str, int], list[GemmSite]] = {}
+    for s in sites:
+        if s.op in _PRODUCT_OPS and s.phase == "forward":
+            products.setdefault((s.module, s.batch), []).append(s)
+    seq: dict[tuple[str, str], set[int]] = {}  # (module, node) -> its sequence lengths
+    for group in products.values():
+        for qk in group:
+            for pv in group:
+                if pv is not qk and pv.m == qk.m and pv.k == qk.n:
+                    for node in (qk.node, pv.node):
+                        seq.setdefault((qk.module, node), set()).update((qk.m, qk.n))
+    for i, s in enumerate(sites):
+        found = seq.get((s.module, s.node))
+        if found:
+            lengths[i] = torch.tensor([d in found for d in (s.m, s.n, s.k)])
+    return lengths
+
+
 def _candidates(sites: Sequence[GemmSite], config: Mapping[str, int],
                 dims: torch.Tensor) -> list[_Candidate]:
     """Candidates over ``dims`` in channel units (``_channel_units``)."""
     paddable = _paddable(sites)
+    lengths = _attention_lengths(sites)
     fields: dict[int, str] = {}
     for name, value in config.items():
         fields.setdefault(int(value), name)
-    tokens = {s.m for s in sites if s.op in _LINEAR_OPS and s.phase == "forward"}
+    tokens = {s.m for i, s in enumerate(sites)
+              if s.op in _LINEAR_OPS and s.phase == "forward" and not lengths[i, 0]}
     out = []
     for value in torch.unique(dims).tolist():
         value = int(value)
@@ -185,6 +232,11 @@ def _candidates(sites: Sequence[GemmSite], config: Mapping[str, int],
             continue
         hit = (dims == value) & paddable  # (N, 3)
         rows = torch.nonzero(hit.any(dim=1)).flatten()
+        if not len(rows):  # on axes no one pads (a convolution's positions)
+            continue
+        if not (hit & ~lengths).any():  # eager attention's sequence length, and nothing else
+            out.append(_Candidate(value, SEQUENCE, rows, hit[rows], eager_only=True))
+            continue
         field = fields.get(value) or ("tokens (batch × seq)" if value in tokens else None)
         if field is not None:
             out.append(_Candidate(value, field, rows, hit[rows]))
@@ -257,9 +309,10 @@ def padding_advice(
     one names is padded wherever it occurs. Only changes that save at least
     ``min_saving_pct`` % of the run are returned; a change predicted slower is never advised.
     """
-    if not gemms:
+    # a GPU's fused attention kernel is priced by the attention model, not as its two GEMMs
+    sites = [g.site for g in gemms if g.bound != "fused"]
+    if not sites:
         return []
-    sites = [g.site for g in gemms]
     base = GemmBatch.from_sites(sites)
     run = _Run(sites, base, torch.stack([base.m, base.n, base.k], dim=1).long(),
                _channel_units(sites))
@@ -321,10 +374,12 @@ def tile_fill(dim: int, tile: float) -> float:
 
 def _dim_label(sites: Sequence[GemmSite], c: _Candidate, j: int) -> str:
     """Every role the dim plays, GEMM ``j``'s first: "out_features (n) / in_features (k)"
-    when one layer writes what its sibling reads; backward GEMMs' plain "dim" only if alone."""
+    when one layer writes what its sibling reads; backward GEMMs' plain "dim" only if alone;
+    "sequence" for eager attention's lengths."""
     axes = c.mask.long().argmax(dim=1).tolist()  # each GEMM's first padded axis
-    labels = list(dict.fromkeys(f"{_role(sites[i], axes[i])} ({_AXES[axes[i]]})"
-                                for i in [j, *range(len(sites))]))
+    labels = list(dict.fromkeys(
+        f"{'sequence' if c.eager_only else _role(sites[i], axes[i])} ({_AXES[axes[i]]})"
+        for i in [j, *range(len(sites))]))
     return " / ".join([x for x in labels if not x.startswith("dim ")] or labels)
 
 
@@ -410,7 +465,8 @@ def _make_advice(sites: Sequence[GemmSite], model_ms: float, blk: _Block, before
         model_ms_before=model_ms,
         model_ms_after=model_ms - (before - after),
         cause_kind=kind,
-        cause=f"{kind}: {cause}; {numbers}",
+        cause=(EAGER_ONLY if c.eager_only else "") + f"{kind}: {cause}; {numbers}",
+        eager_attention_only=c.eager_only,
     )
 
 

@@ -53,8 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--diffusers-config", metavar="PATH",
                    help="a diffusers UNet2DConditionModel or DiTTransformer2DModel config.json: "
                    "one denoising step (needs the diffusion extra)")
-    p.add_argument("--attn", choices=("eager", "sdpa"), default="eager",
-                   help="attention implementation for --hf-config (default: eager)")
+    p.add_argument("--attention", choices=tasks.ATTENTIONS, default=None,
+                   help="attention implementation for --hf-config: sdpa (one fused kernel on a "
+                   "GPU) or eager (two matmuls with the scores in memory between them); default: "
+                   "what transformers builds, sdpa where the model has it, else eager")
     p.add_argument("--device", action="append", metavar="ID",
                    help="catalog id, GPU name, spec file (a GPU from its datasheet: `devices "
                    "--template`) or calibration profile JSON; repeat to compare devices (see "
@@ -140,6 +142,9 @@ def _check_args(args: argparse.Namespace) -> None:
                          "PATH or pkg.module:function")
     if args.hf_config is None and args.task != AUTO:
         raise UsageError("--task applies to --hf-config only; the others build their own model")
+    if args.hf_config is None and args.attention is not None:
+        raise UsageError("--attention applies to --hf-config only; the others build their own "
+                         "model")
     if args.diffusers_config is None and args.vae_factor is not None:
         raise UsageError("--vae-factor applies to --diffusers-config only")
     if args.image_size is not None and args.image_size < 1:
@@ -185,15 +190,17 @@ def _load_hf_config(path: str) -> tuple[Any, str]:
 
 
 def build_hf_model(
-    path: str, task: str | None, batch: int, seq: int | None, attn: str = "eager",
+    path: str, task: str | None, batch: int, seq: int | None, attention: str | None = None,
     image_size: int | None = None, audio_s: float | None = None,
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
     """An HF model on the meta device and the inputs of its task (``tasks``): (model, args,
-    kwargs, config). ``task`` None or ``auto`` picks the task from the config (``tasks.pick``)."""
+    kwargs, config). ``task`` None or ``auto`` picks the task from the config (``tasks.pick``);
+    ``attention`` is the model's ``attn_implementation`` (``tasks.build``)."""
     config, _ = _load_hf_config(path)
     if task in (None, AUTO):
         task, _ = tasks.pick(config)
-    model, args, kwargs = tasks.build(config, task, Sizes(batch, seq, image_size, audio_s), attn)
+    model, args, kwargs = tasks.build(config, task, Sizes(batch, seq, image_size, audio_s),
+                                       attention)
     return model, args, kwargs, config
 
 
@@ -285,7 +292,7 @@ def _build_model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[s
     if args.callable:
         return load_callable(args.callable, args.batch, args.seq, args.image_size)
     model, margs, kwargs, config = build_hf_model(args.hf_config, args.task, args.batch,
-                                                  args.seq, args.attn, args.image_size,
+                                                  args.seq, args.attention, args.image_size,
                                                   args.audio_s)
     if args.task == AUTO and not args.quiet:
         task, why = tasks.pick(config)

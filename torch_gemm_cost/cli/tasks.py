@@ -26,10 +26,14 @@ from typing import Any
 
 from . import UsageError
 
-__all__ = ["AUTO", "DEFAULT_SEQ", "TASKS", "Sizes", "Task", "build", "check_task", "fitting",
-           "pick"]
+__all__ = ["ATTENTIONS", "AUTO", "DEFAULT_SEQ", "SDPA", "TASKS", "Sizes", "Task", "build",
+           "check_task", "fitting", "pick"]
 
 AUTO = "auto"
+# the attention implementations ``build`` takes (None: transformers' own choice, SDPA where the
+# model has it, as for a model built by hand and given to ``estimate()``)
+SDPA = "sdpa"
+ATTENTIONS = (SDPA, "eager")
 DEFAULT_SEQ = 1024
 DEFAULT_IMAGE_SIZE = 224  # ImageNet's, for configs that name no image size (ResNet, ConvNeXt)
 # log-mel frames per second of audio: Whisper's and Speech2Text's feature extractors take a
@@ -301,9 +305,11 @@ def _check_sizes(task: Task, sizes: Sizes) -> None:
             raise UsageError(f"{flag} does not apply to --task {task.name}; it takes {takes}")
 
 
-def build(config: Any, task_name: str, sizes: Sizes, attn: str = "eager"
+def build(config: Any, task_name: str, sizes: Sizes, attention: str | None = None
           ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """The ``task_name`` model of ``config`` on the meta device, and its inputs."""
+    """The ``task_name`` model of ``config`` on the meta device, and its inputs. ``attention``
+    is its ``attn_implementation`` (``ATTENTIONS``); None builds what transformers builds,
+    SDPA where the model has it, else eager."""
     import torch
     import transformers
 
@@ -316,9 +322,13 @@ def build(config: Any, task_name: str, sizes: Sizes, attn: str = "eager"
     auto = next(getattr(transformers, a) for a in task.auto_classes if hasattr(transformers, a))
     with torch.device("meta"):
         try:
-            model = auto.from_config(config, attn_implementation=attn)
+            model = auto.from_config(config, attn_implementation=attention)
         except ValueError as e:
             first = str(e).splitlines()[0]
+            if "scaled_dot_product_attention" in first:
+                raise UsageError(f"--attention {attention}: {type(config).__name__}'s model has "
+                                 f"no SDPA attention in this transformers; use --attention "
+                                 f"eager") from e
             raise UsageError(f"--task {task.name} does not fit {type(config).__name__}: "
                              f"{first}") from e
     args, kwargs = task.inputs(model, config, sizes)
