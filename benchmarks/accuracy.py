@@ -32,10 +32,10 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.measured.gemm import MeasuredGemms, load_all_gemms
-from torch_gemm_cost.predict.hybrid import HybridPredictor, variants
-from torch_gemm_cost.predict.roofline import RooflinePredictor, impossible_rows
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor, variants
+from torch_gemm_cost.predict.gemm.roofline import RooflinePredictor, impossible_rows
 from torch_gemm_cost.train.gemm import leave_one_chip_out, score_groups
 from torch_gemm_cost.train.intervals import held_out_rows
 

@@ -28,12 +28,8 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.measured.attention import (
-    KERNEL_OF,
-    MeasuredAttention,
-    load_attention,
-)
+from torch_gemm_cost.hardware.catalog import get_device
+from torch_gemm_cost.measured.attention import KERNEL_OF, MeasuredAttention, load_attention
 from torch_gemm_cost.predict.attention import (
     AttentionPredictor,
     AttentionRoofline,

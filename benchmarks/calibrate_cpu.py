@@ -99,8 +99,8 @@ def main() -> int:
     load_after_cal = load()
 
     from torch_gemm_cost.calibrate import load_profile
+    from torch_gemm_cost.predict.gemm.roofline import RooflinePredictor
     from torch_gemm_cost.predict.query import predict_gemm_ms
-    from torch_gemm_cost.predict.roofline import RooflinePredictor
 
     with open(out / "measurements.csv", newline="") as fh:
         timed = {(int(r["batch"]), int(r["m"]), int(r["n"]), int(r["k"]))

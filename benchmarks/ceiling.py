@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from accuracy import per_gpu
 
 from torch_gemm_cost.measured.gemm import MeasuredGemms
-from torch_gemm_cost.predict.hybrid import HybridPredictor
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 from torch_gemm_cost.train.gemm import leave_one_chip_out
 from torch_gemm_cost.train.intervals import held_out_rows
 

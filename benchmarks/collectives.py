@@ -26,7 +26,7 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.measured.comm import CommRow, load_comm, to_calls
 from torch_gemm_cost.predict.collectives import (
     CollectiveBatch,

@@ -222,11 +222,11 @@ def own_gemm_levels(data_dir: Path, predictor: Any, gpus: Iterable[str]
     fp32 on that GPU's CUDA cores, min(1, issue lanes per FP32 lane / (1 + r)) with r its
     fitted non-FMA instructions per FMA. A whole model with no measured GEMM of its own shapes
     inherits that level."""
-    from torch_gemm_cost.devices import get_device
+    from torch_gemm_cost.hardware.catalog import get_device
     from torch_gemm_cost.measured.gemm import load_all_gemms
-    from torch_gemm_cost.predict.features import simt_issue_per_lane
-    from torch_gemm_cost.predict.power import simt_issue_share
-    from torch_gemm_cost.predict.roofline import impossible_rows
+    from torch_gemm_cost.predict.gemm.features import simt_issue_per_lane
+    from torch_gemm_cost.predict.gemm.power import simt_issue_share
+    from torch_gemm_cost.predict.gemm.roofline import impossible_rows
 
     data = load_all_gemms(data_dir)
     data = data.select(~impossible_rows(data))
@@ -471,7 +471,7 @@ class HeldOutByChip:
     name = "hybrid (refitted without each chip)"
 
     def __init__(self, data_dir: Path, seed: int = 0, cache: Path | None = None) -> None:
-        from torch_gemm_cost.predict.hybrid import HybridPredictor
+        from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 
         self.data_dir, self.seed, self.cache = data_dir, seed, cache
         self.version = HybridPredictor.version
@@ -487,8 +487,8 @@ class HeldOutByChip:
 
     def _gemm_model(self, chip: str) -> Any:
         from torch_gemm_cost.measured.gemm import load_all_gemms
-        from torch_gemm_cost.predict.hybrid import HybridPredictor
-        from torch_gemm_cost.predict.roofline import impossible_rows
+        from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
+        from torch_gemm_cost.predict.gemm.roofline import impossible_rows
 
         if chip not in self.gemm:
             path = self._path("gemm", chip)
@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         predictor: Any = held
         op_costs = held.op_costs
     elif args.weights is not None:
-        from torch_gemm_cost.predict.hybrid import HybridPredictor
+        from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 
         predictor = HybridPredictor.load(args.weights)
     else:

@@ -43,7 +43,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 from accuracy import held_out_main
 
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.hybrid import CAST_ELEMENTS_PER_PASS, HybridPredictor
+from torch_gemm_cost.predict.gemm.hybrid import CAST_ELEMENTS_PER_PASS, HybridPredictor
 
 MIN_ELEMENTS = 2**24  # M·K of the (M, K) series scored
 DEEP_ROWS = 4096  # M of the series whose time per row an SM works through is tabulated

@@ -33,14 +33,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from e2e import build
+from torch_gemm_cost.capture.core import capture
 
-from torch_gemm_cost.capture import capture
-from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.gemms import extract
-from torch_gemm_cost.gemms.fusion import fuse_kernels
+from torch_gemm_cost.compiled.fusion import fuse_kernels
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.estimates import estimate_gemms, estimate_ops
 from torch_gemm_cost.predict.ops import OpCostModel, load_op_costs
+from torch_gemm_cost.predict.price import estimate_gemms, estimate_ops
+from torch_gemm_cost.records import extract
 from torch_gemm_cost.train.gemm import chip_of
 from torch_gemm_cost.train.ops import (
     FUSED_MIN_MS,
@@ -97,7 +97,7 @@ class _GA100Held:
     name = "hybrid (refitted without GA100)"
 
     def __init__(self, data_dir: Path, cache: Path | None) -> None:
-        from torch_gemm_cost.predict.hybrid import HybridPredictor
+        from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 
         self.version = HybridPredictor.version
         path = cache / f"gemm-v{self.version}-seed0-GA100.json" if cache else None
@@ -106,7 +106,7 @@ class _GA100Held:
             self.source = f"{path} (read only)"
         else:
             from torch_gemm_cost.measured.gemm import load_all_gemms
-            from torch_gemm_cost.predict.roofline import impossible_rows
+            from torch_gemm_cost.predict.gemm.roofline import impossible_rows
 
             data = load_all_gemms(data_dir)
             data = data.select(~impossible_rows(data))
@@ -259,7 +259,7 @@ def render(vidur: list[dict[str, Any]], fusion: list[dict[str, Any]], held_sourc
         "Data: `e2e/neusight_labels.csv` (NeuSight, MIT), `option=fusion`: the A100-PCIe-40GB, "
         "inference, float32, `attn_implementation=\"eager\"`, and the eager runs of the same "
         "rows; rebuilt as `benchmarks/e2e.py` builds its rows. Ours compiled is "
-        "`estimate(..., compiled=True)`: inductor's fusion rules (`gemms/fusion.py`) on the "
+        "`estimate(..., compiled=True)`: inductor's fusion rules (`compiled/fusion.py`) on the "
         "model as captured with this transformers release. **A100 in the fit**: the shipped "
         "GEMM weights and op costs, fitted with the A100 boards' rows. **GA100 held out**: "
         f"both refitted without any GA100 board (GEMM weights: {held_source}; op costs "
@@ -278,7 +278,7 @@ def render(vidur: list[dict[str, Any]], fusion: list[dict[str, Any]], held_sourc
         "and GPT-2 spelled eager attention as inductor's `_sfdp_pattern_14` and "
         "`_sfdp_pattern_18` (`fx_passes/fuse_attention.py`: scale by a division, then the "
         "mask added or applied with `torch.where`); a compiled estimate rewrites those into "
-        "one SDPA call as inductor does (`gemms.attention_rewrite`). In the torch release "
+        "one SDPA call as inductor does (`compiled.attention_rewrite`). In the torch release "
         "this project runs, inductor refuses the rewrite for fp32 on CUDA unless fp32 "
         "matmuls may use TF32 (`_sfdp_params_check`), and these runs are fp32, so ours keeps "
         "the two batched GEMMs and one fused softmax kernel. NeuSight files its operator "

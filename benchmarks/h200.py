@@ -42,11 +42,11 @@ from accuracy import roofline_ms
 from e2e import MODE, HeldOutByChip, build
 
 from torch_gemm_cost.api import compare
-from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.measured.gemm import MeasuredGemms, load_gemms
 from torch_gemm_cost.predict import shipped_hybrid
-from torch_gemm_cost.predict.hybrid import HybridPredictor
-from torch_gemm_cost.predict.roofline import impossible_rows
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
+from torch_gemm_cost.predict.gemm.roofline import impossible_rows
 from torch_gemm_cost.train.gemm import score_groups
 
 GPU = "h200_sxm_141gb"

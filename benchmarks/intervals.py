@@ -37,7 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from torch_gemm_cost.gemms.records import GemmBatch
 from torch_gemm_cost.predict.intervals import (
     ENGINE_CLASSES,
     NOVELTY,
@@ -48,6 +47,7 @@ from torch_gemm_cost.predict.intervals import (
     novelty_of,
     propagate,
 )
+from torch_gemm_cost.records.types import GemmBatch
 from torch_gemm_cost.train.gemm import chip_of
 from torch_gemm_cost.train.intervals import (
     Residuals,

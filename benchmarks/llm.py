@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.llm import LlmPlan
 from torch_gemm_cost.llm.weights import WEIGHT_BYTES
 

@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from torch_gemm_cost import calibrate as cal
-from torch_gemm_cost.devices import get_device, host_cpu
+from torch_gemm_cost.hardware.catalog import get_device
+from torch_gemm_cost.hardware.host import host_cpu
 from torch_gemm_cost.measured.gemm import DEFAULT_DATA_DIR
 
 log = logging.getLogger("measure_gpu")

@@ -46,13 +46,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from build_catalog import spec_file_record
 
-from torch_gemm_cost import devices
 from torch_gemm_cost.cli import main as cli_main
-from torch_gemm_cost.devices import DeviceSpec, get_device
+from torch_gemm_cost.hardware import catalog as devices
+from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
+from torch_gemm_cost.hardware.target import resolve_target
 from torch_gemm_cost.measured.gemm import MeasuredGemms, load_all_gemms
-from torch_gemm_cost.predict.hybrid import HybridPredictor, variants
-from torch_gemm_cost.predict.roofline import impossible_rows
-from torch_gemm_cost.target import resolve_target
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor, variants
+from torch_gemm_cost.predict.gemm.roofline import impossible_rows
 from torch_gemm_cost.train.gemm import chip_of
 
 WEIGHTS = ROOT / "torch_gemm_cost" / "data" / "hybrid_weights.json"

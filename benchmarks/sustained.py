@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from label_consistency import shape_key
 
-from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.gemms.records import GemmBatch
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.measured.gemm import DEFAULT_DATA_DIR, MeasuredGemms, load_gemms
 from torch_gemm_cost.predict import HybridPredictor, default_predictor, shipped_hybrid
+from torch_gemm_cost.records.types import GemmBatch
 
 DEVICES = ("tesla_p4", "tesla_t4", "l4", "a10", "a40", "l40s", "rtx_3090", "rtx_4090",
            "a100_pcie_40gb", "a100_sxm4_80gb", "h100_pcie", "h100_sxm5_80gb", "h200_sxm_141gb",

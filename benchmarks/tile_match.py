@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.measured.gemm import DEFAULT_DATA_DIR, load_gemms
 from torch_gemm_cost.predict import default_predictor
 

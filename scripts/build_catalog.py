@@ -6,7 +6,7 @@ Reads ``devices/gpus.json`` and writes ``torch_gemm_cost/data/devices.json``. Th
 only facts: the tables below (driver names, board power where the form factor names none, base
 clocks, interconnect with its sources), as the extension fields a spec file may carry too. The
 conversion to the catalog's SI record, its checks and its fallbacks are the package's
-``torch_gemm_cost.datasheet.catalog_record``, the one a spec file goes through, so a catalog GPU
+``torch_gemm_cost.hardware.datasheet.catalog_record``, the one a spec file goes through, so a catalog GPU
 given as a spec file (``spec_file_record``) is the catalog's DeviceSpec by construction.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torch_gemm_cost.datasheet import catalog_record
+from torch_gemm_cost.hardware.datasheet import catalog_record
 
 # Names that torch.cuda.get_device_name() returns, and the names the data sources recorded.
 ALIASES: dict[str, list[str]] = {
@@ -75,12 +75,12 @@ BASE_CLOCK_MHZ: dict[str, float] = {
 }
 
 # The SM's issue width (schedulers x dispatch units x 32) comes from the chip, by the table
-# torch_gemm_cost.datasheet.ISSUE_BY_CHIP (NVIDIA's whitepapers), as it does for a spec file.
+# torch_gemm_cost.hardware.datasheet.ISSUE_BY_CHIP (NVIDIA's whitepapers), as it does for a spec file.
 
 # Interconnect of each GPU and of its usual node. Bandwidths are per GPU and ONE direction: a
 # datasheet's "bidirectional" figure halved, a NIC's Gb/s over 8. PCIe per direction, x16, as
 # NVIDIA's datasheets round it: Gen3 16 GB/s, Gen4 32 GB/s, Gen5 64 GB/s (PCI-SIG: 8, 16, 32 GT/s
-# per lane, 128b/130b; torch_gemm_cost.datasheet.PCIE_BW_PER_LANE). Figures here are in GB/s, the
+# per lane, 128b/130b; torch_gemm_cost.hardware.datasheet.PCIE_BW_PER_LANE). Figures here are in GB/s, the
 # spec-file unit (peer_link_bw_gbps, network_bw_gbps). fabric: "nvswitch" (every GPU pair at
 # full NVLink bandwidth), "nvlink_pairs" (NVLink bridges join pairs; pairs meet over PCIe),
 # "mesh" (direct links to each peer) or "pcie". The source ids (N*) are keys of

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.measured.attention import ATTENTION_COLUMNS, load_attention
 from torch_gemm_cost.predict.attention import (
     KERNELS,

@@ -30,11 +30,12 @@ from torch_gemm_cost.calibrate import (
     write_measurements,
 )
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.devices import DeviceSpec, get_device, host_cpu
-from torch_gemm_cost.gemms.records import GemmBatch
+from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
+from torch_gemm_cost.hardware.host import host_cpu
 from torch_gemm_cost.measured.gemm import MeasuredGemms
 from torch_gemm_cost.predict.query import predict_gemm_ms
 from torch_gemm_cost.predict.score import summarize_errors
+from torch_gemm_cost.records.types import GemmBatch
 
 
 def cpu_spec(**over: object) -> DeviceSpec:
@@ -370,7 +371,7 @@ def test_cli_rejects_unknown_devices(tmp_path: Path, capsys) -> None:
 def shipped_weights(tmp_path: Path, monkeypatch) -> Path:
     """Stand-in shipped hybrid weights (an unfitted hybrid's initial parameters)."""
     from torch_gemm_cost import predict
-    from torch_gemm_cost.predict.hybrid import HybridPredictor
+    from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 
     model = HybridPredictor(seed=0)
     model.params_ = model._init_params()
@@ -385,7 +386,7 @@ def test_fit_fine_tunes_the_shipped_hybrid_as_a_candidate(shipped_weights: Path,
     doc = fit_profile(spec, synthetic(spec, rows=120), steps=60, hybrid_steps=5)
     assert "hybrid" in doc["fit"]["holdout"] and doc["fit"]["holdout"]["hybrid"]["n"] == 24
     # a profile that keeps the hybrid loads it back and predicts on the profile's own device
-    from torch_gemm_cost.predict.hybrid import HybridPredictor
+    from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 
     tuned = HybridPredictor.load(shipped_weights)
     doc["predictor"] = {"kind": "hybrid", "weights": tuned.to_dict()}

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-
-from torch_gemm_cost.capture import CaptureError, capture, unwrap_model
+from torch_gemm_cost.capture.core import CaptureError, capture, unwrap_model
 
 
 class Inner(nn.Module):
@@ -155,7 +154,7 @@ class Regions(nn.Module):
 
 @pytest.mark.parametrize("method", ["dispatch", "export"])
 def test_no_grad_and_autocast_regions(method: str) -> None:
-    from torch_gemm_cost.gemms import extract
+    from torch_gemm_cost.records import extract
 
     captured = capture(Regions(), (torch.ones(4, 4),), train=True, method=method)
     sites, _ = extract(captured, "float32", mode="train")
@@ -171,7 +170,7 @@ def test_no_grad_and_autocast_regions(method: str) -> None:
 
 @pytest.mark.parametrize("method", ["dispatch", "export"])
 def test_compiled_submodule_runs_eagerly_under_its_own_name(method: str) -> None:
-    from torch_gemm_cost.gemms import extract
+    from torch_gemm_cost.records import extract
 
     model = Outer()
     model.inner.proj = torch.compile(model.inner.proj)  # type: ignore[assignment]
@@ -181,7 +180,7 @@ def test_compiled_submodule_runs_eagerly_under_its_own_name(method: str) -> None
 
 def test_mixture_of_experts_routing_is_captured_eagerly() -> None:
     transformers = pytest.importorskip("transformers")
-    from torch_gemm_cost.gemms import extract
+    from torch_gemm_cost.records import extract
 
     cfg = transformers.SwitchTransformersConfig(
         d_model=32,

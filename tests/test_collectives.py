@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.devices import DeviceSpec, get_device
+from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
 from torch_gemm_cost.predict.collectives import (
     ALGORITHMS,
     CollectiveBatch,

@@ -10,11 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_gemm_cost.capture.core import capture
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.capture import capture
-from torch_gemm_cost.gemms import extract
-from torch_gemm_cost.gemms.fusion import REMOVED, fuse_kernels
+from torch_gemm_cost.compiled.fusion import REMOVED, fuse_kernels
 from torch_gemm_cost.predict.attention import (
     AttentionBatch,
     AttentionPredictor,
@@ -23,8 +22,9 @@ from torch_gemm_cost.predict.attention import (
     kernel_tiles,
     pack_gqa,
 )
+from torch_gemm_cost.predict.attention.sdpa import sdpa_calls, sdpa_times_ms
 from torch_gemm_cost.predict.ops import OP_CLASSES, OpBatch, OpCostModel
-from torch_gemm_cost.predict.sdpa import sdpa_calls, sdpa_times_ms
+from torch_gemm_cost.records import extract
 
 V100 = tgc.get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM
 A100 = tgc.get_device("a100_sxm4_80gb")
@@ -152,7 +152,7 @@ def _marks(names: str) -> tuple[str, ...]:
 def test_kernels_match_what_torch_compile_generates_on_the_cpu():
     """inductor's own output code on the CPU: one ``cpp_fused_*`` call per kernel, one
     ``extern_kernels.*`` call per GEMM. The fusion decisions are the scheduler's, so the GPU
-    kernels the model predicts line up with them one for one (gemms.fusion: where the CPU
+    kernels the model predicts line up with them one for one (compiled.fusion: where the CPU
     backend decides otherwise, and why the counts agree for these chains)."""
     from torch._inductor.utils import run_and_get_code
 

@@ -13,12 +13,11 @@ import pytest
 import torch
 
 from torch_gemm_cost import get_device
-from torch_gemm_cost.gemms import OtherOp
 from torch_gemm_cost.predict import GemmBatch, RooflinePredictor, shipped_hybrid
 from torch_gemm_cost.predict.attention import AttentionBatch, AttentionCall, AttentionPredictor
 from torch_gemm_cost.predict.base import Model, Prediction
 from torch_gemm_cost.predict.collectives import CollectiveCall, CollectivePredictor, check_call
-from torch_gemm_cost.predict.hybrid import HybridPredictor
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 from torch_gemm_cost.predict.intervals import IntervalCalibration
 from torch_gemm_cost.predict.ops import OpBatch, OpCostModel, load_op_costs
 from torch_gemm_cost.predict.registry import (
@@ -28,6 +27,7 @@ from torch_gemm_cost.predict.registry import (
     load_shipped,
     shipped_path,
 )
+from torch_gemm_cost.records import OtherOp
 
 
 def _op(name: str, cls: str, numel: int, dram_bytes: int) -> OtherOp:

@@ -17,9 +17,10 @@ import pytest
 import torch
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost import devices
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.datasheet import (
+from torch_gemm_cost.hardware import catalog as devices
+from torch_gemm_cost.hardware.catalog import spec_from_record
+from torch_gemm_cost.hardware.datasheet import (
     SPEC_FIELDS,
     TEMPLATE_FIELDS,
     SpecError,
@@ -30,10 +31,9 @@ from torch_gemm_cost.datasheet import (
     load_spec_file,
     template,
 )
-from torch_gemm_cost.devices import spec_from_record
+from torch_gemm_cost.hardware.target import resolve_target
 from torch_gemm_cost.predict.profile import profile_predictor
 from torch_gemm_cost.predict.query import predict_gemm_ms
-from torch_gemm_cost.target import resolve_target
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG_IDS = [d.id for d in tgc.list_devices()]
@@ -267,7 +267,7 @@ def test_a_full_record_warns_of_nothing(tmp_path):
 
 # ---------------------------------------------------------------- spec file or profile
 def _profile_doc() -> dict[str, Any]:
-    from torch_gemm_cost.devices import spec_to_record
+    from torch_gemm_cost.hardware.catalog import spec_to_record
     from torch_gemm_cost.predict.profile import FORMAT, VERSION
 
     weights = json.loads((ROOT / "torch_gemm_cost" / "data" / "hybrid_weights.json").read_text())

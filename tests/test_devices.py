@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.devices import DeviceSpec
+from torch_gemm_cost.hardware.catalog import DeviceSpec
 
 
 def test_every_shared_device_is_in_the_catalog(data_dir):

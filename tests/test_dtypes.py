@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_gemm_cost.dtypes import DTYPES, resolve_dtype
+from torch_gemm_cost.hardware.dtypes import DTYPES, resolve_dtype
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_gemm_cost.capture.core import capture
 from transformers.pytorch_utils import Conv1D
 
-from torch_gemm_cost.capture import capture
-from torch_gemm_cost.gemms import (
+from torch_gemm_cost.records import (
     META_KEY,
     ForwardGemm,
     causal_kept_entries,
@@ -401,7 +401,7 @@ class Moe(nn.Module):
 
 
 def test_active_groups_by_hand() -> None:
-    from torch_gemm_cost.gemms import active_groups
+    from torch_gemm_cost.records import active_groups
 
     # 64 rows over 4 experts: 4·(1 − 0.75^64) = 4.0; 2 rows: 4·(1 − 0.75²) = 1.75 -> 2
     assert active_groups(4, 64) == 4 and active_groups(4, 2) == 2

@@ -14,10 +14,7 @@ import torch
 
 from torch_gemm_cost import GemmSite, get_device, list_devices
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.gemms import alignment_bytes
-from torch_gemm_cost.gemms.records import GemmBatch
 from torch_gemm_cost.predict import RooflinePredictor, default_predictor
-from torch_gemm_cost.predict.estimates import price_gemms
 from torch_gemm_cost.predict.intervals import (
     ENGINE_CLASSES,
     NOVELTY,
@@ -39,14 +36,12 @@ from torch_gemm_cost.predict.intervals import (
     quantile_at,
     resolve_bucket,
 )
+from torch_gemm_cost.predict.price import price_gemms
 from torch_gemm_cost.predict.query import GemmInterval, predict_gemm_ms
+from torch_gemm_cost.records import alignment_bytes
+from torch_gemm_cost.records.types import GemmBatch
 from torch_gemm_cost.report import CostReport, format_comparison, intervals_overlap
-from torch_gemm_cost.train.intervals import (
-    Residuals,
-    fit_gemm_part,
-    group_weights,
-    mapped_probs,
-)
+from torch_gemm_cost.train.intervals import Residuals, fit_gemm_part, group_weights, mapped_probs
 
 SHIPPED = default_calibration()
 needs_shipped = pytest.mark.skipif(SHIPPED is None, reason="no shipped interval calibration")

@@ -16,10 +16,12 @@ PKG = PACKAGE.name
 # The pipeline, in order: a module may import from its own stage and the stages before it.
 # A module's stage is named by its first component under the package.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("suggest", "dtypes", "devices", "datasheet", "target")),
-    ("capture", ("capture", "hf_config")),
-    ("gemms", ("gemms",)),
+    ("foundation", ("suggest", "hardware")),
+    ("capture", ("capture",)),
+    ("records", ("records",)),
+    ("compiled", ("compiled",)),
     ("predict", ("predict",)),
+    # measured rows: read into the records predict takes, priced by the predictors
     ("measured", ("measured",)),
     ("advise", ("advise",)),
     # llm: serving plans, priced by the predict stage, their records holding CostReports, their
@@ -166,7 +168,7 @@ def test_estimate_walks_the_pipeline_forward() -> None:
                if caller in (None, f"{PKG}.api")]
     walk = [s for s in entered if s not in ("foundation", "top")]  # helpers, the orchestrator
     assert [s for i, s in enumerate(walk) if i == 0 or s != walk[i - 1]] == [
-        "capture", "gemms", "predict", "advise", "report"]
+        "capture", "records", "predict", "advise", "report"]
     up = {(caller, f"{callee}.{name}") for caller, callee, name in calls
           if caller is not None and stage(callee) > stage(caller)}
     assert not up, f"calls into a later stage: {sorted(up)}"

@@ -77,8 +77,8 @@ def _library(schema: str, src: Path, original: Path) -> tuple[torch.Tensor, list
         return (AttentionPredictor.shipped().predict_measured(calls).double(),
                 list(range(len(calls))))
     if schema == "vec":
-        from torch_gemm_cost.devices import get_device
-        from torch_gemm_cost.dtypes import resolve_dtype
+        from torch_gemm_cost.hardware.catalog import get_device
+        from torch_gemm_cost.hardware.dtypes import resolve_dtype
         from torch_gemm_cost.predict.ops import measured_op_times_ms
 
         with gzip.open(src, "rt", newline="") as fh:

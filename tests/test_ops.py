@@ -14,8 +14,8 @@ from torch import nn
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.api import estimate
-from torch_gemm_cost.devices import host_cpu
-from torch_gemm_cost.gemms import OtherOp, adamw_ops, optimizer_ops
+from torch_gemm_cost.hardware.host import host_cpu
+from torch_gemm_cost.predict.attention.sdpa import sdpa_times_ms
 from torch_gemm_cost.predict.ops import (
     OP_CLASSES,
     OpBatch,
@@ -23,7 +23,7 @@ from torch_gemm_cost.predict.ops import (
     load_op_costs,
     memory_time_ms,
 )
-from torch_gemm_cost.predict.sdpa import sdpa_times_ms
+from torch_gemm_cost.records import OtherOp, adamw_ops, optimizer_ops
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec, shared_eta
 
 V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32

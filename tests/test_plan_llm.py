@@ -12,15 +12,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch_gemm_cost.capture.core import capture
+from torch_gemm_cost.capture.core.hf_config import config_dims, read_hf_config
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.capture import capture
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.gemms import extract
-from torch_gemm_cost.gemms.fusion import fuse_kernels
-from torch_gemm_cost.gemms.records import FusedKernel
-from torch_gemm_cost.hf_config import config_dims, read_hf_config
+from torch_gemm_cost.compiled.fusion import fuse_kernels
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.llm import format_llm_layers
 from torch_gemm_cost.llm.attention import ServingAttention
 from torch_gemm_cost.llm.memory import activation_bytes_per_token, kv_cache_bytes, max_batch_fitting
@@ -32,8 +30,10 @@ from torch_gemm_cost.llm.shard import shard_config
 from torch_gemm_cost.llm.step import _serving_kernels, serving_step
 from torch_gemm_cost.llm.weights import WEIGHT_BYTES
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.estimates import price_records
 from torch_gemm_cost.predict.ops import load_op_costs
+from torch_gemm_cost.predict.price import price_records
+from torch_gemm_cost.records import extract
+from torch_gemm_cost.records.types import FusedKernel
 
 pytest.importorskip("transformers")
 
@@ -418,7 +418,7 @@ def test_cli_prints_the_plan_and_writes_its_json(tmp_path, capsys):
 def test_a_spec_file_device_plans_as_the_catalog_gpu_it_copies(tmp_path):
     import warnings
 
-    from torch_gemm_cost.datasheet import template
+    from torch_gemm_cost.hardware.datasheet import template
     record = {**template(get_device("l40s")), "id": "my_ada", "name": "My Ada"}
     path = tmp_path / "my_ada.json"
     path.write_text(json.dumps(record))

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.predict.features import base_clock_share, simt_issue_per_lane
-from torch_gemm_cost.predict.power import simt_issue_share, sustained_clock_share
+from torch_gemm_cost.hardware.catalog import get_device
+from torch_gemm_cost.predict.gemm.features import base_clock_share, simt_issue_per_lane
+from torch_gemm_cost.predict.gemm.power import simt_issue_share, sustained_clock_share
 
 
 def t(*v: float) -> torch.Tensor:

@@ -244,7 +244,7 @@ def test_device_profile_serves_the_rows_naming_its_device(tmp_path, monkeypatch,
     import json
     from dataclasses import replace
 
-    from torch_gemm_cost.devices import get_device, spec_to_record
+    from torch_gemm_cost.hardware.catalog import get_device, spec_to_record
     from torch_gemm_cost.predict import profile
 
     local = replace(get_device("l4"), id="my_l4", name="My L4", aliases=())
@@ -461,7 +461,7 @@ COMM_HEADER = ["gpu", "source", "collective", "num_gpus", "gpus_per_node", "topo
 def test_comm_schema_is_priced_as_measured(tmp_path):
     """Vidur's rows are NCCL kernel times of size_elements bytes (its size_bytes doubles the
     buffer); nccl-tests rows are the out-of-place time of size_bytes."""
-    from torch_gemm_cost.devices import get_device
+    from torch_gemm_cost.hardware.catalog import get_device
     from torch_gemm_cost.measured.comm import comm_times_ms
     from torch_gemm_cost.predict.collectives import check_call
 

@@ -12,21 +12,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torch_gemm_cost.devices import get_device, list_devices
-from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.gemms.records import DTYPE_NAMES, GemmBatch
+from torch_gemm_cost.hardware.catalog import get_device, list_devices
+from torch_gemm_cost.hardware.dtypes import DTYPES
 from torch_gemm_cost.measured.gemm import MeasuredGemms, gemm_batch_from_columns
-from torch_gemm_cost.predict.cache import (
+from torch_gemm_cost.predict.gemm.cache import (
     effective_bandwidth,
     grid_dram_bandwidth,
     requested_ab_bytes,
 )
-from torch_gemm_cost.predict.features import PEAK_KEYS, DeviceTable, RowInputs
-from torch_gemm_cost.predict.hybrid import SOURCES, TIMINGS, HybridPredictor
-from torch_gemm_cost.predict.intensity import tile_traffic
-from torch_gemm_cost.predict.power import power_cap
-from torch_gemm_cost.predict.query import predict_gemm_ms
-from torch_gemm_cost.predict.tiles import (
+from torch_gemm_cost.predict.gemm.features import PEAK_KEYS, DeviceTable, RowInputs
+from torch_gemm_cost.predict.gemm.hybrid import SOURCES, TIMINGS, HybridPredictor
+from torch_gemm_cost.predict.gemm.intensity import tile_traffic
+from torch_gemm_cost.predict.gemm.power import power_cap
+from torch_gemm_cost.predict.gemm.tiles import (
     ENGINES,
     SPLITS,
     SPLITS_BY_ENGINE,
@@ -34,6 +32,8 @@ from torch_gemm_cost.predict.tiles import (
     TILES,
     tile_grid,
 )
+from torch_gemm_cost.predict.query import predict_gemm_ms
+from torch_gemm_cost.records.types import DTYPE_NAMES, GemmBatch
 
 DETAIL_KEYS = ("tile_m", "tile_n", "split_k", "waves", "last_wave_fill", "h1", "h2",
                "mem_bw_bytes_per_s", "intensity_flops_per_byte", "util", "compute_ms",
@@ -391,7 +391,7 @@ def test_fit_is_seeded_and_lowers_the_loss() -> None:
 
 
 def test_ablations_are_the_same_call_and_each_switch_does_what_it_says() -> None:
-    from torch_gemm_cost.predict.hybrid import variants
+    from torch_gemm_cost.predict.gemm.hybrid import variants
 
     g = GemmBatch.from_dims(m=[1000, 64], n=[1000, 4096], k=[1000, 4096], dtype="bfloat16")
     params = initialised()._init_params()
@@ -494,7 +494,7 @@ def test_shipped_weights_pick_cublas_tile_for_a100_fp32_bmm() -> None:
 
 
 def test_library_families() -> None:
-    from torch_gemm_cost.predict.features import FAMILIES, library_family
+    from torch_gemm_cost.predict.gemm.features import FAMILIES, library_family
 
     expect = {"tesla_p4": "pascal", "tesla_p100_pcie_16gb": "pascal",
               "tesla_v100_pcie_32gb": "volta", "tesla_t4": "volta", "a100_pcie_40gb": "ampere",

@@ -7,7 +7,7 @@ import gzip
 import pytest
 import torch
 
-from torch_gemm_cost.dtypes import DTYPES
+from torch_gemm_cost.hardware.dtypes import DTYPES
 from torch_gemm_cost.measured.gemm import gemm_batch_from_columns, load_gemms, read_gemm_file
 
 HEADER = "gpu,gpu_name,source,timing,op,dtype,batch,m,n,k,bias,layout,latency_ms\n"

@@ -75,7 +75,7 @@ def _hex(values: list[float]) -> str:
 def gemm_predictions() -> Iterator[tuple[str, str]]:
     """(key, float.hex of every time) per device, dtype and variant."""
     import torch_gemm_cost as tgc
-    from torch_gemm_cost.dtypes import DTYPES
+    from torch_gemm_cost.hardware.dtypes import DTYPES
 
     batch, m, n, k = (list(col) for col in zip(*gemm_shapes()))
     for spec in tgc.list_devices():
@@ -206,7 +206,7 @@ def test_differences_tolerate_float32_rounding_and_nothing_more() -> None:
 
 def test_fixture_spans_every_device_dtype_and_variant() -> None:
     from torch_gemm_cost import list_devices
-    from torch_gemm_cost.dtypes import DTYPES
+    from torch_gemm_cost.hardware.dtypes import DTYPES
 
     golden = json.loads(GOLDEN.read_text())
     expected = sum(sum(spec.supports(d) for d in DTYPES) for spec in list_devices()) * len(VARIANTS)

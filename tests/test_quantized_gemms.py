@@ -9,11 +9,11 @@ from dataclasses import fields
 import pytest
 import torch
 
-from torch_gemm_cost.devices import get_device
-from torch_gemm_cost.gemms.records import GemmBatch
+from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.intensity import tile_traffic
-from torch_gemm_cost.predict.tiles import candidate_table, tile_grid
+from torch_gemm_cost.predict.gemm.intensity import tile_traffic
+from torch_gemm_cost.predict.gemm.tiles import candidate_table, tile_grid
+from torch_gemm_cost.records.types import GemmBatch
 
 INT4_G128 = 0.5 + 2 / 128  # 4 bits a weight and one bf16 scale per 128 weights
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from test_prediction_fixture import REL_TOL
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.dtypes import DTYPES
+from torch_gemm_cost.hardware.dtypes import DTYPES
+from torch_gemm_cost.hardware.target import resolve_target
 from torch_gemm_cost.predict import GemmBatch, Prediction, RooflinePredictor
 from torch_gemm_cost.predict.query import explain, predict_gemm_ms
-from torch_gemm_cost.target import resolve_target
 
 ROOF = RooflinePredictor()
 
@@ -310,7 +310,7 @@ def test_threads_get_identical_results():
 def test_profile_path_brings_its_device_and_predictor(tmp_path, monkeypatch):
     import json
 
-    from torch_gemm_cost.devices import spec_to_record
+    from torch_gemm_cost.hardware.catalog import spec_to_record
     from torch_gemm_cost.predict import query
 
     # the profile's predictor is stubbed: this checks the dispatch, not the calibration format

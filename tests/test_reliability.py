@@ -25,13 +25,13 @@ from test_untouched import FailsInside, assert_same, mixed_state, snapshot
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch_gemm_cost.capture.core import CaptureError
 
 import torch_gemm_cost as tgc
-from torch_gemm_cost.capture import CaptureError
-from torch_gemm_cost.dtypes import DTYPES
-from torch_gemm_cost.gemms.records import DTYPE_NAMES
+from torch_gemm_cost.hardware.dtypes import DTYPES
 from torch_gemm_cost.predict import GemmBatch, default_predictor
 from torch_gemm_cost.predict.query import load_weights
+from torch_gemm_cost.records.types import DTYPE_NAMES
 
 transformers = pytest.importorskip("transformers")
 
@@ -433,7 +433,7 @@ def test_corrupt_weights_and_profiles_are_named_in_the_error(tmp_path: Path) -> 
 
 
 def test_estimate_takes_a_profile_and_names_a_corrupt_one(tmp_path: Path) -> None:
-    from torch_gemm_cost.devices import spec_to_record
+    from torch_gemm_cost.hardware.catalog import spec_to_record
     from torch_gemm_cost.predict.profile import FORMAT, VERSION
 
     weights = json.loads((PACKAGE / "data" / "hybrid_weights.json").read_text())
@@ -736,7 +736,7 @@ def test_cli_internal_error_exits_1(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import sys
-        from torch_gemm_cost.predict.roofline import RooflinePredictor
+        from torch_gemm_cost.predict.gemm.roofline import RooflinePredictor
         def broken(self, gemms, device):
             raise RuntimeError("predictor bug")
         RooflinePredictor.predict = broken

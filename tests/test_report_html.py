@@ -131,7 +131,7 @@ def test_a_report_with_no_advice_says_so() -> None:
 
 def test_the_page_carries_the_intervals_the_text_report_prints() -> None:
     from torch_gemm_cost.predict import default_predictor
-    from torch_gemm_cost.predict.estimates import price_gemms
+    from torch_gemm_cost.predict.price import price_gemms
 
     predictor = default_predictor()
     sites = gpt2_sites(layers=2)

@@ -16,13 +16,13 @@ import torch
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.datasheet import SpecFallbackWarning, template
-from torch_gemm_cost.devices import DeviceSpec, get_device, spec_to_record
+from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device, spec_to_record
+from torch_gemm_cost.hardware.datasheet import SpecFallbackWarning, template
+from torch_gemm_cost.hardware.target import Target, resolve_target
 from torch_gemm_cost.predict import GemmBatch, RooflinePredictor
-from torch_gemm_cost.predict.calibrated import CalibratedPredictor
 from torch_gemm_cost.predict.collectives import CollectiveCall, _shipped
+from torch_gemm_cost.predict.gemm.calibrated import CalibratedPredictor
 from torch_gemm_cost.predict.profile import FORMAT, VERSION, profile_predictor
-from torch_gemm_cost.target import Target, resolve_target
 
 H100 = "h100_sxm5_80gb"
 DRIVER_NAME = "NVIDIA H100 80GB HBM3"  # what torch.cuda.get_device_name() says on one

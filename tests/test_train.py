@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from torch_gemm_cost.cli import main
-from torch_gemm_cost.gemms.records import GemmBatch
 from torch_gemm_cost.measured.gemm import MeasuredGemms, load_gemms
-from torch_gemm_cost.predict.hybrid import HybridPredictor
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
+from torch_gemm_cost.records.types import GemmBatch
 from torch_gemm_cost.train.gemm import (
     CREDITS,
     GroupScore,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_gemm_cost.devices import get_device
+from torch_gemm_cost.hardware.catalog import get_device
 
 _spec = importlib.util.spec_from_file_location(
     "weight_streaming_bench",

@@ -7,14 +7,14 @@
 
 from .advise import PaddingAdvice
 from .api import annotate, compare, estimate
-from .datasheet import load_spec_file
-from .devices import DeviceSpec, get_device, list_devices
-from .dtypes import resolve_dtype
-from .gemms import GemmSite, OtherOp, register_gemm_handler
+from .hardware.catalog import DeviceSpec, get_device, list_devices
+from .hardware.datasheet import load_spec_file
+from .hardware.dtypes import resolve_dtype
 from .llm import LlmPlan, LlmPlanRow, format_llm_layers, format_llm_plan, plan_llm
 from .predict.collectives import predict_collective_ms
-from .predict.estimates import GemmEstimate, OpEstimate
+from .predict.price import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
+from .records import GemmSite, OtherOp, register_gemm_handler
 from .report import CostReport, format_advice, format_comparison
 
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ Attention. Eager attention (``attn_implementation="eager"``) runs QKᵀ and PV a
 the scores in DRAM between them, rows of one score per key: a sequence length there sets the
 alignment of the scores' rows, and padding it can pay. Such advice says it holds for eager
 attention only (``PaddingAdvice.eager_attention_only``). On a GPU an SDPA call is one fused
-kernel (``predict.sdpa``): its scores never leave the chip and it loads Q, K and V along the head
+kernel (``predict.attention.sdpa``): its scores never leave the chip and it loads Q, K and V along the head
 dim, so no sequence length sets an alignment; its time is the attention model's, which the GEMM
 predictor that prices padding does not give. Its two GEMM records (``bound == "fused"``) are no
 candidates: no sequence padding is advised for it.
@@ -32,12 +32,12 @@ from typing import Any
 
 import torch
 
-from .capture import module_template
-from .devices import DeviceSpec
-from .dtypes import DTYPES, FP8_MULTIPLE
-from .gemms.records import DTYPE_NAMES, GemmBatch, GemmSite, alignment_bytes
+from .capture.core import module_template
+from .hardware.catalog import DeviceSpec
+from .hardware.dtypes import DTYPES, FP8_MULTIPLE
 from .predict.base import Prediction, Predictor
-from .predict.estimates import GemmEstimate
+from .predict.price import GemmEstimate
+from .records.types import DTYPE_NAMES, GemmBatch, GemmSite, alignment_bytes
 
 __all__ = ["PaddingAdvice", "padded_size", "padding_advice", "waves_as_share"]
 

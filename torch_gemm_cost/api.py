@@ -22,19 +22,19 @@ import torch
 from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
-from .capture import CAPTURE_METHODS, Captured, capture
-from .devices import DeviceLike, DeviceSpec, check_dtype_on_device
-from .dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
-from .gemms import GemmSite, OtherOp, extract, optimizer_ops
-from .gemms.attention_rewrite import rewrite_attention
-from .gemms.fusion import fuse_kernels
-from .gemms.records import FusedKernel
+from .capture.core import CAPTURE_METHODS, Captured, capture
+from .compiled.attention_rewrite import rewrite_attention
+from .compiled.fusion import fuse_kernels
+from .hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
+from .hardware.dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
+from .hardware.target import Target, resolve_target
 from .predict import Predictor, default_predictor
-from .predict.estimates import GemmEstimate, OpEstimate, price_records, total_ms
 from .predict.intervals import ReportUncertainty
+from .predict.price import GemmEstimate, OpEstimate, price_records, total_ms
 from .predict.profile import profile_predictor
+from .records import GemmSite, OtherOp, extract, optimizer_ops
+from .records.types import FusedKernel
 from .report import Comparison, CostReport
-from .target import Target, resolve_target
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
 
@@ -72,11 +72,11 @@ def estimate(
     ``"eager"`` (see ``capture``). The model is left as it was.
 
     ``compiled=True`` prices the model as ``torch.compile`` (inductor, default mode) runs it:
-    the non-GEMM ops fused into kernels by inductor's scheduler rules (``gemms.fusion``), each
+    the non-GEMM ops fused into kernels by inductor's scheduler rules (``compiled.fusion``), each
     kernel one launch moving what it reads from outside and what it writes for outside; each
     op's ``OpEstimate.kernel`` names its kernel. Hand-written attention that inductor replaces
-    with SDPA (``gemms.attention_rewrite``) is priced as that SDPA call. On a GPU, SDPA is one
-    FlashAttention-class kernel whether compiled or not (``predict.sdpa``).
+    with SDPA (``compiled.attention_rewrite``) is priced as that SDPA call. On a GPU, SDPA is one
+    FlashAttention-class kernel whether compiled or not (``predict.attention.sdpa``).
     """
     return compare(
         model,

@@ -9,7 +9,7 @@
 
 The GPU and the CPU share every step; only the timer differs (CUDA events with an L2 flush before
 each run on a GPU, ``perf_counter`` on the CPU). On the CPU the cores take the place of SMs, the
-cache levels are the CPU's own (``devices.host_cpu``) and the tiles are the BLAS register and
+cache levels are the CPU's own (``hardware.host.host_cpu``) and the tiles are the BLAS register and
 thread blocking.
 
 The profile is JSON (never pickle, ``predict/profile.py``): the detected ``DeviceSpec`` and a
@@ -34,18 +34,13 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, copy_bw_bytes_per_s, get_device, host_cpu
+from ..hardware.catalog import DeviceSpec, get_device
+from ..hardware.host import copy_bw_bytes_per_s, host_cpu
 from ..predict import shipped_weights_path
-from ..predict.calibrated import CalibratedPredictor
+from ..predict.gemm.calibrated import CalibratedPredictor
 from ..predict.profile import FORMAT, VERSION, load_profile, save_profile
 from .fit import fit_profile
-from .sweep import (
-    SweepPoint,
-    alignment_dtypes,
-    design_alignment_sweep,
-    design_sweep,
-    sweep_dtypes,
-)
+from .sweep import SweepPoint, alignment_dtypes, design_alignment_sweep, design_sweep, sweep_dtypes
 from .timing import (
     CSV_COLUMNS,
     CpuTimer,

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, is_cpu
-from ..dtypes import DTYPES
+from ..hardware.catalog import DeviceSpec, is_cpu
+from ..hardware.dtypes import DTYPES
 from ..measured.gemm import MeasuredGemms
 from ..predict import shipped_weights_path
-from ..predict.calibrated import CalibratedPredictor
-from ..predict.hybrid import HybridPredictor
+from ..predict.gemm.calibrated import CalibratedPredictor
+from ..predict.gemm.hybrid import HybridPredictor
 from ..predict.intervals import default_calibration, own_calibration
 from ..predict.profile import make_profile
 from ..predict.score import summarize_errors

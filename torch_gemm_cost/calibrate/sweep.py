@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..devices import DeviceSpec, is_cpu
-from ..dtypes import DTYPES, resolve_dtype
+from ..hardware.catalog import DeviceSpec, is_cpu
+from ..hardware.dtypes import DTYPES, resolve_dtype
 from ..suggest import check_choice
 
 __all__ = [

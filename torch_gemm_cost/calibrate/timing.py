@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec
-from ..dtypes import DTYPES
-from ..gemms.records import OP_LAYOUT
+from ..hardware.catalog import DeviceSpec
+from ..hardware.dtypes import DTYPES
 from ..measured.gemm import PREDICTOR_TIMING, MeasuredGemms, read_gemm_file
+from ..records.types import OP_LAYOUT
 from .sweep import SweepPoint
 
 __all__ = [

@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _template(args: argparse.Namespace) -> int:
-    from ..datasheet import template
-    from ..devices import get_device
+    from ..hardware.catalog import get_device
+    from ..hardware.datasheet import template
 
     if args.match or args.json:
         raise UsageError("--template prints one record; it takes --like ID, not MATCH or --json")
@@ -56,8 +56,8 @@ def _template(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..datasheet import load_spec_file
-    from ..devices import list_devices, spec_to_record
+    from ..hardware.catalog import list_devices, spec_to_record
+    from ..hardware.datasheet import load_spec_file
     from ..report import format_device_table
 
     if args.like and not args.template:

@@ -248,9 +248,9 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
     """One report per --device, built as the command line says."""
     import torch_gemm_cost as tgc
 
-    from ..capture import CaptureError
-    from ..dtypes import resolve_dtype
-    from ..target import resolve_target
+    from ..capture.core import CaptureError
+    from ..hardware.dtypes import resolve_dtype
+    from ..hardware.target import resolve_target
 
     _check_args(args)
     dtype = resolve_dtype(args.dtype)

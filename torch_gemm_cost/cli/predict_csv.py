@@ -39,9 +39,9 @@ from ..measured.table import RowError, Table, open_text, read_table
 from . import UsageError
 
 if TYPE_CHECKING:
-    from ..devices import DeviceSpec
+    from ..hardware.catalog import DeviceSpec
+    from ..hardware.target import Target
     from ..predict.base import Predictor
-    from ..target import Target
 
 logger = logging.getLogger(__name__)
 
@@ -123,9 +123,9 @@ class _Targets:
     GPUs the catalog lacks)."""
 
     def __init__(self, profile: str | None, spec_file: str | None = None) -> None:
-        from ..datasheet import load_spec_file
-        from ..devices import _norm, get_device
-        from ..target import Target, resolve_target
+        from ..hardware.catalog import _norm, get_device
+        from ..hardware.datasheet import load_spec_file
+        from ..hardware.target import Target, resolve_target
 
         self._cache: dict[str, Target | str] = {}
         if profile is not None:
@@ -149,8 +149,8 @@ class _Targets:
     def get(self, gpu: str) -> Target | str:
         """The row's target, or the catalog's error message (its close matches) for an unknown
         device."""
-        from ..devices import _norm
-        from ..target import resolve_target
+        from ..hardware.catalog import _norm
+        from ..hardware.target import resolve_target
 
         hit = self._cache.get(gpu)
         if hit is None:
@@ -222,8 +222,8 @@ def _read_rows(read: Callable[[list[int]], Any], idx: list[int], priced: _Priced
 
 def _gemm_reader(table: Table, spec: DeviceSpec) -> Callable[[list[int]], Any]:
     """Reads GEMM rows on ``spec``, refusing a dtype the device cannot run."""
-    from ..devices import check_dtype_on_device
-    from ..dtypes import resolve_dtype
+    from ..hardware.catalog import check_dtype_on_device
+    from ..hardware.dtypes import resolve_dtype
     from ..measured.gemm import read_gemms
 
     def read(idx: list[int]) -> Any:

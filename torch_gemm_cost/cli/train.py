@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..measured.gemm import DEFAULT_OWN_DIRS, load_all_gemms
-    from ..predict.hybrid import HybridPredictor
+    from ..predict.gemm.hybrid import HybridPredictor
     from ..train.gemm import train_gemm_predictor
     from . import UsageError
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from ..devices import DeviceSpec
-from ..dtypes import ComputeDtype
+from ..hardware.catalog import DeviceSpec
+from ..hardware.dtypes import ComputeDtype
 from ..predict.attention import AttentionBatch, AttentionCall, AttentionPredictor, vllm_kernel
 from .shape import ServingShape
 

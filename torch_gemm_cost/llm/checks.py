@@ -8,10 +8,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..devices import DeviceSpec, is_cpu
-from ..dtypes import ComputeDtype, resolve_dtype
-from ..predict.sdpa import runs_fused_attention
-from ..target import Target, resolve_target
+from ..hardware.catalog import DeviceSpec, is_cpu
+from ..hardware.dtypes import ComputeDtype, resolve_dtype
+from ..hardware.target import Target, resolve_target
+from ..predict.attention.sdpa import runs_fused_attention
 from .shape import ServingShape
 from .weights import FP8_DTYPE, WEIGHT_FORMATS
 

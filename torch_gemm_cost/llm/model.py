@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..dtypes import DTYPES
+from ..hardware.dtypes import DTYPES
 
 __all__ = ["ATTENTION", "config_key", "config_of", "meta_model"]
 

@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceLike, DeviceSpec
-from ..dtypes import ComputeDtype
-from ..gemms.records import AttentionShape
+from ..hardware.catalog import DeviceLike, DeviceSpec
+from ..hardware.dtypes import ComputeDtype
 from ..predict import Predictor, default_predictor
 from ..predict.collectives import predict_collective_ms
-from ..predict.estimates import OpEstimate
 from ..predict.ops import OpCostModel, load_op_costs
+from ..predict.price import OpEstimate
 from ..predict.profile import profile_predictor
+from ..records.types import AttentionShape
 from ..report import CostReport
 from .assumptions import assumptions
 from .attention import ServingAttention

@@ -1,4 +1,4 @@
-"""A step priced through the predict stage ``estimate`` uses (``predict.estimates.
+"""A step priced through the predict stage ``estimate`` uses (``predict.price.
 price_records``), with what the serving engine adds as explicit inputs and records:
 
 - the records it runs (``serving_records``): each weight GEMM in the plan's weight format
@@ -17,14 +17,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..devices import DeviceSpec
-from ..dtypes import DTYPES, ComputeDtype
-from ..gemms import GemmSite, OtherOp
-from ..gemms.records import FusedKernel
+from ..hardware.catalog import DeviceSpec
+from ..hardware.dtypes import DTYPES, ComputeDtype
 from ..predict import Predictor
 from ..predict.collectives import predict_collective_ms
-from ..predict.estimates import GemmEstimate, OpEstimate, PricedRecords, price_records
 from ..predict.ops import OpCostModel
+from ..predict.price import GemmEstimate, OpEstimate, PricedRecords, price_records
+from ..records import GemmSite, OtherOp
+from ..records.types import FusedKernel
 from .shape import ServingShape, padded_vocab
 from .step import Step
 from .weights import is_weight_gemm, quantized

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..devices import DeviceSpec
+from ..hardware.catalog import DeviceSpec
 from ..report import CostReport
 
 __all__ = ["LlmPlanRecord", "LlmPlanRow"]

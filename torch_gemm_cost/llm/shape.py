@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..hf_config import read_hf_config
+from ..capture.hf_config import read_hf_config
 
 __all__ = ["VOCAB_PADDING", "ServingShape", "padded_vocab"]
 

@@ -1,6 +1,6 @@
 """The step capture: one forward pass of ``tokens`` tokens sampling ``sampled`` of them, captured
 once per shape (config, dtype, tokens, sampled) as ``estimate(compiled=True)`` captures a model
-(capture -> gemms.extract -> gemms.fusion), then laid out as the serving engine runs it.
+(capture -> records.extract -> compiled.fusion), then laid out as the serving engine runs it.
 
 A serving engine flattens a step's sequences into one token dimension: its GEMMs and per-token
 kernels see ``tokens × hidden`` whatever the sequences, so a decode step of batch B and a
@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from ..capture import Captured, capture
-from ..dtypes import DTYPES
-from ..gemms import GemmSite, OtherOp, extract
-from ..gemms.fusion import fuse_kernels
-from ..gemms.records import FusedKernel, alignment_bytes
-from ..hf_config import read_hf_config
+from ..capture.core import Captured, capture
+from ..capture.hf_config import read_hf_config
+from ..compiled.fusion import fuse_kernels
+from ..hardware.dtypes import DTYPES
+from ..records import GemmSite, OtherOp, extract
+from ..records.types import FusedKernel, alignment_bytes
 from .model import meta_model
 
 __all__ = ["Step", "capture_step", "captured_step", "serving_step"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..dtypes import DTYPES
-from ..gemms import GemmSite
-from ..gemms.records import OP_LAYOUT, alignment_bytes, operand_leads
+from ..hardware.dtypes import DTYPES
+from ..records import GemmSite
+from ..records.types import OP_LAYOUT, alignment_bytes, operand_leads
 
 __all__ = ["FP8_DTYPE", "GROUP_SIZE", "WEIGHT_BYTES", "WEIGHT_FORMATS", "is_weight_gemm",
            "quantized"]

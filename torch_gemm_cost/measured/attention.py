@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..devices import DeviceSpec, get_device
-from ..dtypes import resolve_dtype
+from ..hardware.catalog import DeviceSpec, get_device
+from ..hardware.dtypes import resolve_dtype
 from ..predict.attention.calls import PHASES, AttentionBatch, _closest
 from .table import RowError, Table, read_table
 

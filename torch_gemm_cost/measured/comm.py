@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device
+from ..hardware.catalog import DeviceSpec, get_device
 from ..predict.collectives import (
     CollectiveCall,
     CollectivePredictor,

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device
-from ..dtypes import DTYPES, resolve_dtype
-from ..gemms.records import DTYPE_NAMES, LAYOUT_LEADS, OP_LAYOUT, GemmBatch, alignment_bytes
+from ..hardware.catalog import DeviceSpec, get_device
+from ..hardware.dtypes import DTYPES, resolve_dtype
+from ..records.types import DTYPE_NAMES, LAYOUT_LEADS, OP_LAYOUT, GemmBatch, alignment_bytes
 from .table import DEFAULT_DATA_DIR, DEFAULT_OWN_DIRS, RowError, Table, read_table
 
 __all__ = [

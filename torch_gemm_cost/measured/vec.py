@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ..devices import DeviceSpec, get_device
-from ..dtypes import resolve_dtype
+from ..hardware.catalog import DeviceSpec, get_device
+from ..hardware.dtypes import resolve_dtype
 from ..predict.ops import FUSED_ALIASES, FUSED_OPS, VEC_OPS, measured_op_times_ms
 from .table import RowError, Table, read_table
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 from importlib.abc import Traversable
 
-from ..gemms.records import GemmBatch
+from ..records.types import GemmBatch
 from .base import Model, Prediction, Predictor
-from .hybrid import HybridPredictor
+from .gemm.hybrid import HybridPredictor
+from .gemm.roofline import RooflinePredictor
 from .registry import load_shipped, shipped_path
-from .roofline import RooflinePredictor
 
 __all__ = [
     "GemmBatch",

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from ..devices import DeviceSpec
-from ..gemms.records import DTYPE_NAMES, GemmBatch
+from ..hardware.catalog import DeviceSpec
+from ..records.types import DTYPE_NAMES, GemmBatch
 
 __all__ = [
     "BOUNDS",

@@ -76,8 +76,8 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceLike, DeviceSpec
-from ..target import resolve_target
+from ..hardware.catalog import DeviceLike, DeviceSpec
+from ..hardware.target import resolve_target
 from .base import Prediction, read_fitted
 from .registry import SHIPPED, check_format, load_shipped, shipped_path
 

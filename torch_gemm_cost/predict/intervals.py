@@ -70,14 +70,14 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device
-from ..dtypes import DTYPES
-from ..gemms.records import DTYPE_NAMES, GemmBatch
+from ..hardware.catalog import DeviceSpec, get_device
+from ..hardware.dtypes import DTYPES
+from ..records.types import DTYPE_NAMES, GemmBatch
 from .base import read_fitted
-from .features import DeviceTable, library_family
+from .gemm.features import DeviceTable, library_family
+from .gemm.roofline import peak_flops_per_s
+from .gemm.tiles import ENGINES
 from .registry import SHIPPED, check_format, load_shipped, shipped_path
-from .roofline import peak_flops_per_s
-from .tiles import ENGINES
 
 __all__ = [
     "ATTENTION_PHASES",

@@ -13,7 +13,7 @@ between consecutive kernels, instead of that floor.
   say) is one kernel moving its own ``dram_bytes``.
 - The softmax inside a fused SDPA kernel never touches DRAM for its scores: it costs its FLOPs
   at the device's vector fp32 rate, plus any explicit mask it reads, and launches nothing.
-- The optimizer's update (``gemms.extract.optimizer_ops``) is ops of phase ``optimizer``.
+- The optimizer's update (``records.extract.optimizer_ops``) is ops of phase ``optimizer``.
 
 Fused kernels, as serving engines run them and as ``torch.compile`` makes them (``FUSED_OPS``:
 a fused RMSNorm, SiLU·mul, rotary embedding, an embedding gather, and torch's LayerNorm, GELU
@@ -46,10 +46,10 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec
-from ..dtypes import DTYPES
-from ..gemms import OtherOp
-from ..gemms.records import FusedKernel
+from ..hardware.catalog import DeviceSpec
+from ..hardware.dtypes import DTYPES
+from ..records import OtherOp
+from ..records.types import FusedKernel
 from .base import Prediction
 from .registry import check_format, load_file, load_shipped
 
@@ -93,7 +93,7 @@ _UNMODELLED = ("other",)
 BACKWARD: dict[str, tuple[float, int]] = {
     # dx = dy (and dy for the other operand): no kernel. Where a residual stream forked,
     # autograd sums the branch's gradient into the stream's: a record of its own at the fork
-    # (gemms.extract, ``<node>.grad_sum``), not the joining add's. mul/div depend on their
+    # (records.extract, ``<node>.grad_sum``), not the joining add's. mul/div depend on their
     # operands and are priced in _row.
     "add": (0.0, 0),
     "sub": (0.0, 0),
@@ -409,7 +409,7 @@ def warm_l2_hit(working_set_bytes: torch.Tensor, l2_bytes: torch.Tensor | float,
 class OpBatch:
     """N non-GEMM ops to price together (``OtherOp``, in capture order: a backward op finds
     its forward twin among them), and the fused kernels that run some of them (``FusedKernel``,
-    ``gemms.fusion``: the ops as ``torch.compile`` fuses them, by index into ``ops``)."""
+    ``compiled.fusion``: the ops as ``torch.compile`` fuses them, by index into ``ops``)."""
 
     ops: tuple[OtherOp, ...]
     kernels: tuple[FusedKernel, ...] = ()

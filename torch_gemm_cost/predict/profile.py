@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..datasheet import PROFILE_FORMAT, PROFILE_VERSION
-from ..devices import DeviceSpec, spec_to_record
-from ..target import Target, profile_spec
+from ..hardware.catalog import DeviceSpec, spec_to_record
+from ..hardware.datasheet import PROFILE_FORMAT, PROFILE_VERSION
+from ..hardware.target import Target, profile_spec
 from .base import Estimator, Predictor
-from .calibrated import CalibratedPredictor
-from .hybrid import HybridPredictor
+from .gemm.calibrated import CalibratedPredictor
+from .gemm.hybrid import HybridPredictor
 from .intervals import IntervalCalibration
 
 __all__ = ["FORMAT", "PREDICTOR_KINDS", "VERSION", "load_profile", "make_profile",

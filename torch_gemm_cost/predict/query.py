@@ -17,12 +17,12 @@ from typing import Any, NamedTuple, overload
 
 import torch
 
-from ..devices import DeviceLike, DeviceSpec, check_dtype_on_device
-from ..dtypes import resolve_dtype
-from ..gemms.records import GemmBatch
-from ..target import resolve_target
+from ..hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
+from ..hardware.dtypes import resolve_dtype
+from ..hardware.target import resolve_target
+from ..records.types import GemmBatch
 from .base import Prediction, Predictor
-from .hybrid import HybridPredictor
+from .gemm.hybrid import HybridPredictor
 from .intervals import check_level, uncertainty_of
 from .profile import profile_predictor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..devices import DeviceSpec
+from ..hardware.catalog import DeviceSpec
 
 __all__ = ["format_device_table"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..gemms.records import GemmSite
+from ..records.types import GemmSite
 from ..suggest import unknown
 from .record import ReportRecord
 

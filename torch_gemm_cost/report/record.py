@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from ..advise import PaddingAdvice
-from ..devices import DeviceSpec
-from ..predict.estimates import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
+from ..hardware.catalog import DeviceSpec
+from ..predict.attention.sdpa import FLASH_PREFIX
 from ..predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
-from ..predict.sdpa import FLASH_PREFIX
+from ..predict.price import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
 
 __all__ = ["ReportRecord", "rows_interval"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..dtypes import resolve_dtype
+from ..hardware.dtypes import resolve_dtype
 from .record import ReportRecord
 
 __all__ = ["plot_roofline", "pyplot", "roofline_figure"]

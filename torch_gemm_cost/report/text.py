@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..advise import PaddingAdvice
-from ..gemms.attention_rewrite import REWRITTEN
+from ..compiled.attention_rewrite import REWRITTEN
 from ..predict.intervals import DEFAULT_LEVEL
 from . import tree
 from .record import ReportRecord

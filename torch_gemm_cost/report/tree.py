@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..capture import module_template
+from ..capture.core import module_template
 from .record import ReportRecord, rows_interval
 
 __all__ = ["module_rows", "top"]

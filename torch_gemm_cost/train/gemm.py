@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from ..devices import get_device
+from ..hardware.catalog import get_device
 from ..measured.gemm import DEFAULT_OWN_DIRS, MeasuredGemms, load_all_gemms
-from ..predict.hybrid import HybridPredictor
-from ..predict.roofline import impossible_rows
+from ..predict.gemm.hybrid import HybridPredictor
+from ..predict.gemm.roofline import impossible_rows
 from ..predict.score import summarize_errors
 
 __all__ = [

@@ -38,7 +38,8 @@ from typing import Any
 import torch
 
 from ..measured.gemm import DEFAULT_OWN_DIRS, MeasuredGemms, load_all_gemms
-from ..predict.hybrid import HybridPredictor
+from ..predict.gemm.hybrid import HybridPredictor
+from ..predict.gemm.roofline import impossible_rows
 from ..predict.intervals import (
     ENGINE_CLASSES,
     KEY_FIELDS,
@@ -57,7 +58,6 @@ from ..predict.intervals import (
     quantile_at,
     resolve_bucket,
 )
-from ..predict.roofline import impossible_rows
 from .gemm import chip_of, leave_one_chip_out
 
 __all__ = [

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from ..devices import get_device
+from ..hardware.catalog import get_device
 from ..measured.table import DEFAULT_OWN_DIRS
 from ..measured.vec import MeasuredOps, read_vec_file
 from ..predict.ops import (

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ...devices import DeviceSpec
-from ...dtypes import resolve_dtype
+from ...hardware.catalog import DeviceSpec
+from ...hardware.dtypes import resolve_dtype
 from .kernels import KERNEL_CHOICES, vllm_kernel
 
 PHASES: tuple[str, ...] = ("prefill", "decode")

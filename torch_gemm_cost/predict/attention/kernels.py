@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...devices import DeviceSpec
-from ...dtypes import resolve_dtype
+from ...hardware.catalog import DeviceSpec
+from ...hardware.dtypes import resolve_dtype
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ...devices import DeviceSpec, get_device
+from ...hardware.catalog import DeviceSpec, get_device
 from ..base import Prediction, bound_of, read_fitted
 from ..intervals import DEFAULT_LEVEL, AttentionIntervals
 from ..registry import SHIPPED, check_format, load_shipped

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...devices import DeviceSpec
+from ...hardware.catalog import DeviceSpec
 from .calls import AttentionBatch
 from .geometry import AttentionGeometry, attention_bytes
 from .kernels import FAMILIES

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .suggest import nearest, unknown
+from ..suggest import nearest, unknown
 
 __all__ = ["DTYPES", "FP8_MULTIPLE", "ComputeDtype", "dtype_of_tensor_dtype", "resolve_dtype"]
 

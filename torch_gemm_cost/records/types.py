@@ -14,7 +14,7 @@ from typing import overload
 
 import torch
 
-from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
+from ..hardware.dtypes import DTYPES, ComputeDtype, resolve_dtype
 
 __all__ = [
     "DTYPE_NAMES",
@@ -190,7 +190,7 @@ class OtherOp:
 @dataclass(frozen=True)
 class FusedKernel:
     """One kernel that runs several of a run's non-GEMM ops, as ``torch.compile`` fuses them
-    (``gemms.fusion``): the ops at positions ``ops`` of the run's ``OtherOp`` records.
+    (``compiled.fusion``): the ops at positions ``ops`` of the run's ``OtherOp`` records.
 
     ``dram_bytes`` is what the kernel reads from outside plus what it writes that is used
     outside; its intermediates stay in registers. ``op_class`` names what prices it: the fused

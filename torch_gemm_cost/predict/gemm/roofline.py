@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec
-from ..gemms.records import DTYPE_NAMES, GemmBatch
-from .base import Prediction, bound_of
+from ...hardware.catalog import DeviceSpec
+from ...records.types import DTYPE_NAMES, GemmBatch
+from ..base import Prediction, bound_of
 
 __all__ = ["RooflinePredictor", "impossible_rows", "peak_flops_per_s"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .catalog import DeviceLike, DeviceSpec, get_device, spec_from_record
 from .datasheet import PROFILE_FORMAT, PROFILE_VERSION, read_device_file
-from .devices import DeviceLike, DeviceSpec, get_device, spec_from_record
 
 __all__ = ["Target", "profile_spec", "resolve_target"]
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..devices import DeviceSpec, is_cpu
-from ..gemms.records import OtherOp
-from .attention import AttentionBatch, AttentionCall, AttentionPredictor, sdpa_kernel
-from .ops import OP_CLASSES, OpCostModel, load_op_costs
+from ...hardware.catalog import DeviceSpec, is_cpu
+from ...records.types import OtherOp
+from ..ops import OP_CLASSES, OpCostModel, load_op_costs
+from . import AttentionBatch, AttentionCall, AttentionPredictor, sdpa_kernel
 
 __all__ = ["FLASH_PREFIX", "runs_fused_attention", "sdpa_calls", "sdpa_times_ms",
            "shipped_attention"]

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ..capture import NO_GRAD
-from ..dtypes import DTYPES, ComputeDtype, resolve_dtype
+from ..capture.graph import NO_GRAD
+from ..hardware.dtypes import DTYPES, ComputeDtype, resolve_dtype
 from ..suggest import check_choice, unknown
 from .handlers import (
     ForwardGemm,
@@ -28,7 +28,7 @@ from .handlers import (
     op_name,
     unique_numel,
 )
-from .records import GemmSite, OtherOp, alignment_bytes
+from .types import GemmSite, OtherOp, alignment_bytes
 
 __all__ = ["META_KEY", "OPTIMIZERS", "PHASES", "adamw_ops", "extract", "optimizer_ops"]
 
@@ -615,7 +615,7 @@ def _bias_grad(site: GemmSite, elems: int, out: torch.Tensor, ctx: _Ctx) -> Othe
 def _sdpa_softmax(node: Any, f: ForwardGemm, ctx: _Ctx, module: str, module_type: str,
                   handler_ctx: HandlerContext) -> OtherOp:
     """The on-chip softmax of a fused attention call, carrying the call's ``AttentionShape``
-    (a GPU runs the whole call as one attention kernel: ``predict.estimates``)."""
+    (a GPU runs the whole call as one attention kernel: ``predict.price``)."""
     b = bind_arguments(node)
     mask = b.get("attn_mask", b.get("attn_bias"))
     mask_val = getattr(mask, "meta", {}).get("val")

@@ -68,11 +68,11 @@ from typing import Any
 
 import torch
 
-from ..dtypes import resolve_dtype
+from ..hardware.dtypes import resolve_dtype
+from ..records.extract import META_KEY, OPERAND_COPY, _Ctx, _tensors, operand_copies
+from ..records.handlers import op_name
+from ..records.types import FusedKernel, GemmSite, OtherOp
 from ..suggest import check_choice
-from .extract import META_KEY, OPERAND_COPY, _Ctx, _tensors, operand_copies
-from .handlers import op_name
-from .records import FusedKernel, GemmSite, OtherOp
 
 __all__ = [
     "MAX_FUSION_SIZE",

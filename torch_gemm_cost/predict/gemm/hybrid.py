@@ -44,16 +44,16 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device
-from .base import Estimator, GemmBatch, Prediction, read_fitted
-from .base import inv_softplus as _inv_softplus
+from ...hardware.catalog import DeviceSpec, get_device
+from ..base import Estimator, GemmBatch, Prediction, read_fitted
+from ..base import inv_softplus as _inv_softplus
+from ..intervals import gemm_interval
+from ..registry import SHIPPED, check_format
 from .cache import L2Geometry, effective_bandwidth, grid_dram_bandwidth, l2_geometry, l2_hit_rate
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
-from .intervals import gemm_interval
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .power import simt_issue_share, sustained_clock_share
-from .registry import SHIPPED, check_format
 from .roofline import impossible_rows
 from .tiles import ENGINES, candidate_table, tile_grid
 

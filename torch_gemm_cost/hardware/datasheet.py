@@ -32,14 +32,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .devices import (
-    DeviceSpec,
-    _norm,
-    _stacklevel_of_caller,
-    list_devices,
-    spec_from_record,
-)
-from .suggest import unknown
+from ..suggest import unknown
+from .catalog import DeviceSpec, _norm, _stacklevel_of_caller, list_devices, spec_from_record
 
 __all__ = [
     "PROFILE_FORMAT",

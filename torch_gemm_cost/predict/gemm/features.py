@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..devices import DeviceSpec
-from ..dtypes import DTYPES
-from .base import DTYPE_NAMES, GemmBatch
+from ...hardware.catalog import DeviceSpec
+from ...hardware.dtypes import DTYPES
+from ..base import DTYPE_NAMES, GemmBatch
 from .tiles import ENGINES
 
 __all__ = [
@@ -54,7 +54,7 @@ FAMILIES: tuple[str, ...] = ("other", "pascal", "volta", "ampere", "hopper", "bl
 def library_family(device: DeviceSpec) -> str:
     """The kernel-library family of a device (see ``FAMILIES``).
 
-    >>> from torch_gemm_cost.devices import get_device
+    >>> from torch_gemm_cost.hardware.catalog import get_device
     >>> library_family(get_device("tesla_t4")), library_family(get_device("mi210"))
     ('volta', 'cdna')
     """

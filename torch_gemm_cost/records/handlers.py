@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .records import AttentionShape, alignment_bytes
+from .types import AttentionShape, alignment_bytes
 
 __all__ = [
     "ForwardGemm",

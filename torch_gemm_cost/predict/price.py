@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..devices import DeviceSpec
-from ..gemms.records import FusedKernel, GemmBatch, GemmSite, OtherOp
+from ..hardware.catalog import DeviceSpec
+from ..records.types import FusedKernel, GemmBatch, GemmSite, OtherOp
+from .attention.sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
 from .base import Predictor
 from .intervals import ReportUncertainty, uncertainty_of
 from .ops import OpBatch, OpCostModel, load_op_costs
-from .sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
 
 __all__ = [
     "GemmEstimate",
@@ -107,7 +107,7 @@ def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
                  kernels: Sequence[FusedKernel] = ()) -> tuple[OpEstimate, ...]:
     """Every non-GEMM op's time on ``device``; ops of class ``other`` keep None.
 
-    ``kernels`` (``gemms.fusion.fuse_kernels``) prices the ops they hold as those kernels,
+    ``kernels`` (``compiled.fusion.fuse_kernels``) prices the ops they hold as those kernels,
     each op naming its kernel. On a GPU each SDPA call's record carries its attention
     kernel's time (``sdpa.sdpa_times_ms``)."""
     pred = (model or load_op_costs()).predict(OpBatch(tuple(others), tuple(kernels)), device)

@@ -13,7 +13,7 @@ from .handlers import (
     matrix_layout,
     register_gemm_handler,
 )
-from .records import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
+from .types import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
 
 __all__ = [
     "DTYPE_NAMES",

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from ..devices import DeviceSpec, get_device, is_cpu
-from ..dtypes import resolve_dtype
-from ..gemms.records import DTYPE_NAMES, GemmBatch
-from .base import Estimator, Prediction, bound_of, inv_softplus
-from .intervals import gemm_interval
+from ...hardware.catalog import DeviceSpec, get_device, is_cpu
+from ...hardware.dtypes import resolve_dtype
+from ...records.types import DTYPE_NAMES, GemmBatch
+from ..base import Estimator, Prediction, bound_of, inv_softplus
+from ..intervals import gemm_interval
 
 __all__ = ["CalibratedPredictor"]
 
