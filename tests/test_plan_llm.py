@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 from torch_gemm_cost.capture.core import capture
-from torch_gemm_cost.capture.core.hf_config import config_dims, read_hf_config
+from torch_gemm_cost.capture.hf_config import config_dims, read_hf_config
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.cli import main
