@@ -32,7 +32,8 @@ END = "<!-- accuracy:end -->"
 
 COMMAND = re.compile(r"`(python [^`]+)`")
 SIMPLE_RULE = re.compile(r"^-+( +-+)+$")
-CPU_SUMMARY = re.compile(r"(\d+) held-out fp32 shapes: MAPE ([\d.]+)% \(profile\) against ([\d.]+)%")
+CPU_SUMMARY = re.compile(
+    r"(\d+) held-out fp32 shapes: MAPE ([\d.]+)% \(profile\) against ([\d.]+)%")
 
 GPU_NAMES = {
     "a100_pcie_40gb": "A100 PCIe 40GB", "a100_pcie_80gb": "A100 PCIe 80GB",
@@ -272,8 +273,8 @@ def whole_model_rows(r: Results) -> list[Row]:
     w = h200.table("Whole models")
     for pred, in_fit in (("H200 held out", "no"), ("H200 in the fit", "yes")):
         i, tr = w.row(predictor=pred, mode="inf"), w.row(predictor=pred, mode="train")
-        rows.append(Row(f"whole models in fp32, inference / training, {int(i['rows']) + int(tr['rows'])}"
-                        " runs", "H200", in_fit,
+        runs = int(i["rows"]) + int(tr["rows"])
+        rows.append(Row(f"whole models in fp32, inference / training, {runs} runs", "H200", in_fit,
                         f"{cell_pct(i['MAPE%'])} / {cell_pct(tr['MAPE%'])}", "", h200.path,
                         h200.command))
     fused = r.md("fused")
@@ -435,7 +436,8 @@ def gemm_json_section(r: Results) -> list[str]:
 
 def verbatim_section(r: Results, name: str, headings: Sequence[str] | None) -> list[str]:
     f = r.md(name)
-    out = [f"## {f.title} ({f.path.name})", "", (f"[{f.path.name}](../{f.path.relative_to(ROOT).as_posix()}), "
+    where = f.path.relative_to(ROOT).as_posix()
+    out = [f"## {f.title} ({f.path.name})", "", (f"[{f.path.name}](../{where}), "
            f"written by `{f.command}`."), ""]
     last = None
     for t in f.under(headings):
