@@ -444,7 +444,8 @@ def verbatim_section(r: Results, name: str, headings: Sequence[str] | None) -> l
         if t.heading != last and t.heading:
             out += [f"### {t.heading}", ""]
         last = t.heading
-        out += [*t.lines, ""]
+        # a tabulate "simple" table is plain text to markdown: keep its columns in a fence
+        out += [*t.lines, ""] if t.lines[0].startswith("|") else ["```text", *t.lines, "```", ""]
     return out
 
 
