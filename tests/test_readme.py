@@ -18,8 +18,8 @@ How the README's code blocks are run:
 - Every ```python block runs as a script from the same mirrored root.
 - A ```text block right after a bash block is the output of that block's last command: each of
   its lines must be a line of that command's stdout; a line ending in `` …`` is a line's start.
-- The blocks run two at a time, one torch thread each (calibrate and the serving plans take most
-  of the time); identical blocks run once.
+- The blocks run two at a time, one torch thread each, the slowest (calibrate, the serving
+  plan) first; identical blocks run once.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Run]:
         return run_bash(b, cwd, env) if b.lang == "bash" else run_python(b, cwd, env, i)
 
     # slowest first: the blocks that calibrate or plan, then the rest
-    order = sorted(range(len(BLOCKS)), key=lambda i: not re.search(r"calibrate|llm|plan_llm",
+    order = sorted(range(len(BLOCKS)), key=lambda i: not re.search(r"calibrate|llm",
                                                                     BLOCKS[i].text))
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(order, pool.map(one, order), strict=True))
