@@ -268,3 +268,17 @@ def test_results_tables_parse_by_heading_row_and_column(tmp_path: Path) -> None:
         parsed.table("One").row(dtype="fp8")
     with pytest.raises(KeyError, match="no table 0 under a heading starting 'Three'"):
         parsed.table("Three")
+
+
+def test_the_runner_reports_what_fails(tmp_path: Path) -> None:
+    # a failing command, a command the runner does not know, and a long job with a bad argument
+    env = {**os.environ, "PY": sys.executable}
+    block = Block("bash", 'python -c "raise SystemExit(3)"\nls -l && python -c "print(1)"\n')
+    run = run_bash(block, tmp_path, env)
+    assert len(run.failures) == 2
+    assert "exited 3" in run.failures[0]
+    assert "'ls -l': this test does not know how to run it" == run.failures[1]
+    assert run.stdout == "1\n"
+    with pytest.raises(SystemExit) as exited:
+        run_bash(Block("bash", "torch-gemm-cost train --steps many  # long job\n"), tmp_path, env)
+    assert exited.value.code == 2
