@@ -75,12 +75,12 @@ BASE_CLOCK_MHZ: dict[str, float] = {
 }
 
 # The SM's issue width (schedulers x dispatch units x 32) comes from the chip, by the table
-# torch_gemm_cost.hardware.datasheet.ISSUE_BY_CHIP (NVIDIA's whitepapers), as it does for a spec file.
+# torch_gemm_cost.hardware.datasheet.arch.ISSUE_BY_CHIP (NVIDIA's whitepapers), as it does for a spec file.
 
 # Interconnect of each GPU and of its usual node. Bandwidths are per GPU and ONE direction: a
 # datasheet's "bidirectional" figure halved, a NIC's Gb/s over 8. PCIe per direction, x16, as
 # NVIDIA's datasheets round it: Gen3 16 GB/s, Gen4 32 GB/s, Gen5 64 GB/s (PCI-SIG: 8, 16, 32 GT/s
-# per lane, 128b/130b; torch_gemm_cost.hardware.datasheet.PCIE_BW_PER_LANE). Figures here are in GB/s, the
+# per lane, 128b/130b; torch_gemm_cost.hardware.datasheet.arch.PCIE_BW_PER_LANE). Figures here are in GB/s, the
 # spec-file unit (peer_link_bw_gbps, network_bw_gbps). fabric: "nvswitch" (every GPU pair at
 # full NVLink bandwidth), "nvlink_pairs" (NVLink bridges join pairs; pairs meet over PCIe),
 # "mesh" (direct links to each peer) or "pcie". The source ids (N*) are keys of

@@ -298,7 +298,7 @@ def test_a_spec_file_and_a_profile_are_told_apart_by_content_not_name(tmp_path):
 
 def test_other_json_says_what_a_device_file_is(tmp_path):
     catalog_layout = _write(tmp_path / "h100.json",
-                            tgc.devices.spec_to_record(tgc.get_device("h100_sxm5_80gb")))
+                            devices.spec_to_record(tgc.get_device("h100_sxm5_80gb")))
     with pytest.raises(ValueError, match=r"catalog's SI layout .* --template --like"):
         resolve_target(catalog_layout)
     with pytest.raises(ValueError, match=r"neither a spec file .* nor a calibration profile"):

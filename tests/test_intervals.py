@@ -306,6 +306,19 @@ def test_calibration_round_trips_and_names_bad_files(tmp_path: Path) -> None:
         IntervalCalibration.load(path)
 
 
+def test_a_misspelled_novelty_names_the_nearest_class() -> None:
+    bucket = {"novelty": "family_seen", "engine": None, "precision": None, "regime": None,
+              "size": None, "rows": 10, "gpus": 3, "chips": 3}
+    cal = IntervalCalibration(probs=PROBS, buckets=(bucket,), log_q=_grid(0.2),
+                              level_sigma={"family_seen": 0.1}, total_z=NORMAL)
+    cases = gemm_cases(GemmBatch.from_dims(m=[64], n=[64], k=[64], dtype="bf16", op="linear"),
+                       get_device("h100_sxm5_80gb"))
+    assert cal.gemm_log_quantiles(cases, "family_seen").shape == (1, len(PROBS))
+    with pytest.raises(ValueError, match=r"unknown novelty 'family_sen'; did you mean "
+                                         r"'family_seen'"):
+        cal.gemm_log_quantiles(cases, "family_sen")
+
+
 # ------------------------------------------------------------------------------ where shown
 
 

@@ -69,8 +69,11 @@ from typing import Any
 import torch
 
 from ..hardware.dtypes import resolve_dtype
-from ..records.extract import META_KEY, OPERAND_COPY, _Ctx, _tensors, operand_copies
+from ..records.copies import OPERAND_COPY, operand_copies
+from ..records.extract import META_KEY
 from ..records.handlers import op_name
+from ..records.nodes import _tensors
+from ..records.sizing import _Ctx
 from ..records.types import FusedKernel, GemmSite, OtherOp
 from ..suggest import check_choice
 

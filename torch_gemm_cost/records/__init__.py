@@ -1,7 +1,7 @@
 """GEMM records, the handlers that read them off ATen ops (one per op, in a registry that takes
 custom ops too) and the walk of a captured graph."""
 
-from .extract import META_KEY, OPTIMIZERS, PHASES, adamw_ops, extract, optimizer_ops
+from .extract import META_KEY, PHASES, extract
 from .handlers import (
     ForwardGemm,
     GemmHandler,
@@ -13,6 +13,7 @@ from .handlers import (
     matrix_layout,
     register_gemm_handler,
 )
+from .optimizer import OPTIMIZERS, adamw_ops, optimizer_ops
 from .types import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
 
 __all__ = [

@@ -1,0 +1,242 @@
+"""The class of a non-GEMM op (view, copy, norm, elementwise, softmax, reduction, embedding,
+other), by its ATen op name, trailing "_" of in-place ops stripped."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+_CLASSES: dict[str, tuple[str, ...]] = {
+    "view": (
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "expand",
+        "expand_as",
+        "permute",
+        "transpose",
+        "t",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "alias",
+        "detach",
+        "as_strided",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "narrow",
+        "unflatten",
+        "flatten",
+        "view_as",
+        "movedim",
+        "diagonal",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "_assert_tensor_metadata",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "numpy_T",
+        "_reshape_alias",
+        "real",
+        "imag",
+        "resolve_conj",
+        "resolve_neg",
+        "empty",
+        "empty_like",
+        "new_empty",
+        "empty_strided",
+        "set_grad_enabled",
+        "view_as_complex",
+        "view_as_real",
+    ),
+    "copy": (
+        "clone",
+        "contiguous",
+        "_to_copy",
+        "to",
+        "copy",
+        "cat",
+        "stack",
+        "repeat",
+        "repeat_interleave",
+        "constant_pad_nd",
+        "pad",
+        "roll",
+        "flip",
+        "type_as",
+        "_unsafe_index",
+        "masked_scatter",
+        "index_put",
+        "slice_scatter",
+        "select_scatter",
+        "scatter",
+        "new_tensor",
+        "tile",
+        # resampling reads the input and writes the resized output (a UNet's upsamplers)
+        "upsample_nearest1d",
+        "upsample_nearest2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d",
+        "_upsample_nearest_exact3d",
+        "upsample_linear1d",
+        "upsample_bilinear2d",
+        "upsample_bicubic2d",
+        "upsample_trilinear3d",
+    ),
+    "norm": (
+        "native_layer_norm",
+        "layer_norm",
+        "rms_norm",
+        "_fused_rms_norm",
+        "group_norm",
+        "native_group_norm",
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "instance_norm",
+    ),
+    "elementwise": ("dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli",
+                    "floor_divide", "tril", "triu", "polar", "exponential", "uniform", "normal",
+                    "rand_like", "randn_like", "randint_like", "__and__", "__or__", "__xor__",
+                    # torch.where(mask) and nonzero: one pass over the mask, indices out
+                    "where", "nonzero",
+                    "glu",  # one half of the input times the sigmoid of the other
+                    # depthwise convolutions (the GEMM handler declines them): each output
+                    # reads a few neighbours of one channel, a stencil at DRAM speed
+                    "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
+                    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"),
+    "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"),
+    "reduction": (
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "prod",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "norm",
+        "linalg_vector_norm",
+        "cumsum",
+        "cumprod",
+        "logsumexp",
+        "any",
+        "all",
+        "count_nonzero",
+        "topk",
+        "sort",
+        "diff",
+        "histc",
+        "bincount",
+        "_is_all_true",  # torch._check on a tensor (LLaVA's image-token count)
+        "_is_any_true",
+        # pooling reads its input once and writes the pooled output
+        "max_pool1d",
+        "max_pool2d",
+        "max_pool3d",
+        "max_pool2d_with_indices",
+        "max_pool3d_with_indices",
+        "avg_pool1d",
+        "avg_pool2d",
+        "avg_pool3d",
+        "adaptive_avg_pool1d",
+        "adaptive_avg_pool2d",
+        "adaptive_avg_pool3d",
+        "_adaptive_avg_pool2d",
+        "_adaptive_avg_pool3d",
+        "adaptive_max_pool1d",
+        "adaptive_max_pool2d",
+        "adaptive_max_pool3d",
+    ),
+    "embedding": ("embedding", "index", "index_select", "gather", "take_along_dim"),
+}
+_OP_CLASS: dict[str, str] = {name: cls for cls, names in _CLASSES.items() for name in names}
+_NO_GRAD = {
+    "detach",
+    "argmax",
+    "argmin",
+    "_assert_tensor_metadata",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "sign",
+}
+_FACTORY = {
+    "arange",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "new_ones",
+    "new_zeros",
+    "new_full",
+    "scalar_tensor",
+    "rand",
+    "randn",
+    "randint",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "tril_indices",
+    "triu_indices",
+    "linspace",
+    "eye",
+}
+
+
+def op_class_of(node: Any, base: str, in_vals: Sequence[torch.Tensor],
+                outs: Sequence[torch.Tensor]) -> str:
+    """The class of non-GEMM ``node`` (its ATen op name ``base``, trailing "_" stripped), from
+    its inputs' and outputs' values: by ``_CLASSES``, else ``elementwise`` for a pointwise or
+    factory op, else ``other``; an einsum the GEMM handler declined by what it contracts, and a
+    conversion that returns its input a view."""
+    op_class = _OP_CLASS.get(base, "elementwise" if _elementwise(node, base) else "other")
+    if base == "einsum" and in_vals:  # one the GEMM handler declined: it contracts nothing
+        op_class = _einsum_class(in_vals, outs[0])
+    if (
+        op_class == "copy"
+        and base in ("contiguous", "to", "_to_copy", "clone", "type_as")
+        and in_vals
+    ):
+        src, dst = in_vals[0], outs[0]
+        same = src.dtype == dst.dtype and src.device == dst.device
+        if same and base != "clone" and (base != "contiguous" or src.is_contiguous()):
+            op_class = "view"  # a no-op conversion returns its input
+    return op_class
+
+
+def _einsum_class(inputs: Sequence[torch.Tensor], out: torch.Tensor) -> str:
+    """The class of an einsum with no contraction: a permutation of one operand (DiT's
+    unpatchify) is a view, one that sums letters away a reduction, a product of several
+    operands elementwise."""
+    if len(inputs) > 1:
+        return "elementwise"
+    return "view" if out.numel() == inputs[0].numel() else "reduction"
+
+
+def _elementwise(node: Any, base: str) -> bool:
+    if base in _FACTORY:
+        return True
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.pointwise in tags
+
