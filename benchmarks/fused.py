@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from e2e import build
-from torch_gemm_cost.capture.core import capture
 
+from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.compiled.fusion import fuse_kernels
 from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.predict import default_predictor

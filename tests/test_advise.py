@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_report import gpt2_sites, linear_site, make_report
-from torch_gemm_cost.capture.core import config_dims
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.advise import PaddingAdvice, padded_size, padding_advice
+from torch_gemm_cost.capture.core import config_dims
 from torch_gemm_cost.predict import GemmBatch, Prediction, RooflinePredictor
 from torch_gemm_cost.predict.base import bound_of
 from torch_gemm_cost.records import alignment_bytes

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_gemm_cost.capture.core import capture
 
 import torch_gemm_cost as tgc
+from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.compiled.attention_rewrite import find_attention, rewrite_attention
 
 H100 = tgc.get_device("h100_sxm5_80gb")

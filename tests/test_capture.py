@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+
 from torch_gemm_cost.capture.core import CaptureError, capture, unwrap_model
 
 

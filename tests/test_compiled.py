@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_gemm_cost.capture.core import capture
 
 import torch_gemm_cost as tgc
+from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.compiled.fusion import REMOVED, fuse_kernels
 from torch_gemm_cost.predict.attention import (
     AttentionBatch,

@@ -10,10 +10,10 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
-from torch_gemm_cost.capture.core import capture
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost import api
+from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.predict import HybridPredictor, RooflinePredictor
 from torch_gemm_cost.records import META_KEY, GemmBatch, extract
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_gemm_cost.capture.core import capture
 from transformers.pytorch_utils import Conv1D
 
+from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.records import (
     META_KEY,
     ForwardGemm,

@@ -12,10 +12,10 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch_gemm_cost.capture.core import capture
-from torch_gemm_cost.capture.hf_config import config_dims, read_hf_config
 
 import torch_gemm_cost as tgc
+from torch_gemm_cost.capture.core import capture
+from torch_gemm_cost.capture.hf_config import config_dims, read_hf_config
 from torch_gemm_cost.cli import main
 from torch_gemm_cost.compiled.fusion import fuse_kernels
 from torch_gemm_cost.hardware.catalog import get_device

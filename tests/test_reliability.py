@@ -25,9 +25,9 @@ from test_untouched import FailsInside, assert_same, mixed_state, snapshot
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-from torch_gemm_cost.capture.core import CaptureError
 
 import torch_gemm_cost as tgc
+from torch_gemm_cost.capture.core import CaptureError
 from torch_gemm_cost.hardware.dtypes import DTYPES
 from torch_gemm_cost.predict import GemmBatch, default_predictor
 from torch_gemm_cost.predict.query import load_weights

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch_gemm_cost.capture.core import module_types_of
 
 from torch_gemm_cost import GemmSite, OtherOp, get_device
 from torch_gemm_cost.advise import padding_advice
+from torch_gemm_cost.capture.core import module_types_of
 from torch_gemm_cost.predict import RooflinePredictor
 from torch_gemm_cost.predict.price import GemmEstimate, OpEstimate, estimate_gemms, total_ms
 from torch_gemm_cost.records import alignment_bytes

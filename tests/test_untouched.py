@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.modules.module as module_globals
 from torch import nn
-from torch_gemm_cost.capture.core import CaptureError
 
 import torch_gemm_cost as tgc
+from torch_gemm_cost.capture.core import CaptureError
 
 _HOOK_DICTS = (
     "_forward_hooks",
