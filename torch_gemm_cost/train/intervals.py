@@ -607,7 +607,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seconds": round(time.perf_counter() - t0, 1),
             "torch_version": torch.__version__,
             "python_version": platform.python_version(),
-            "scores": "benchmarks/results/intervals.md (each chip held out of the calibration)",
         })
     out = cal.save(args.out)
     print(f"wrote {out}: {len(cal.buckets)} buckets, level terms "

@@ -17,20 +17,20 @@ add one per kernel-library family (features.FAMILIES): strided-batched SGEMM run
 every shape (A100: 128x128, Pascal: 128x64), and GPUs of a family share it, so a held-out A100
 or P4 inherits it; a family never seen gets the shared preference alone. Non-batched GEMMs keep
 the shared preference only: there cuBLAS picks by shape, which a constant per family cannot
-follow (it misled DeepBench's n = 8..32 shapes on P100 by 3x).
+follow.
 
 launch is one fitted floor per timing (TIMINGS) with an offset per data source. A
 kernel-timed floor is the GPU's own time for its smallest GEMM, a fixed count of SM clocks (CTA
 start, the first tiles' round trip, the epilogue), so it scales as 1 / boost clock: the median
 of aiconfigurator's bf16 GEMMs of at most 2^20 FLOPs (kernel time) is 4.00 µs on the A100, 2.69
-on the H200 and 2.19 on the L40S, 5,300-5,600 clocks each, and 4,200 clocks on the B200
-(``benchmarks/weight_streaming.py``). An event- or table-timed floor is the host's and does not.
+on the H200 and 2.19 on the L40S, 5,300-5,600 clocks each, and 4,200 clocks on the B200. An
+event- or table-timed floor is the host's and does not.
 
 NB: the chosen tile is an envelope over plausible kernels, not always the kernel cuBLAS runs.
 
 Every stage is a batched torch function (see tiles, cache, intensity, mlp), so one call predicts
 thousands of GEMMs and training backpropagates through the whole chain. Ablations are switches of
-the same class, so benchmarks swap them in one line.
+the same class.
 """
 
 from __future__ import annotations
@@ -422,8 +422,8 @@ class HybridPredictor(Estimator):
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
         # Except on the large-tile engine (Hopper on): its only rows are the B200's tables,
-        # powers of two from 256, whose preference for 256-wide tiles then priced an H200's
-        # decode GEMMs (m < 64) as 256-row tiles, 1.45x too slow; there the fastest tile stands.
+        # powers of two from 256, whose preference for 256-wide tiles would price decode GEMMs
+        # (m < 64) as 256-row tiles; there the fastest tile stands.
         batched = (geo["b"] > 1.0).long()
         learned = (x.engine != ENGINES.index("mma_large")).to(log_td.dtype).unsqueeze(1)
         family_pref = p["tile_pref_family"][x.family, x.engine] * float(self.per_family)
@@ -528,7 +528,7 @@ class HybridPredictor(Estimator):
         per further pass (about a DRAM round trip, which the next pass waits on), and the 3
         bytes an element (2 read, 1 written) cross DRAM on top. Both times are in microseconds,
         not clocks: they are latencies. aiconfigurator's fp8 rows read at N -> 0 show the steps
-        at K = 2048 · j (``benchmarks/fp8_cast.py``).
+        at K = 2048 · j.
         """
         sp = torch.nn.functional.softplus
         # NB: a stand-in of one element where none is cast, so no 0/0 reaches a gradient
