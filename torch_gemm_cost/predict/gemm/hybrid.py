@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from ...hardware.catalog import DeviceSpec, get_device
+from ...suggest import check_choice, unknown
 from ..base import Estimator, GemmBatch, Prediction, read_fitted
 from ..base import inv_softplus as _inv_softplus
 from ..intervals import gemm_interval
@@ -139,12 +140,9 @@ class HybridPredictor(Estimator):
         balance: str = "chip",
         name: str | None = None,
     ) -> None:
-        if loss not in ("log", "mse"):
-            raise ValueError(f"loss must be 'log' or 'mse', got {loss!r}")
-        if balance not in ("chip", "group"):
-            raise ValueError(f"balance must be 'chip' or 'group', got {balance!r}")
-        if default_timing not in TIMINGS:
-            raise ValueError(f"default_timing must be one of {TIMINGS}, got {default_timing!r}")
+        check_choice("loss", loss, ("log", "mse"))
+        check_choice("balance", balance, ("chip", "group"))
+        check_choice("default_timing", default_timing, TIMINGS)
         self.use_cache = use_cache
         self.use_instr = use_instr
         self.use_mlp = use_mlp
@@ -592,9 +590,7 @@ class HybridPredictor(Estimator):
         """Predicted time per GEMM on ``device``. ``timing`` chooses the launch overhead added
         ("kernel": GPU time only, the default; "event": CUDA events around the torch op)."""
         device = get_device(device)
-        timing = timing or self.default_timing
-        if timing not in TIMINGS:
-            raise ValueError(f"unknown timing {timing!r}; known: {', '.join(TIMINGS)}")
+        timing = check_choice("timing", timing or self.default_timing, TIMINGS)
         table = self._device_table(device)
         size = len(gemms)
         peaks = table.peak_flops_per_s[0, gemms.dtype_index]
@@ -641,7 +637,7 @@ class HybridPredictor(Estimator):
         dev = torch.tensor([index[g] for g in measured.gpu], dtype=torch.long)
         for t in set(measured.timing):
             if t not in TIMINGS:
-                raise ValueError(f"unknown timing {t!r} in measured rows; known: {TIMINGS}")
+                raise ValueError(f"measured rows: {unknown('timing', t, TIMINGS)}")
         launch = torch.tensor([TIMINGS.index(t) for t in measured.timing], dtype=torch.long)
         source = torch.tensor([SOURCES.index(s) if s in SOURCES else -1 for s in measured.source],
                               dtype=torch.long)
