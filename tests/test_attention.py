@@ -758,13 +758,13 @@ def test_fp8_kv_conversion_by_kernel() -> None:
 
 
 def test_bad_calls_name_the_value_and_a_good_one() -> None:
-    with pytest.raises(ValueError, match="'prefil'.*did you mean 'prefill'"):
+    with pytest.raises(ValueError, match=r"^unknown phase 'prefil'; did you mean 'prefill'\?$"):
         AttentionCall("prefil", batch=1, q_len=1, kv_len=1, heads=1, kv_heads=1, head_dim=8)
     with pytest.raises(ValueError, match="nearest kv_heads that divides it is 4"):
         AttentionCall("decode", batch=1, q_len=1, kv_len=8, heads=12, kv_heads=5, head_dim=8)
     with pytest.raises(ValueError, match="kv_len must be at least 9"):
         AttentionCall("prefill", batch=1, q_len=9, kv_len=8, heads=1, kv_heads=1, head_dim=8)
-    with pytest.raises(ValueError, match="'fa22'.*did you mean 'fa2'"):
+    with pytest.raises(ValueError, match=r"^unknown kernel 'fa22'; did you mean 'fa2'\?$"):
         AttentionCall("decode", batch=1, q_len=1, kv_len=8, heads=1, kv_heads=1, head_dim=8,
                       kernel="fa22")
     with pytest.raises(TypeError, match="cache_write must be True or False, got 'no'"):
@@ -794,8 +794,9 @@ def test_loader_reads_good_rows(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("column,value,message", [
     ("gpu", "a100_sxm4_80g", "unknown device 'a100_sxm4_80g'.*a100_sxm4_80gb"),
-    ("phase", "decod", "'decod' is not one of.*did you mean 'decode'"),
-    ("kernel", "vllm_flash_atn", "unknown kernel 'vllm_flash_atn'.*'vllm_flash_attn'"),
+    ("phase", "decod", r"unknown phase 'decod'; did you mean 'decode'\?"),
+    ("kernel", "vllm_flash_atn", (r"unknown kernel 'vllm_flash_atn'; did you mean "
+                                  r"'vllm_flash_attn', 'vllm_flash_attn_fa4', 'vllm_flash_attn_fa3'\?")),
     ("batch", "2.5", "expected an integer, got '2.5'"),
     ("kv_len", "0", "expected an integer ≥ 1, got 0"),
     ("kv_heads", "5", "5 does not divide heads 12"),

@@ -41,9 +41,9 @@ def tiny_gpt2(tmp_path) -> str:
     [
         (["--hf-config", GPT2, "--batch", "0"], "--batch must be at least 1, got 0"),
         (["--hf-config", GPT2, "--task", "foo"],
-         "argument --task: 'foo' is not a task; the tasks: auto, causal-lm,"),
+         "argument --task: unknown task 'foo'; one of 'auto', 'causal-lm', 'seq2seq',"),
         (["--hf-config", GPT2, "--task", "image-clss"],
-         "'image-clss' is not a task; did you mean 'image-cls'"),
+         "argument --task: unknown task 'image-clss'; did you mean 'image-cls', 'image-text'?"),
         (["--hf-config", GPT2, "--task", "image-cls"],
          ("--task image-cls does not fit GPT2Config; tasks that fit: causal-lm, seq-cls, "
           "token-cls, pretraining")),

@@ -144,9 +144,14 @@ def test_defaults_follow_the_usual_node():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"collective": "allreduce"}, "'allreduce'; nearest: 'all_reduce'"),
-        ({"collective": "all-gather"}, "nearest: 'all_gather'"),
-        ({"topology": "nvswitch"}, "unknown topology 'nvswitch'"),
+        ({"collective": "allreduce"},
+         "unknown collective 'allreduce'; did you mean 'all_reduce'?"),
+        # matched as spelled with '_' for '-'
+        ({"collective": "all-gather"},
+         "unknown collective 'all-gather'; did you mean 'all_gather'?"),
+        # none near: the topologies of an a100_sxm4_80gb
+        ({"topology": "nvswitch"},
+         "unknown topology 'nvswitch'; one of 'dgx', 'pairwise_nvlink', 'node'."),
         ({"device": "l40s", "topology": "dgx"}, "l40s has no NVSwitch node; nearest: 'node'"),
         ({"device": "l40s", "topology": "pairwise_nvlink"}, "no NVLink to bridge"),
         ({"size_bytes": 0}, "got 0; nearest good: 1"),

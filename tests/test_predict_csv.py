@@ -374,7 +374,7 @@ def test_vec_and_attention_rows_name_their_bad_column(tmp_path, capsys):
                                                                    "float16", "8", "4096", "", ""]])
     assert main(["predict-csv", str(src), "--out", str(tmp_path / "o.csv")]) == 2
     assert ("vec.csv line 3: column 'op': unknown op 'rms_norm'; did you mean "
-            "'rms_norm_fused'?") in capsys.readouterr().err
+            "'rms_norm_fused', 'layer_norm'?") in capsys.readouterr().err
     header = ["gpu", "phase", "batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
               "window", "dtype", "kv_dtype"]
     bad = _write(tmp_path / "att.csv", header,
@@ -383,7 +383,7 @@ def test_vec_and_attention_rows_name_their_bad_column(tmp_path, capsys):
     out = tmp_path / "o.csv"
     assert main(["predict-csv", str(bad), "--out", str(out), "--skip-bad"]) == 0
     errors = [r[-1] for r in _read(out)[1:]]
-    assert "did you mean 'prefill'?" in errors[0]
+    assert errors[0] == "column 'phase': unknown phase 'prefil'; did you mean 'prefill'?"
     assert errors[1] == "column 'head_dim': expected an integer, got '6x'"
 
 

@@ -343,9 +343,14 @@ def test_set_params_checks_what_it_is_given_and_keeps_the_weights() -> None:
     assert model.params_ is weights
     with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) 'step' of HybridPredictor"):
         model.set_params(step=3)
-    with pytest.raises(ValueError, match="default_timing must be one of"):
+    with pytest.raises(ValueError,
+                       match=r"^unknown default_timing 'wall'; one of 'kernel', 'event', 'table'\.$"):
         model.set_params(default_timing="wall")
     assert model.default_timing == "event"  # a refused change changes nothing
+    # 'evnt' is 'event' less one letter: 2·4/9 = 0.89; 'kernel' and 'table' fall under 0.6
+    with pytest.raises(ValueError, match=r"^unknown timing 'evnt'; did you mean 'event'\?$"):
+        model.predict(GemmBatch.from_dims(m=[8], n=[8], k=[8], dtype="float32"), "tesla_t4",
+                      timing="evnt")
 
 
 @pytest.mark.parametrize(

@@ -147,7 +147,8 @@ def test_bf16_on_a_bf16_device_does_not_warn():
         ({"m": "big"}, r"^m must be an integer or an array of integers, got 'big'"),
         ({"m": True}, r"^m must be an integer"),
         ({"m": [1, 2], "n": [1, 2, 3]}, r"do not broadcast.*m\(2,\), n\(3,\)"),
-        ({"op": "gemm_XX"}, r"unknown op 'gemm_XX'; known: .*gemm_NN"),
+        ({"op": "gemm_XX"},
+         r"^unknown op 'gemm_XX'; did you mean 'gemm_TN', 'gemm_NT', 'gemm_NN'\?$"),
     ],
 )
 def test_bad_dims_and_ops_name_the_value(kw, message):

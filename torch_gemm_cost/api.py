@@ -9,7 +9,6 @@ report, which renders what it is handed.
 from __future__ import annotations
 
 import collections
-import difflib
 import itertools
 import logging
 import os
@@ -35,6 +34,7 @@ from .predict.profile import profile_predictor
 from .records import GemmSite, OtherOp, extract, optimizer_ops
 from .records.types import FusedKernel
 from .report import Comparison, CostReport
+from .suggest import check_choice
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
 
@@ -204,8 +204,8 @@ def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
     targets = [resolve_target(d) for d in _as_list(devices, "devices")]
     native = _model_dtype(model)
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
-    _check_choice("mode", mode, MODES)
-    _check_choice("capture_method", capture_method, CAPTURE_METHODS)
+    check_choice("mode", mode, MODES)
+    check_choice("capture_method", capture_method, CAPTURE_METHODS)
     for target, cd in itertools.product(targets, cds):
         # fp8 without fp8 units: ValueError naming both; bf16 without bf16 tensor cores warns
         check_dtype_on_device(target.spec, cd)
@@ -288,14 +288,6 @@ def _model_dtype(model: torch.nn.Module) -> torch.dtype:
         if p.dtype.is_floating_point:
             counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
     return max(counts, key=counts.__getitem__) if counts else torch.float32
-
-
-def _check_choice(what: str, value: Any, choices: Sequence[str]) -> None:
-    if value in choices:
-        return
-    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.3)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"{what} must be one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
 
 
 def _as_list(values: Any, what: str) -> list[Any]:

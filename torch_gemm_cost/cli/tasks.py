@@ -18,12 +18,12 @@ first task that builds the config's model type.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..suggest import unknown
 from . import UsageError
 
 __all__ = ["ATTENTIONS", "AUTO", "DEFAULT_SEQ", "SDPA", "TASKS", "Sizes", "Task", "build",
@@ -257,9 +257,7 @@ def check_task(name: str) -> str:
     names = [AUTO, *TASKS]
     if name in names:
         return name
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
-    hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
-    raise UsageError(f"{name!r} is not a task; {hint}the tasks: {', '.join(names)}")
+    raise UsageError(unknown("task", name, names))
 
 
 def _classes(task: Task, model_type: str) -> tuple[str, ...]:

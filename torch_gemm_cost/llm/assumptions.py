@@ -29,10 +29,9 @@ def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization:
         "a layer (reshape_and_cache_flash); no copy of the attention output (FlashAttention "
         "writes the token-major layout o_proj reads); the lm_head on the sampled tokens only."),
         (f"Attention: {kernel}, the kernel vLLM runs on this device for this head size and KV "
-        "dtype, priced by the fused-attention model (fitted on vLLM's kernels, each GPU held "
-        "out: benchmarks/results/attention.md) with a cold L2; a prefill step's chunks against "
-        "their own context (varlen). FlashAttention 3's varlen schedule is planned once a "
-        "step by vLLM's metadata builder (aot_schedule, get_scheduler_metadata), not in each "
+        "dtype, priced by the fused-attention model (fitted on vLLM's kernels) with a cold L2; "
+        "a prefill step's chunks against their own context (varlen). FlashAttention 3's varlen "
+        "schedule is planned once a step by vLLM's metadata builder (aot_schedule, get_scheduler_metadata), not in each "
         "layer's call; that one small kernel a step is not priced."),
         ("CUDA graphs in decode (vLLM's default, docs.vllm.ai Optimization and Tuning) and a "
         "host that runs ahead in prefill: each kernel costs its own GPU time, at least its "

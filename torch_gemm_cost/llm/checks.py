@@ -3,15 +3,15 @@ named with the nearest good one."""
 
 from __future__ import annotations
 
-import difflib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from ..hardware.catalog import DeviceSpec, is_cpu
 from ..hardware.dtypes import ComputeDtype, resolve_dtype
 from ..hardware.target import Target, resolve_target
 from ..predict.attention.sdpa import runs_fused_attention
+from ..suggest import check_choice
 from .shape import ServingShape
 from .weights import FP8_DTYPE, WEIGHT_FORMATS
 
@@ -77,7 +77,7 @@ def check_weights(weights: Any, spec: DeviceSpec, cd: ComputeDtype) -> str | Non
     if weights in ("bf16", "fp16", "bfloat16", "float16") and resolve_dtype(weights) == cd:
         return None
     fmt = "fp8" if weights in ("fp8", FP8_DTYPE, "e4m3") else weights
-    fmt = _check_choice("weights", fmt, WEIGHT_FORMATS)
+    fmt = check_choice("weights format", fmt, WEIGHT_FORMATS)
     if fmt == "fp8" and not spec.supports(FP8_DTYPE):
         have = [k for k, v in spec.peak_flops if v is not None]
         raise ValueError(f"weights='fp8' needs fp8 tensor cores; {spec.id} ({spec.name}) "
@@ -109,14 +109,6 @@ def _check_int(name: str, value: Any, low: int) -> int:
         raise ValueError(f"{name} must be an integer of at least {low}, got {value!r}; "
                          f"nearest good: {near}")
     return value
-
-
-def _check_choice(name: str, value: str, good: Sequence[str]) -> str:
-    if value in good:
-        return value
-    close = difflib.get_close_matches(str(value), list(good), n=1, cutoff=0.0)
-    raise ValueError(f"{name} must be one of {', '.join(map(repr, good))}, got {value!r}; "
-                     f"nearest: {close[0]!r}")
 
 
 def _check_batches(batches: Any, budget: int) -> tuple[int, ...]:

@@ -24,7 +24,8 @@ import torch
 
 from ..hardware.catalog import DeviceSpec, get_device
 from ..hardware.dtypes import resolve_dtype
-from ..predict.attention.calls import PHASES, AttentionBatch, _closest
+from ..predict.attention.calls import PHASES, AttentionBatch
+from ..suggest import unknown
 from .table import RowError, Table, read_table
 
 __all__ = [
@@ -142,8 +143,7 @@ class _RowChecker:
     def phase(self, i: int, phase: str) -> bool:
         """Whether the row decodes."""
         if phase not in PHASES:
-            raise self.bad(i, "phase", f"{phase!r} is not one of {PHASES}; did you mean "
-                                       f"{_closest(phase, PHASES)!r}?")
+            raise self.bad(i, "phase", unknown("phase", phase, PHASES))
         return phase == "decode"
 
     def kernel(self, i: int, kernel: str) -> str:
@@ -151,8 +151,7 @@ class _RowChecker:
         if not kernel:
             return "auto"
         if kernel not in KERNEL_OF:
-            raise self.bad(i, "kernel", f"unknown kernel {kernel!r}; did you mean "
-                                        f"{_closest(kernel, sorted(KERNEL_OF))!r}?")
+            raise self.bad(i, "kernel", unknown("kernel", kernel, sorted(KERNEL_OF)))
         return KERNEL_OF[kernel]
 
     def sizes(self, i: int, texts: Sequence[str], decode: bool) -> tuple[int, ...]:

@@ -402,7 +402,7 @@ def load_all_gemms(
     data_dir: Path | str = DEFAULT_DATA_DIR, own_dirs: Iterable[Path | str] = DEFAULT_OWN_DIRS
 ) -> MeasuredGemms:
     """Every measured GEMM of ``data_dir`` and of each of ``own_dirs`` (folders in the same
-    layout, such as the ones ``benchmarks/measure_gpu.py`` writes), in that order."""
+    layout, such as a measuring run on one's own GPU writes), in that order."""
     return MeasuredGemms.concat([load_gemms(d) for d in (data_dir, *own_dirs)])
 
 

@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-# what this project measured itself, in the same layout (benchmarks/data/README.md): one H200
+# measured rows kept in the repository in the same layout: one H200
 DEFAULT_OWN_DIRS: tuple[Path, ...] = (
     Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200",
 )

@@ -12,7 +12,6 @@ fused), or, without one, its dtype (16-bit: vidur's).
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ import torch
 from ..hardware.catalog import DeviceSpec, get_device
 from ..hardware.dtypes import resolve_dtype
 from ..predict.ops import FUSED_ALIASES, FUSED_OPS, VEC_OPS, measured_op_times_ms
+from ..suggest import unknown
 from .table import RowError, Table, read_table
 
 __all__ = ["REQUIRED", "MeasuredOps", "read_vec", "read_vec_file", "vec_times_ms"]
@@ -90,8 +90,7 @@ def read_vec(table: Table, idx: Sequence[int] | None = None, *, device: DeviceSp
                 raise bad("gpu", str(e)) from None
         op = cols["op"][j]
         if op not in _KNOWN:
-            close = difflib.get_close_matches(op, _KNOWN, n=1, cutoff=0.0)
-            raise bad("op", f"unknown op {op!r}; did you mean {close[0]!r}?")
+            raise bad("op", unknown("op", op, _KNOWN))
         text = cols["dtype"][j]
         if text not in dtypes:
             try:

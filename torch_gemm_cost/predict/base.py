@@ -3,7 +3,7 @@
 Every model implements ``predict(batch, device) -> Prediction`` on its own batch record: the GEMM
 predictors (roofline, hybrid, each ablation, a calibrated device's own: ``Predictor``) on a
 ``GemmBatch``, the attention model on an ``AttentionBatch``, the op cost model on an ``OpBatch``.
-A ``Prediction`` is the same record whichever model made it, so callers and benchmarks swap
+A ``Prediction`` is the same record whichever model made it, so callers swap
 predictors in one line and read times, intervals and what bounds each item alike.
 
 A predictor fitted to measurements is also an ``Estimator``, scikit-learn's contract:

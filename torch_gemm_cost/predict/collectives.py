@@ -65,7 +65,6 @@ with the shipped weights on any device ``resolve_target`` takes.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -78,6 +77,7 @@ import torch
 
 from ..hardware.catalog import DeviceLike, DeviceSpec
 from ..hardware.target import resolve_target
+from ..suggest import nearest, unknown
 from .base import Prediction, read_fitted
 from .registry import SHIPPED, check_format, load_shipped, shipped_path
 
@@ -568,10 +568,9 @@ class CollectivePredictor:
 
 
 # ---------------------------------------------------------------- the public question
-def _nearest(value: Any, good: Sequence[str]) -> str:
-    close = difflib.get_close_matches(str(value).lower().replace("-", "_"), list(good), n=1,
-                                      cutoff=0.0)
-    return close[0] if close else good[0]
+def _unknown(kind: str, value: Any, good: Sequence[str]) -> str:
+    """``suggest.unknown`` with ``value`` matched as spelled lower case, '-' as '_'."""
+    return unknown(kind, value, good, close=nearest(str(value).lower().replace("-", "_"), good))
 
 
 def topologies_of(spec: DeviceSpec) -> tuple[str, ...]:
@@ -591,15 +590,13 @@ def check_call(spec: DeviceSpec, collective: str, *, size_bytes: float, num_gpus
     device's usual node, and as many GPUs a node as it holds. Each error names the bad value and
     the nearest good one."""
     if collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r}; nearest: "
-                         f"{_nearest(collective, COLLECTIVES)!r} (one of {', '.join(COLLECTIVES)})")
+        raise ValueError(_unknown("collective", collective, COLLECTIVES))
     if timing not in TIMINGS:
-        raise ValueError(f"unknown timing {timing!r}; nearest: {_nearest(timing, TIMINGS)!r}")
+        raise ValueError(_unknown("timing", timing, TIMINGS))
     good_topo = topologies_of(spec)
     topo = "node" if topology is None else topology
     if topo not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {topology!r}; nearest: {_nearest(topo, good_topo)!r} "
-                         f"(valid on {spec.id}: {', '.join(good_topo)})")
+        raise ValueError(_unknown("topology", topology, good_topo))
     if topo not in good_topo:
         why = ("has no NVSwitch node" if topo == "dgx" else "has no NVLink to bridge in pairs")
         raise ValueError(f"topology {topo!r}: {spec.id} {why}; nearest: {good_topo[0]!r} "

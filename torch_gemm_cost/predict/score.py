@@ -1,7 +1,7 @@
 """How far predicted times fall from measured ones: absolute percentage errors, summarised.
 
-Training, calibration and the benchmarks score predictors with these, so a MAPE means the same
-everywhere: the mean of |predicted − measured| / measured over the rows, as a fraction.
+Training and calibration score predictors with these, so a MAPE means the same everywhere: the
+mean of |predicted − measured| / measured over the rows, as a fraction.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ reduction dim and FLOPs = 2·batch·m·n·k.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import overload
@@ -15,6 +14,7 @@ from typing import overload
 import torch
 
 from ..hardware.dtypes import DTYPES, ComputeDtype, resolve_dtype
+from ..suggest import unknown
 
 __all__ = [
     "DTYPE_NAMES",
@@ -91,9 +91,7 @@ def operand_leads(op: str) -> tuple[int, int, int]:
     layout = OP_LAYOUT.get(op, op if op in LAYOUT_LEADS else None)
     if layout is None:
         known = sorted(set(OP_LAYOUT) | set(LAYOUT_LEADS))
-        close = difflib.get_close_matches(str(op), known, n=2, cutoff=0.5)
-        hint = f". Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"unknown op {op!r}; known: {', '.join(known)}{hint}")
+        raise ValueError(unknown("op", op, known))
     a, b, c = ("mnk".index(d) for d in LAYOUT_LEADS[layout])
     return a, b, c
 

@@ -6,8 +6,7 @@
 The data is aiconfigurator's (ai-dynamo/aiconfigurator, Copyright NVIDIA, Apache-2.0): vLLM's
 attention kernels on A100-SXM4-80GB, H200, B200 and L40S, prefill and decode, bf16 and fp8 KV,
 timed per call with CUDA events. The shipped fit uses every row (a seeded sample per group); the
-scores it records are in-sample. Held-out scores, each GPU left out in turn, come from
-``benchmarks/attention.py``. The weights also carry an interval calibration
+scores it records are in-sample. The weights also carry an interval calibration
 (``fit_attention_intervals``): the residuals of fits that left each GPU out, so the training
 fits five times.
 
@@ -224,7 +223,7 @@ def train_attention(data_dir: str | Path, *, command: str = "", **hyper: Any
         "python_version": platform.python_version(),
         "metrics": {
             "note": "in-sample: fitted on every GPU listed, scored warm as measured, calls of "
-                    f"{MIN_MS} ms or more; held-out scores are in benchmarks/results/attention.md",
+                    f"{MIN_MS} ms or more",
             "min_ms": MIN_MS,
             "overall_group_mape": round(_overall(scores), 4),
             "groups": [s.as_dict() for s in scores],

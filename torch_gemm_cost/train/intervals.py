@@ -58,6 +58,7 @@ from ..predict.intervals import (
     quantile_at,
     resolve_bucket,
 )
+from ..suggest import check_choice
 from .gemm import chip_of, leave_one_chip_out
 
 __all__ = [
@@ -133,8 +134,7 @@ def gemm_residuals(measured: MeasuredGemms, pred_ms: torch.Tensor, held_out: str
     skipped). ``held_out`` says what each row's fit left out: ``"chip"`` (every board of its
     chip: ``family_seen`` or ``family_unseen``) or ``"board"`` (that board alone: ``chip_seen``
     where another board of its chip was measured, else as for a chip)."""
-    if held_out not in ("chip", "board"):
-        raise ValueError(f"held_out must be 'chip' or 'board', got {held_out!r}")
+    check_choice("held_out", held_out, ("chip", "board"))
     if pred_ms.shape != (len(measured),):
         raise ValueError(f"predictions have shape {tuple(pred_ms.shape)}, the measured rows "
                          f"({len(measured)},): they must be the same rows in the same order")
@@ -607,7 +607,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seconds": round(time.perf_counter() - t0, 1),
             "torch_version": torch.__version__,
             "python_version": platform.python_version(),
-            "scores": "benchmarks/results/intervals.md (each chip held out of the calibration)",
         })
     out = cal.save(args.out)
     print(f"wrote {out}: {len(cal.buckets)} buckets, level terms "

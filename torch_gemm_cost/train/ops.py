@@ -189,8 +189,9 @@ def fit_fused_ops(rows: FusedRows, steps: int = 600, lr: float = 0.05
     η is the memory system's: what a streaming kernel draws of the datasheet bandwidth does not
     depend on the op it computes. An op that runs below that share on one GPU is held back by
     its SM side (its own loads in flight), and that β carries to a GPU whose DRAM is faster.
-    One η per op let the A40's RMSNorm (about 0.6 of its bandwidth, where SiLU·mul and add reach
-    0.79-0.83) pass as DRAM-bound, and the A100, held out, came out about 1.8x too fast."""
+    One η per op would let an op held back by its SM side pass as DRAM-bound (the A40's RMSNorm
+    draws about 0.6 of its bandwidth, where SiLU·mul and add draw 0.79-0.83) and price it too
+    fast on a GPU whose DRAM is faster."""
     if not len(rows):
         raise ValueError("no measured fused-op rows to fit")
     ops = sorted(set(rows.op))
@@ -232,7 +233,7 @@ class VecRow:
 
 def load_vec(data_dir: str | Path, own_dirs: Sequence[str | Path] = ()) -> list[VecRow]:
     """Rows of ``vec/neusight.csv.gz``, and of ``vec/tgc-vec.csv.gz`` in each of ``own_dirs``
-    (the same ops, measured by ``benchmarks/measure_gpu.py``), with their bytes and their GPU's
+    (the same ops, measured on one's own GPU in the same layout), with their bytes and their GPU's
     DRAM bandwidth."""
     path = Path(data_dir) / "vec" / "neusight.csv.gz"
     if not path.is_file():

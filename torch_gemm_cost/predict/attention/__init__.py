@@ -73,81 +73,65 @@ working set that fits in the L2 stays there between runs (``warm_l2``): on an L4
 0.86 TB/s of DRAM) a decode over 67 MB of KV cache runs at 1.5 TB/s and one over 134 MB at
 0.6 TB/s. Inside a model every layer reads other K/V, so predictions default to a cold L2.
 
-**Time.** Per CTA: a fixed chain in SM-cycles (prologue, epilogue), its Q load, and per key
-block the larger (soft max) of its compute (tensor cores ⊕ softmax, and with an fp8 KV cache
-the conversion its kernel does on the SM: ``fp8_converted``) and its traffic plus a per-block
-latency. How far the MMAs and the softmax overlap, and how long a CTA's setup is, follow the
-kernel's schedule (``KernelTraits.warp_specialized``): FlashAttention 3 and TensorRT-LLM run
-producer and consumer warps over asynchronous MMAs and overlap one tile's softmax with
-another's MMAs, while FlashAttention 2, FlashInfer's sm80 template and the Triton kernels issue
-``mma.sync`` and run the softmax in the same warps, so the two add up. Each schedule has its
-own overlap exponent and setup cycles; every fold fits the synchronous exponent at 1.07-1.17
-(about a sum) and the specialized one at 2.3-3.3. Pricing the chain in µs, one overlap for all
-kernels, made FlashAttention 2's decode on the L40S, held out, 1.17x slow (its unit of work
-takes 4.7 µs there as on the A100, but the L40S does half the A100's bf16 MMA work per
-SM-cycle, so its chain is shorter in µs); with the schedules and the chain in cycles its
-held-out decode went from 20.2% to 11.8% MAPE, and every GPU's held-out MAPE fell
-(``benchmarks/results/attention.md``). A key block that some row of the tile sees only in part (the
-causal diagonal, a window's left edge, the ragged end of the keys) has its scores masked
-element by element on the SM: SM-cycles per pair of such a block (``masked_blocks``). A CTA
-retires once its O store is issued, so the store holds an SM in the grid's last wave alone.
-Both moved the held-out L40S prefill from 19.8% to 16.1% MAPE: its windowed prefill of more
-than 128 tokens, whose tiles run two or three key blocks, all of them masked, came out at a
-median 1.19x (FlashAttention 2) and 1.21x (FlashInfer) of its measured time, now 1.13x and
-1.04x. A CTA's traffic runs at its SM's L2 port (shared by
-the CTAs resident on the SM), and what comes from DRAM at the CTA's share of the chip's DRAM
-bandwidth among the CTAs that run at once, no faster than the port: a grid that fills the
-SMs gets an SM's share each, but a decode of a few long MHA sequences (vLLM's FlashAttention 2
-splits no MHA decode) streams each CTA's keys faster. On an L40S that took held-out MHA
-decode from 48% to 24% MAPE (32 CTAs over 268 MB ran at 743 GB/s, where an SM's share,
-1/142 of the DRAM, priced them at 190 GB/s).
-The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft max of the
-grid and the chip-wide DRAM and L2 roofs; a launch floor comes on top, and each small kernel
-the call runs beside its main one (a split-KV combine, FlashAttention 2's GQA copies and
+**Time.** Per CTA: a fixed chain in SM-cycles (prologue, epilogue), its Q load, and per key block
+the larger (soft max) of its compute (tensor cores ⊕ softmax, and with an fp8 KV cache the
+conversion its kernel does on the SM: ``fp8_converted``) and its traffic plus a per-block latency.
+How far the MMAs and the softmax overlap, and how long a CTA's setup is, follow the kernel's
+schedule (``KernelTraits.warp_specialized``): FlashAttention 3 and TensorRT-LLM run producer and
+consumer warps over asynchronous MMAs and overlap one tile's softmax with another's MMAs, while
+FlashAttention 2, FlashInfer's sm80 template and the Triton kernels issue ``mma.sync`` and run the
+softmax in the same warps, so the two add up. Each schedule has its own overlap exponent and setup
+cycles: the synchronous exponent sits near 1 (about a sum), the specialized one between 2 and 3
+(closer to a max). The chain is counted in SM-cycles, not µs: a unit of work takes 4.7 µs on the
+L40S as on the A100, though the L40S does half the A100's bf16 MMA work per SM-cycle, so a chain in
+µs cannot serve both. A key block that some row of the tile sees only in part (the causal diagonal,
+a window's left edge, the ragged end of the keys) has its scores masked element by element on the
+SM: SM-cycles per pair of such a block (``masked_blocks``). A CTA retires once its O store is
+issued, so the store holds an SM in the grid's last wave alone. Both weigh most where a tile runs
+few key blocks, all of them masked: a windowed prefill of more than 128 tokens runs two or three a
+tile. A CTA's traffic runs at its SM's L2 port (shared by the CTAs resident on the SM), and what
+comes from DRAM at the CTA's share of the chip's DRAM bandwidth among the CTAs that run at once, no
+faster than the port: a grid that fills the SMs gets an SM's share each, but a decode of a few long
+MHA sequences (vLLM's FlashAttention 2 splits no MHA decode) streams each CTA's keys faster. On an
+L40S, 32 CTAs streaming 268 MB run at 743 GB/s, where an SM's share of the DRAM (1/142) would give
+them 190 GB/s. The grid takes max(⌈CTAs / SMs⌉ · mean CTA, longest CTA); the kernel takes the soft
+max of the grid and the chip-wide DRAM and L2 roofs; a launch floor comes on top, and each small
+kernel the call runs beside its main one (a split-KV combine, FlashAttention 2's GQA copies and
 FlashAttention 3's schedule: ``side_kernels``) costs a count of SM clocks, as the GEMM model's
-kernel floor does: the copies' measured step is 8,648 clocks on the A100 and 9,032 on the L40S
-for two of them (``benchmarks/results/attention.md``), and every held-out fit puts the
-constant at 4,600-5,000.
-Where a kernel's launch sizes it to run r CTAs an SM at once (``resident_ctas``:
-FlashInfer's prefill kernel, two where two fit in an SM's shared memory), the r CTAs of the
-busiest SM (at most ⌈CTAs / SMs⌉) share its tensor cores, softmax units and bandwidth but
-overlap their latency chains: a wave of r · SMs CTAs takes one fixed chain and one per-block
-latency, and r times each CTA's compute and traffic. On an L40S this took FlashInfer's held-out
-decode at 16 waves or more from 1.36-1.38x too slow to 1.00-1.07x.
+kernel floor does: the two copies add about 8,600-9,000 SM clocks on the A100 and the L40S, about
+4,600-5,000 clocks each. Where a kernel's launch sizes it to run r CTAs an SM at once
+(``resident_ctas``: FlashInfer's prefill kernel, two where two fit in an SM's shared memory), the r
+CTAs of the busiest SM (at most ⌈CTAs / SMs⌉) share its tensor cores, softmax units and bandwidth
+but overlap their latency chains: a wave of r · SMs CTAs takes one fixed chain and one per-block
+latency, and r times each CTA's compute and traffic.
 
-**The KV-cache write.** A serving engine's attention layer first writes the new tokens' K and V
-into its paged cache, then runs the kernel: vLLM's ``reshape_and_cache_flash``, one CTA per
-token, reads q_len · kv_heads · d · 2 elements in the compute dtype and writes them in the cache
-dtype (quantizing them when the cache is fp8). The measured calls time the layer's ``forward``,
-write included (aiconfigurator's ``collector/vllm/collect_attn.py`` calls ``impl.forward``
-with the new K and V), and it is what a prefill pays on top of its kernel: at a fixed count of
-query heads the measured prefill grows with the KV heads, whose K/V blocks the kernel reads
-from the L2 either way (``benchmarks/results/attention.md``). The write runs at a fitted share
-of DRAM bandwidth (or the L2's when it fits, warm), with a fitted SM-time per token and, into
-an fp8 cache, per element (``kv_cache_write_s``). ``AttentionCall.cache_write`` switches it
-off where no paged cache is written (PyTorch's SDPA).
+**The KV-cache write.** A serving engine's attention layer first writes the new tokens' K and V into
+its paged cache, then runs the kernel: vLLM's ``reshape_and_cache_flash``, one CTA per token, reads
+q_len · kv_heads · d · 2 elements in the compute dtype and writes them in the cache dtype
+(quantizing them when the cache is fp8). The measured calls time the layer's ``forward``, write
+included (aiconfigurator's ``collector/vllm/collect_attn.py`` calls ``impl.forward`` with the new K
+and V), and it is what a prefill pays on top of its kernel: at a fixed count of query heads the
+measured prefill grows with the KV heads, whose K/V blocks the kernel reads from the L2 either way.
+The write runs at a fitted share of DRAM bandwidth (or the L2's when it fits, warm), with a fitted
+SM-time per token and, into an fp8 cache, per element (``kv_cache_write_s``).
+``AttentionCall.cache_write`` switches it off where no paged cache is written (PyTorch's SDPA).
 
 Every fitted constant is physical and shared by all GPUs: device facts come from
 ``devices.get_device``.
 
-NB: what a kernel does beyond its structure in ``KERNELS`` is not modelled, and shows when a GPU
-is held out (``benchmarks/results/attention.md`` measures each): FlashAttention 3 runs a
-persistent scheduler too, but its producer loads a tile's V only after the previous tile's
-epilogue has freed the shared memory V shares with O (``barrier_O`` in
+NB: what a kernel does beyond its structure in ``KERNELS`` is not modelled: FlashAttention 3 runs a
+persistent scheduler too, but its producer loads a tile's V only after the previous tile's epilogue
+has freed the shared memory V shares with O (``barrier_O`` in
 ``hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp``), so the model credits it no prefetch; its decode
 spends about twice the per-(sequence, KV head) SM-time of TensorRT-LLM's (4 µs against 2 µs);
-TensorRT-LLM's context kernels run persistent as well, but prefill tiles run many key blocks
-each and crediting them the prefetch made the held-out prefill worse, so they are priced
-launched one CTA per tile. FlashAttention 3's fp8-KV path on the H200 reaches 0.49 of DRAM
-bandwidth in decode against 0.81 in bf16, and the fastest event-timed call differs by GPU and
-kernel (6-11 µs) where the model has one launch floor. A decode split 64 ways or more takes
-1.2-1.75x its predicted time held out (medians: FlashAttention 2 1.75x on the A100 and 1.60x on
-the L40S, FlashAttention 3 1.22x, TensorRT-LLM 1.59x), whether a combine kernel merges its
-splits (FlashAttention) or the kernel itself (TensorRT-LLM); FlashInfer's on the L40S 1.16x
-(its planner's split, PrefillSplitQOKVIndptr, is not modelled; pricing it split more fit
-worse); a cost per merged split fitted no better.
-Calls with more than ``exact_tiles`` query tiles have their key blocks summed on a sample of
-tiles (within about 2%).
+TensorRT-LLM's context kernels run persistent as well, but prefill tiles run many key blocks each,
+over which a prefetch hides little, so they are priced launched one CTA per tile. FlashAttention 3's
+fp8-KV path on the H200 reaches 0.49 of DRAM bandwidth in decode against 0.81 in bf16, and the
+fastest event-timed call differs by GPU and kernel (6-11 µs) where the model has one launch floor. A
+decode split 64 ways or more runs slower than priced: the cost of merging many splits, by a combine
+kernel (FlashAttention) or in the kernel itself (TensorRT-LLM), is not modelled, nor is FlashInfer's
+planner's split (PrefillSplitQOKVIndptr). Calls with more than ``exact_tiles`` query tiles have
+their key blocks summed on a sample of tiles (within about 2%).
 
 Every function here is a pure batched tensor function; shapes are (N,) unless marked. The
 package's modules, one job each: ``kernels`` (each kernel's traits, which kernel runs, its

@@ -3,7 +3,6 @@ tensors (``AttentionBatch``)."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -11,13 +10,10 @@ import torch
 
 from ...hardware.catalog import DeviceSpec
 from ...hardware.dtypes import resolve_dtype
+from ...suggest import check_choice
 from .kernels import KERNEL_CHOICES, vllm_kernel
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
-
-def _closest(value: str, options: Sequence[str]) -> str:
-    close = difflib.get_close_matches(value, list(options), n=1, cutoff=0.0)
-    return close[0] if close else options[0]
 
 
 @dataclass(frozen=True)
@@ -57,12 +53,8 @@ class AttentionCall:
     scheduled: bool = False
 
     def __post_init__(self) -> None:
-        if self.phase not in PHASES:
-            raise ValueError(f"phase {self.phase!r} is not one of {PHASES}; "
-                             f"did you mean {_closest(str(self.phase), PHASES)!r}?")
-        if self.kernel not in KERNEL_CHOICES:
-            raise ValueError(f"kernel {self.kernel!r} is not one of {KERNEL_CHOICES}; "
-                             f"did you mean {_closest(str(self.kernel), KERNEL_CHOICES)!r}?")
+        check_choice("phase", self.phase, PHASES)
+        check_choice("kernel", self.kernel, KERNEL_CHOICES)
         for name in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -183,8 +183,8 @@ def gqa_copy_kernels(b: AttentionBatch, kernels: Sequence[str]) -> torch.Tensor:
     same way. ``reshape`` returns a view only where the strides allow one, which a transposed
     tensor's do only when a dimension it merges is 1: with more than one sequence and more than
     one KV head both reshapes copy (``KernelTraits.copies_packed_gqa``), wherever ``pack_gqa``
-    packs the group. The measurements show the two copies as a step from batch 1 to 2 in that
-    layout alone (``benchmarks/results/attention.md``).
+    packs the group. The measured calls show the two copies as a step from batch 1 to 2 in that
+    layout alone.
     """
     copies = torch.tensor([KERNELS[k].copies_packed_gqa for k in kernels], dtype=torch.bool)
     swapped = (pack_gqa(b, kernels) > 0) & (b.heads > b.kv_heads)

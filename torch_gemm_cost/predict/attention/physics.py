@@ -125,7 +125,7 @@ def attention_time(b: AttentionBatch, geo: AttentionGeometry, dev: DeviceColumns
     # vLLM's Triton kernel is priced per pair in SM-cycles alone: its tl.dot tiles (16 query
     # rows in decode) do not bind at the tensor cores' rate, and it reaches the same FLOPs per
     # SM-cycle on the B200 and the L40S (226 and 208 in its compute-bound prefill), whose
-    # tensor peaks per SM-cycle differ 7.6x (``benchmarks/results/attention.md``)
+    # tensor peaks per SM-cycle differ 7.6x
     triton = family == FAMILIES.index("triton")
     mma_cycles = torch.where(
         triton, torch.zeros_like(pairs),

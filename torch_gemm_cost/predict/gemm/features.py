@@ -33,10 +33,10 @@ __all__ = [
 # Which sustained-efficiency parameter (the share of its datasheet peak) a (device, dtype) pair
 # uses. NVIDIA tensor cores run tf32, fp16, bf16 and fp8 on one MMA pipeline whose rate the
 # datasheet scales by precision, and cuBLAS keeps about the same share of each: an H200's large
-# aligned Linear GEMMs ran at 0.79 (bf16), 0.75 (fp16), 0.79 (tf32) and 0.72 (fp8) of peak
-# (benchmarks/data/h200). So they share "tensor_float", fitted on every NVIDIA tensor-core row,
-# and a precision measured on few GPUs (bf16, fp8, tf32 on a B200 alone) borrows the level the
-# fp16 rows of four others set. AMD's matrix cores do not keep one share: an MI300X's large GEMMs
+# aligned Linear GEMMs ran at 0.79 (bf16), 0.75 (fp16), 0.79 (tf32) and 0.72 (fp8) of peak.
+# So they share "tensor_float", fitted on every NVIDIA tensor-core row, and a precision measured
+# on few GPUs (bf16, fp8, tf32 on a B200 alone) borrows the level the fp16 rows of four others
+# set. AMD's matrix cores do not keep one share: an MI300X's large GEMMs
 # ran at 0.43 (bf16), 0.66 (fp8) and 0.36 (tf32) of peak, so each AMD precision keeps its own,
 # fp16 and bf16 sharing "amd_half" (same rate on CDNA 2 and 3).
 PEAK_KEYS: tuple[str, ...] = ("fp64", "fp32", "fp32_matrix", "tensor_float", "amd_half",

@@ -17,20 +17,20 @@ add one per kernel-library family (features.FAMILIES): strided-batched SGEMM run
 every shape (A100: 128x128, Pascal: 128x64), and GPUs of a family share it, so a held-out A100
 or P4 inherits it; a family never seen gets the shared preference alone. Non-batched GEMMs keep
 the shared preference only: there cuBLAS picks by shape, which a constant per family cannot
-follow (it misled DeepBench's n = 8..32 shapes on P100 by 3x).
+follow.
 
 launch is one fitted floor per timing (TIMINGS) with an offset per data source. A
 kernel-timed floor is the GPU's own time for its smallest GEMM, a fixed count of SM clocks (CTA
 start, the first tiles' round trip, the epilogue), so it scales as 1 / boost clock: the median
 of aiconfigurator's bf16 GEMMs of at most 2^20 FLOPs (kernel time) is 4.00 µs on the A100, 2.69
-on the H200 and 2.19 on the L40S, 5,300-5,600 clocks each, and 4,200 clocks on the B200
-(``benchmarks/weight_streaming.py``). An event- or table-timed floor is the host's and does not.
+on the H200 and 2.19 on the L40S, 5,300-5,600 clocks each, and 4,200 clocks on the B200. An
+event- or table-timed floor is the host's and does not.
 
 NB: the chosen tile is an envelope over plausible kernels, not always the kernel cuBLAS runs.
 
 Every stage is a batched torch function (see tiles, cache, intensity, mlp), so one call predicts
 thousands of GEMMs and training backpropagates through the whole chain. Ablations are switches of
-the same class, so benchmarks swap them in one line.
+the same class.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from ...hardware.catalog import DeviceSpec, get_device
+from ...suggest import check_choice, unknown
 from ..base import Estimator, GemmBatch, Prediction, read_fitted
 from ..base import inv_softplus as _inv_softplus
 from ..intervals import gemm_interval
@@ -139,12 +140,9 @@ class HybridPredictor(Estimator):
         balance: str = "chip",
         name: str | None = None,
     ) -> None:
-        if loss not in ("log", "mse"):
-            raise ValueError(f"loss must be 'log' or 'mse', got {loss!r}")
-        if balance not in ("chip", "group"):
-            raise ValueError(f"balance must be 'chip' or 'group', got {balance!r}")
-        if default_timing not in TIMINGS:
-            raise ValueError(f"default_timing must be one of {TIMINGS}, got {default_timing!r}")
+        check_choice("loss", loss, ("log", "mse"))
+        check_choice("balance", balance, ("chip", "group"))
+        check_choice("default_timing", default_timing, TIMINGS)
         self.use_cache = use_cache
         self.use_instr = use_instr
         self.use_mlp = use_mlp
@@ -422,8 +420,8 @@ class HybridPredictor(Estimator):
         # NB: libraries do not always run the fastest tile (cuBLAS's fp32 bmm keeps 128x128 for
         # tiny matrices); a learned preference per engine and candidate shifts the choice.
         # Except on the large-tile engine (Hopper on): its only rows are the B200's tables,
-        # powers of two from 256, whose preference for 256-wide tiles then priced an H200's
-        # decode GEMMs (m < 64) as 256-row tiles, 1.45x too slow; there the fastest tile stands.
+        # powers of two from 256, whose preference for 256-wide tiles would price decode GEMMs
+        # (m < 64) as 256-row tiles; there the fastest tile stands.
         batched = (geo["b"] > 1.0).long()
         learned = (x.engine != ENGINES.index("mma_large")).to(log_td.dtype).unsqueeze(1)
         family_pref = p["tile_pref_family"][x.family, x.engine] * float(self.per_family)
@@ -528,7 +526,7 @@ class HybridPredictor(Estimator):
         per further pass (about a DRAM round trip, which the next pass waits on), and the 3
         bytes an element (2 read, 1 written) cross DRAM on top. Both times are in microseconds,
         not clocks: they are latencies. aiconfigurator's fp8 rows read at N -> 0 show the steps
-        at K = 2048 · j (``benchmarks/fp8_cast.py``).
+        at K = 2048 · j.
         """
         sp = torch.nn.functional.softplus
         # NB: a stand-in of one element where none is cast, so no 0/0 reaches a gradient
@@ -592,9 +590,7 @@ class HybridPredictor(Estimator):
         """Predicted time per GEMM on ``device``. ``timing`` chooses the launch overhead added
         ("kernel": GPU time only, the default; "event": CUDA events around the torch op)."""
         device = get_device(device)
-        timing = timing or self.default_timing
-        if timing not in TIMINGS:
-            raise ValueError(f"unknown timing {timing!r}; known: {', '.join(TIMINGS)}")
+        timing = check_choice("timing", timing or self.default_timing, TIMINGS)
         table = self._device_table(device)
         size = len(gemms)
         peaks = table.peak_flops_per_s[0, gemms.dtype_index]
@@ -641,7 +637,7 @@ class HybridPredictor(Estimator):
         dev = torch.tensor([index[g] for g in measured.gpu], dtype=torch.long)
         for t in set(measured.timing):
             if t not in TIMINGS:
-                raise ValueError(f"unknown timing {t!r} in measured rows; known: {TIMINGS}")
+                raise ValueError(f"measured rows: {unknown('timing', t, TIMINGS)}")
         launch = torch.tensor([TIMINGS.index(t) for t in measured.timing], dtype=torch.long)
         source = torch.tensor([SOURCES.index(s) if s in SOURCES else -1 for s in measured.source],
                               dtype=torch.long)

@@ -11,9 +11,9 @@ Loads can also cost issue slots inside the SM. ``narrow_loads`` counts a GEMM's 
 instructions at the copy width NVIDIA's kernel libraries actually use: they ship matrix kernels
 for 16-byte and 4-byte copies (CUTLASS ``align8``/``align2`` for 16-bit types) and, below 4
 bytes, one element per load; one kernel serves A, B and C, so the narrowest operand decides, and
-an 8-byte alignment runs a 4-byte kernel. On an H200 (``benchmarks/data/h200``) bf16 Linear
-layers at m ≥ 2048 sustain about 790 TFLOP/s with every operand aligned to 16 bytes, 265 at 4 or
-8 bytes and 106–142 at 2 bytes, and the misaligned ones ran Ampere and Turing kernels
+an 8-byte alignment runs a 4-byte kernel. On an H200 bf16 Linear layers at m ≥ 2048 sustain
+about 790 TFLOP/s with every operand aligned to 16 bytes, 265 at 4 or 8 bytes and 106–142 at 2
+bytes, and the misaligned ones ran Ampere and Turing kernels
 (``cutlass_80_…_align2``, ``cutlass_75_…_align1``): their time follows the load count once it
 outgrows the MMA time. The hybrid makes these loads a roof of their own below 16 bytes
 (hybrid.py); m = 1 or n = 1 runs GEMV kernels, which peel misaligned rows and stay exempt.

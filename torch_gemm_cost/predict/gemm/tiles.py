@@ -43,10 +43,9 @@ TILES: dict[str, tuple[tuple[int, int], ...]] = {
                   (128, 256), (256, 256)),
 }
 # Most CTAs one SM runs at a time, per engine. An SGEMM CTA keeps its SM's FMA pipes busy alone, so
-# SIMT waves count one tile per SM: on NeuSight's fp32 bmm rows, where cuBLAS runs one kernel for
-# every shape (A100: 128x128, Pascal: 128x64), time ≈ floor + waves·(c·k + c0) fits to 4.6%
-# (A100-40GB) and 4.9% (P100) MAPE with waves over the SM count, against 14% and 7.5% with two
-# CTAs per SM.
+# SIMT waves count one tile per SM: where cuBLAS runs one kernel for every shape (A100: 128x128,
+# Pascal: 128x64), the time of fp32 bmm follows floor + waves·(c·k + c0) with waves counted as one
+# CTA per SM, not two.
 MAX_CTAS: dict[str, int] = {"simt": 1, "mma": 4, "mma_large": 4}
 # Split-K options per tile: 1 (none) or 0, meaning "fill the machine": the largest power of two
 # that keeps the split tiles in one wave (≤ slots / tiles), at most 64 and keeping k/split ≥ 128.
