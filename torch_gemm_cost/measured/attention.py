@@ -26,7 +26,7 @@ from ..hardware.catalog import DeviceSpec, get_device
 from ..hardware.dtypes import resolve_dtype
 from ..predict.attention.calls import PHASES, AttentionBatch
 from ..suggest import unknown
-from .table import RowError, Table, read_table
+from .table import OnDevices, RowError, Table, read_table
 
 __all__ = [
     "ATTENTION_COLUMNS",
@@ -61,7 +61,7 @@ KERNEL_OF: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class MeasuredAttention:
+class MeasuredAttention(OnDevices):
     """Measured attention calls with their device, kernel and latency, one entry per row.
 
     ``devices`` holds the specs of ``gpu`` ids the catalog lacks (a spec file's device); every
@@ -74,13 +74,6 @@ class MeasuredAttention:
     kv_dtype: tuple[str, ...]  # as written in the data ("bfloat16", "fp8")
     latency_ms: torch.Tensor  # (N,) float64; NaN where not read
     devices: Mapping[str, DeviceSpec] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.gpu)
-
-    def device(self, gpu: str) -> DeviceSpec:
-        """The spec of a ``gpu`` id of these rows."""
-        return self.devices[gpu] if gpu in self.devices else get_device(gpu)
 
     @property
     def phase(self) -> tuple[str, ...]:

@@ -29,7 +29,14 @@ import torch
 from ..hardware.catalog import DeviceSpec, get_device
 from ..hardware.dtypes import DTYPES, resolve_dtype
 from ..records.types import DTYPE_NAMES, LAYOUT_LEADS, OP_LAYOUT, GemmBatch, alignment_bytes
-from .table import DEFAULT_DATA_DIR, DEFAULT_OWN_DIRS, RowError, Table, read_table
+from .table import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_OWN_DIRS,
+    OnDevices,
+    RowError,
+    Table,
+    read_table,
+)
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -57,7 +64,7 @@ PREDICTOR_TIMING: dict[str, str] = {"wall": "event", "event": "event"}
 
 
 @dataclass(frozen=True)
-class MeasuredGemms:
+class MeasuredGemms(OnDevices):
     """Measured GEMMs with their device, source, timing method and latency, one entry per row.
 
     ``devices`` holds the specs of ``gpu`` ids the catalog lacks or describes otherwise (a

@@ -10,9 +10,11 @@ from __future__ import annotations
 import csv
 import gzip
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..hardware.catalog import DeviceSpec, get_device
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -107,3 +109,18 @@ def read_table(path: Path | str) -> Table:
             f"{path} line {line}: unreadable as CSV text ({type(e).__name__}: {e})"
         ) from None
     return Table(path, tuple(h.strip() for h in header), tuple(rows), tuple(lines))
+
+
+class OnDevices:
+    """Measured rows that name their GPU by id (``gpu``, one per row); ``devices`` holds the
+    records of ids resolved beside the catalog (a spec file's), the rest come from it."""
+
+    gpu: tuple[str, ...]
+    devices: Mapping[str, DeviceSpec]
+
+    def __len__(self) -> int:
+        return len(self.gpu)
+
+    def device(self, gpu: str) -> DeviceSpec:
+        """The spec of a ``gpu`` id of these rows."""
+        return self.devices[gpu] if gpu in self.devices else get_device(gpu)

@@ -23,7 +23,7 @@ from ..hardware.catalog import DeviceSpec, get_device
 from ..hardware.dtypes import resolve_dtype
 from ..predict.ops import FUSED_ALIASES, FUSED_OPS, VEC_OPS, measured_op_times_ms
 from ..suggest import unknown
-from .table import RowError, Table, read_table
+from .table import OnDevices, RowError, Table, read_table
 
 __all__ = ["REQUIRED", "MeasuredOps", "read_vec", "read_vec_file", "vec_times_ms"]
 
@@ -34,7 +34,7 @@ _KNOWN = sorted(set(VEC_OPS) | _FUSED_NAMES)
 
 
 @dataclass(frozen=True)
-class MeasuredOps:
+class MeasuredOps(OnDevices):
     """Measured non-GEMM ops, one entry per row, with how each was timed (``fused``).
 
     ``devices`` holds the specs of ``gpu`` ids the catalog lacks (a spec file's device); every
@@ -51,13 +51,6 @@ class MeasuredOps:
     fused: tuple[bool, ...]  # a fused kernel, kernel-timed (vidur), else an event-timed op
     latency_ms: torch.Tensor  # (N,) float64; NaN where not read
     devices: Mapping[str, DeviceSpec] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.gpu)
-
-    def device(self, gpu: str) -> DeviceSpec:
-        """The spec of a ``gpu`` id of these rows."""
-        return self.devices[gpu] if gpu in self.devices else get_device(gpu)
 
 
 def read_vec(table: Table, idx: Sequence[int] | None = None, *, device: DeviceSpec | None = None,
