@@ -228,13 +228,20 @@ def gemm_rows(r: Results) -> list[Row]:
             pct(per_gpu[worst]), f"roofline {pct(roof_gpu[worst])}", src, cmd),
     ]
     aic, aic_roof = hyb["aiconfigurator_ge_0.01ms_mape"], roof["aiconfigurator_ge_0.01ms_mape"]
-    for dtype, label in (("bfloat16", "bf16"), ("float8_e4m3fn", "fp8")):
-        keys = sorted(k for k in aic if k.endswith(" " + dtype))
-        rows.append(Row(
-            f"vLLM's linear layers of 0.01 ms or more, {label}",
-            " / ".join(GPU_NAMES[k.split()[0]] for k in keys), "no",
-            " / ".join(pct(aic[k]) for k in keys),
-            "roofline " + " / ".join(pct(aic_roof[k]) for k in keys), src, cmd))
+    keys = sorted(k for k in aic if k.endswith(" bfloat16"))
+    rows.append(Row(
+        "vLLM's linear layers of 0.01 ms or more, bf16",
+        " / ".join(GPU_NAMES[k.split()[0]] for k in keys), "no",
+        " / ".join(pct(aic[k]) for k in keys),
+        "roofline " + " / ".join(pct(aic_roof[k]) for k in keys), src, cmd))
+    cli = r.md("fp8_heldout_cli")
+    fp8_rows = cli.table("").records()
+    rows.append(Row(
+        "the same, fp8, priced by `predict-csv` with held-out weights",
+        " / ".join(GPU_NAMES[x["gpu"]] for x in fp8_rows), "no",
+        " / ".join(cell_pct(x["hybrid MAPE (predict-csv)"]) for x in fp8_rows),
+        "roofline " + " / ".join(cell_pct(x["roofline MAPE"]) for x in fp8_rows),
+        cli.path, cli.command))
     fp8 = r.md("fp8_dispatch")
     in_fit = fp8.table("What knowing").row(predictor="in-sample")["MAPE"]
     rows.append(Row("the same, fp8, with its chip in the fit", "L40S", "yes", in_fit, "",
@@ -384,6 +391,8 @@ VERBATIM: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("collectives", ("All-reduce",)),
     ("intervals", ("Summary", "GEMMs per GPU", "Whole models per GPU")),
     ("spec_devices", None),
+    ("fp8_heldout_cli", None),
+    ("predict_csv_paths", None),
     ("fp8_dispatch", None),
     ("fp8_cast", None),
     ("weight_streaming", None),
