@@ -3,6 +3,9 @@
     torch-gemm-cost llm --hf-config llama3_8b.json --device h100_sxm5_80gb --dtype bf16 \\
         --prompt 2048 --gen 256 --batch 1,8,64 [--tp 2] [--weights int4] [--kv-dtype fp8]
 
+On a terminal each stage (building, capture, pricing a batch) is a line on stderr; --quiet
+hides them.
+
 The model is built on the meta device from its config: nothing is downloaded.
 """
 
@@ -11,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from . import UsageError, config_file
 
@@ -47,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens a forward pass holds, chunked prefill (default 8192)")
     p.add_argument("--memory-utilization", type=float, default=0.9,
                    help="share of GPU memory the engine uses (default 0.9, vLLM's)")
+    p.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
+                   help="most sequences the engine schedules at once (default 256, vLLM's "
+                   "max_num_seqs); larger batches are flagged")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="GEMM predictor: the package's default, or the pure roofline")
     p.add_argument("--layers", nargs="?", type=int, const=2, default=None, metavar="DEPTH",
@@ -55,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--assumptions", action="store_true", help="print what the plan assumes")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="write the plan as JSON (to stdout without PATH)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines on stderr (shown only when stderr is a terminal)")
     p.set_defaults(run=run)
 
     def error(message: str) -> NoReturn:  # one line, exit code 2, no usage dump
@@ -75,7 +85,22 @@ def _batches(text: str) -> list[int]:
     return values
 
 
-def run(args: argparse.Namespace) -> int:
+def progress_lines(stream: TextIO, tty: bool | None = None) -> Callable[[str], None] | None:
+    """Each stage of the plan as a line on ``stream`` with the seconds since the start, when
+    ``stream`` is a terminal (``tty`` None: ask it); None, showing nothing, otherwise."""
+    if not (stream.isatty() if tty is None else tty):
+        return None
+    t0 = time.perf_counter()
+
+    def show(message: str) -> None:
+        print(f"[{time.perf_counter() - t0:5.1f} s] {message}", file=stream, flush=True)
+
+    return show
+
+
+def run(args: argparse.Namespace, *, stderr_tty: bool | None = None) -> int:
+    """The plan as the arguments say; ``stderr_tty`` overrides whether stderr is a terminal,
+    which decides whether progress lines are shown."""
     from ..llm import format_llm_assumptions, format_llm_layers, format_llm_plan, plan_llm
     from ..predict import RooflinePredictor
 
@@ -89,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
                     weights=args.weights, kv_dtype=args.kv_dtype,
                     token_budget=args.token_budget,
                     memory_utilization=args.memory_utilization,
-                    predictor=RooflinePredictor() if args.predictor == "roofline" else None)
+                    max_num_seqs=args.max_num_seqs,
+                    predictor=RooflinePredictor() if args.predictor == "roofline" else None,
+                    progress=None if args.quiet else progress_lines(sys.stderr, stderr_tty))
     if args.json:
         text = json.dumps(plan.to_dict(), indent=2)
         if args.json == "-":

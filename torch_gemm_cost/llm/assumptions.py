@@ -8,17 +8,25 @@ from .weights import GROUP_SIZE, WEIGHT_BYTES
 __all__ = ["assumptions"]
 
 
-def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization: float
-                ) -> tuple[str, ...]:
+def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization: float,
+                max_num_seqs: int) -> tuple[str, ...]:
     """What a plan assumes, with its sources, in the order the plan prints them."""
     out = [
         ("Engine: vLLM's V1 engine. The batch's requests arrive together; their prompts are "
         f"prefilled first, in forward passes of at most {budget} tokens (chunked prefill, "
         "max_num_batched_tokens: 8192 is vLLM's default for its OpenAI server on H100-class "
         "GPUs, vllm/engine/arg_utils.py), then decoded together, one token per sequence a step."),
-        ("TTFT is the last request's first token: every prefill step. TPOT averages the gen - 1 "
-        "decode steps after it, as vLLM's benchmark_serving defines it ((latency - TTFT) / "
-        "(output tokens - 1)); decode attention is priced at "
+        (f"Scheduler: at most max_num_seqs = {max_num_seqs} sequences at once (vLLM's "
+        "max_num_seqs; 256 is its OpenAI server's default, raised to 1024 on GPUs of 70 GiB or "
+        "more but A100s in recent versions, vllm/engine/arg_utils.py). A batch above it is "
+        "flagged: vLLM would run max_num_seqs of its requests and queue the rest, which the "
+        "plan does not model."),
+        ("TTFT: a request's first token comes with the prefill pass that finishes its prompt. "
+        "TTFT mean averages that over the batch's requests, the figure serving benchmarks quote "
+        "(vLLM's benchmark_serving prints Mean, Median and P99 TTFT); TTFT max is the last "
+        "request's, every prefill pass. TPOT averages the gen - 1 decode steps after the first "
+        "token, as benchmark_serving defines it ((latency - TTFT) / (output tokens - 1)); the "
+        "batch's latency is TTFT max + (gen - 1) x TPOT. Decode attention is priced at "
         f"{DECODE_POINTS} KV lengths from prompt + 1 to prompt + gen - 1 and integrated by "
         "Simpson's rule."),
         ("Kernels: the model as torch.compile (inductor) fuses it, the residual add with "
@@ -63,7 +71,7 @@ def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization:
             "device's usual node. vLLM's custom all-reduce (small messages over NVLink) is "
             "faster than NCCL there and is not modelled.")
     out.append(
-        f"Memory: usable = {utilization:g} x the device's memory (vLLM's "
+        f"Memory: usable = {utilization:g} x the device's memory in bytes (vLLM's "
         "gpu_memory_utilization, default 0.9, docs.vllm.ai engine arguments). KV cache: 2 x "
         "layers x kv_heads x head_dim x (prompt + gen) x batch x bytes (a sliding-window layer "
         "holds its window; vLLM's 16-token blocks not rounded up). Activations: a forward of "

@@ -36,12 +36,14 @@ def check_device(device: Any) -> Target:
 
 
 def check_serving(full: ServingShape, prompt: int, gen: int, batches: Iterable[int] | int,
-                  token_budget: int, memory_utilization: float) -> tuple[int, ...]:
-    """The request sizes, the token budget and the memory share checked; the batch sizes to
-    plan, sorted, each once."""
+                  token_budget: int, memory_utilization: float, max_num_seqs: int
+                  ) -> tuple[int, ...]:
+    """The request sizes, the scheduler's limits and the memory share checked; the batch sizes
+    to plan, sorted, each once."""
     _check_int("prompt", prompt, 1)
     _check_int("gen", gen, 2)
     _check_int("token_budget", token_budget, 1)
+    _check_int("max_num_seqs", max_num_seqs, 1)
     if isinstance(memory_utilization, bool) or not isinstance(memory_utilization, (int, float)) \
             or not 0 < memory_utilization <= 1:
         raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization!r}; "

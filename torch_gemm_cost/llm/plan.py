@@ -16,7 +16,7 @@ Memory is in ``llm.memory``, the schedule of steps in ``llm.schedule``, what the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,7 +52,7 @@ from .model import config_key, config_of, meta_model
 from .pricing import PricedStep, comm_ms, price_step
 from .records import LlmPlanRow
 from .result import LlmPlan
-from .schedule import TOKEN_BUDGET, decode_contexts, prefill_steps
+from .schedule import MAX_NUM_SEQS, TOKEN_BUDGET, PrefillStep, decode_contexts, prefill_order
 from .shape import ServingShape, padded_vocab
 from .shard import shard_config
 from .step import Step, captured_step
@@ -73,7 +73,9 @@ def plan_llm(
     kv_dtype: str | None = None,
     token_budget: int = TOKEN_BUDGET,
     memory_utilization: float = MEMORY_UTILIZATION,
+    max_num_seqs: int = MAX_NUM_SEQS,
     predictor: Predictor | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> LlmPlan:
     """A serving plan of a causal LM on ``device`` for each batch size of ``batches``.
 
@@ -84,8 +86,13 @@ def plan_llm(
     None (the dtype), ``"int8"``, ``"int4"`` (weight-only) or ``"fp8"`` (weights and
     activations, on a device with fp8 tensor cores). ``kv_dtype``: None (the dtype) or
     ``"fp8"``. ``token_budget``: tokens a forward pass holds; ``memory_utilization``: the share
-    of the GPU's memory the engine uses. ``predictor``: the GEMM predictor (the default hybrid).
+    of the GPU's memory (``DeviceSpec.mem_bytes``) the engine uses; ``max_num_seqs``: the most
+    sequences the engine schedules at once, rows of larger batches flagged. ``predictor``: the
+    GEMM predictor (the default hybrid). ``progress``: called with a line on each stage
+    (building, capture, pricing a batch), for a caller to show; the plan itself prints nothing.
     """
+    say = progress or _silent
+    say("check: the device, the config and the sizes")
     target = check_device(device)
     spec = target.spec
     config = config_of(model_or_config)
@@ -93,7 +100,8 @@ def plan_llm(
     fmt = check_weights(weights, spec, cd)
     kv = check_kv_dtype(kv_dtype, cd)
     full = ServingShape.of(config)
-    sizes = check_serving(full, prompt, gen, batches, token_budget, memory_utilization)
+    sizes = check_serving(full, prompt, gen, batches, token_budget, memory_utilization,
+                          max_num_seqs)
     gpu_config = shard_config(config, tp)
     if tp > 1:  # fail before any capture if the node cannot hold the tensor-parallel group
         try:
@@ -101,34 +109,38 @@ def plan_llm(
         except ValueError as e:
             raise ValueError(f"tp={tp} on {spec.id}: {e}") from e
     key = config_key(gpu_config)
+    say(f"build: the {getattr(config, 'model_type', 'causal LM')} model on the meta device")
     model = meta_model(key, cd.name)
     pricer = StepPricer(key, spec, cd, kv, fmt, tp, full, ServingShape.of(gpu_config),
-                        predictor or profile_predictor(target) or default_predictor())
+                        predictor or profile_predictor(target) or default_predictor(), say)
     shape = pricer.shape
     held = weights_bytes(model, full.experts, fmt)
     vocab = padded_vocab(full.vocab)
     kv_seq = kv_cache_bytes(shape.windows, shape.kv_heads, shape.head_dim, prompt + gen, 1,
                             kv.in_bytes)
     fixed = token_budget * activation_bytes_per_token(shape, cd.in_bytes)
-    usable = memory_utilization * float(spec.mem_bytes or 0.0)
+    usable = memory_utilization * float(spec.mem_bytes or 0.0)  # bytes, as the spec gives them
     mid = prompt + gen // 2
     rows, reports = [], []
-    for b in sizes:
+    for i, b in enumerate(sizes, 1):
+        say(f"price: batch {b} ({i} of {len(sizes)}), prefill")
         pre = pricer.prefill(b, prompt, token_budget)
+        say(f"price: batch {b} ({i} of {len(sizes)}), decode")
         step, p = pricer.dense(b, b)
         attn_dec = sum(w * pricer.attention.decode(b, ctx)[0]
                        for ctx, w in decode_contexts(prompt, gen))
         comm_dec = pricer.comm_ms(b, b)
         tpot = p.dense_ms + attn_dec + comm_dec
-        request = pre.ttft_ms + (gen - 1) * tpot
+        request = pre.ttft_max_ms + (gen - 1) * tpot
         kv_bytes = kv_seq * b
         act = fixed + b * vocab * LOGIT_BYTES
         decode_bytes = p.weight_read_bytes + kv_cache_bytes(
             shape.windows, shape.kv_heads, shape.head_dim, mid, b, kv.in_bytes)
         rows.append(LlmPlanRow(
-            batch=b, ttft_ms=pre.ttft_ms, tpot_ms=tpot, tokens_per_s=b * gen / request * 1e3,
-            request_ms=request, weights_bytes=held, kv_cache_bytes=kv_bytes,
-            activation_bytes=act, fits=held + kv_bytes + act <= usable,
+            batch=b, ttft_mean_ms=pre.ttft_mean_ms, ttft_max_ms=pre.ttft_max_ms, tpot_ms=tpot,
+            tokens_per_s=b * gen / request * 1e3, request_ms=request, weights_bytes=held,
+            kv_cache_bytes=kv_bytes, activation_bytes=act, fits=held + kv_bytes + act <= usable,
+            above_max_num_seqs=b > max_num_seqs,
             prefill_steps=pre.steps, prefill_attention_ms=pre.attention_ms,
             prefill_comm_ms=pre.comm_ms, decode_attention_ms=attn_dec, decode_comm_ms=comm_dec,
             prefill_flops=pre.flops, decode_bytes=decode_bytes,
@@ -143,19 +155,21 @@ def plan_llm(
         usable_bytes=usable,
         max_batch=max_batch_fitting(usable, held, fixed, kv_seq + vocab * LOGIT_BYTES,
                                     token_budget),
-        rows=tuple(rows), attention_kernel=pricer.attention.kernel,
+        max_num_seqs=max_num_seqs, rows=tuple(rows), attention_kernel=pricer.attention.kernel,
         predictor=f"{getattr(pricer.predictor, 'name', type(pricer.predictor).__name__)} "
                   f"v{getattr(pricer.predictor, 'version', '')}",
         assumptions=assumptions(tp, fmt, pricer.attention.kernel, token_budget,
-                                memory_utilization),
+                                memory_utilization, max_num_seqs),
         decode_reports=tuple(reports))
 
 
 @dataclass(frozen=True)
 class Prefill:
-    """A batch's prompts prefilled: the time to the first token and what it is made of."""
+    """A batch's prompts prefilled: the time to the first token, mean over the batch's
+    requests and the last one's (every prefill pass), and what the passes are made of."""
 
-    ttft_ms: float
+    ttft_mean_ms: float
+    ttft_max_ms: float
     attention_ms: float
     comm_ms: float
     flops: float
@@ -169,15 +183,19 @@ class StepPricer:
 
     def __init__(self, key: str, spec: DeviceSpec, cd: ComputeDtype, kv: ComputeDtype,
                  fmt: str | None, tp: int, full: ServingShape, shape: ServingShape,
-                 predictor: Predictor) -> None:
+                 predictor: Predictor, say: Callable[[str], None] | None = None) -> None:
         self.key, self.spec, self.cd, self.kv, self.fmt, self.tp = key, spec, cd, kv, fmt, tp
         self.full, self.shape, self.predictor = full, shape, predictor
+        self.say = say or _silent
         self.costs: OpCostModel = load_op_costs()
         self.attention = ServingAttention(spec, shape, cd, kv)
         self._priced: dict[tuple[int, int], PricedStep] = {}
 
     def dense(self, tokens: int, sampled: int) -> tuple[Step, PricedStep]:
         """The step of ``tokens`` tokens sampling ``sampled``, and its price but attention."""
+        if (tokens, sampled) not in self._priced:
+            self.say(f"capture: a forward pass of {tokens} token{'s' * (tokens > 1)}, "
+                     f"sampling {sampled}")
         step = captured_step(self.key, self.cd.name, tokens, sampled)
         if (tokens, sampled) not in self._priced:
             self._priced[(tokens, sampled)] = price_step(step, self.spec, self.predictor,
@@ -190,20 +208,32 @@ class StepPricer:
                        tokens, sampled)
 
     def prefill(self, batch: int, prompt: int, token_budget: int) -> Prefill:
-        """Every prefill step of ``batch`` prompts under the token budget, summed."""
-        ttft = attn = comm = flops = roof = 0.0
-        steps = prefill_steps(batch, prompt, token_budget)
+        """Every prefill pass of ``batch`` prompts under the token budget, in order: a
+        request's first token comes at the end of the pass that finishes its prompt."""
+        clock = first_tokens = attn = comm = flops = roof = 0.0
+        order = prefill_order(batch, prompt, token_budget)
+        priced: dict[PrefillStep, tuple[float, float, float, float, float]] = {}
+        for step in order:
+            if step not in priced:
+                priced[step] = self._prefill_pass(step)
+            ms, a_ms, c_ms, f, r = priced[step]
+            clock += ms
+            first_tokens += step[1] * clock  # the requests whose prompt this pass finishes
+            attn += a_ms
+            comm += c_ms
+            flops += f
+            roof += r
+        return Prefill(first_tokens / batch, clock, attn, comm, flops, roof, len(order))
+
+    def _prefill_pass(self, step: PrefillStep) -> tuple[float, float, float, float, float]:
+        """One prefill pass: (ms, attention ms, collectives ms, FLOPs, roofline ms)."""
+        tokens, sampled, chunks = step
+        _, p = self.dense(tokens, sampled)
+        a_ms, a_flops = self.attention.prefill(chunks)
+        c_ms = self.comm_ms(tokens, sampled)
         peak = self.spec.peak_flops_per_s(self.cd)
-        for (tokens, sampled, chunks), count in steps.items():
-            _, p = self.dense(tokens, sampled)
-            a_ms, a_flops = self.attention.prefill(chunks)
-            c_ms = self.comm_ms(tokens, sampled)
-            ttft += count * (p.dense_ms + a_ms + c_ms)
-            attn += count * a_ms
-            comm += count * c_ms
-            flops += count * (p.flops + a_flops)
-            roof += count * (p.roofline_ms + a_flops / peak * 1e3)
-        return Prefill(ttft, attn, comm, flops, roof, sum(steps.values()))
+        return (p.dense_ms + a_ms + c_ms, a_ms, c_ms, p.flops + a_flops,
+                p.roofline_ms + a_flops / peak * 1e3)
 
 
 def decode_report(step: Step, p: PricedStep, spec: DeviceSpec, predictor: Predictor,
@@ -238,3 +268,7 @@ def _layer_of(module: str, layers: int) -> int:
         if part.isdigit() and int(part) < layers:
             return int(part)
     return 0
+
+
+def _silent(message: str) -> None:
+    """No progress shown."""

@@ -19,17 +19,22 @@ __all__ = ["LlmPlanRecord", "LlmPlanRow"]
 class LlmPlanRow:
     """One batch size of a serving plan: its latencies, throughput and memory, per GPU.
 
-    ``ttft_ms`` is the prefill of the batch's prompts, chunked under the token budget: the time
-    until the last request's first token. ``tpot_ms`` is one decode step averaged over the
-    ``gen - 1`` steps after the first token, as the KV cache grows from ``prompt`` to
-    ``prompt + gen`` tokens; ``request_ms`` = ttft + (gen − 1)·tpot, and ``tokens_per_s`` is
-    the batch's generated tokens over it. Memory is per GPU: the weights (quantized sizes, group
-    scales included), the KV cache at ``prompt + gen`` tokens, and the activation workspace;
-    ``fits`` compares their sum with the usable share of the GPU's memory.
+    The batch's prompts are prefilled in passes of at most the token budget; a request's time
+    to first token ends with the pass that finishes its prompt. ``ttft_mean_ms`` is the mean
+    over the batch's requests, the TTFT serving benchmarks quote (vLLM's benchmark_serving:
+    "Mean TTFT"); ``ttft_max_ms``, the last request's, is every prefill pass. ``tpot_ms`` is
+    one decode step averaged over the ``gen - 1`` steps after the first token, as the KV cache
+    grows from ``prompt`` to ``prompt + gen`` tokens; ``request_ms`` = ttft_max + (gen − 1)·tpot,
+    the batch's latency, and ``tokens_per_s`` is the batch's generated tokens over it. Memory is
+    per GPU: the weights (quantized sizes, group scales included), the KV cache at
+    ``prompt + gen`` tokens, and the activation workspace; ``fits`` compares their sum with the
+    usable share of the GPU's memory. ``above_max_num_seqs``: the batch is larger than the
+    plan's ``max_num_seqs``, the most sequences the engine schedules at once.
     """
 
     batch: int
-    ttft_ms: float
+    ttft_mean_ms: float
+    ttft_max_ms: float
     tpot_ms: float
     tokens_per_s: float
     request_ms: float
@@ -37,6 +42,7 @@ class LlmPlanRow:
     kv_cache_bytes: int
     activation_bytes: int
     fits: bool
+    above_max_num_seqs: bool
     prefill_steps: int  # forward passes of at most the token budget each
     prefill_attention_ms: float  # of ttft_ms
     prefill_comm_ms: float  # of ttft_ms: the tensor-parallel all-reduces and logit gathers
@@ -44,7 +50,7 @@ class LlmPlanRow:
     decode_comm_ms: float  # of tpot_ms
     prefill_flops: float  # per GPU: the GEMMs' and the attention's
     decode_bytes: float  # per GPU and decode step: weights read, KV cache read at mid context
-    roofline_ttft_ms: float  # prefill FLOPs over the dense peak of each GEMM's dtype
+    roofline_ttft_ms: float  # prefill FLOPs over each GEMM dtype's dense peak: of ttft_max_ms
     roofline_tpot_ms: float  # decode bytes over the DRAM bandwidth
 
     @property
@@ -56,7 +62,9 @@ class LlmPlanRow:
 @dataclass(frozen=True)
 class LlmPlanRecord:
     """A serving plan of one model on one device: a row per batch size, ``max_batch`` (the
-    largest batch whose memory fits, from the HBM arithmetic), and what the plan assumes.
+    largest batch whose memory fits, from the HBM arithmetic), ``max_num_seqs`` (the most
+    sequences the engine schedules at once; rows above it are flagged), and what the plan
+    assumes.
 
     ``decode_reports`` holds each row's decode step (mid context) as a ``CostReport`` of one
     GPU. ``LlmPlan`` (``llm.result``) is this record with its text.
@@ -72,8 +80,9 @@ class LlmPlanRecord:
     gen: int
     token_budget: int
     memory_utilization: float
-    usable_bytes: float  # per GPU: memory_utilization × the device's memory
+    usable_bytes: float  # per GPU: memory_utilization × the device's memory in bytes (mem_bytes)
     max_batch: int
+    max_num_seqs: int
     rows: tuple[LlmPlanRow, ...]
     attention_kernel: str  # the attention kernel structure the plan prices (vLLM's choice)
     predictor: str
@@ -105,6 +114,7 @@ class LlmPlanRecord:
             "memory_utilization": self.memory_utilization,
             "usable_bytes": self.usable_bytes,
             "max_batch": self.max_batch,
+            "max_num_seqs": self.max_num_seqs,
             "attention_kernel": self.attention_kernel,
             "predictor": self.predictor,
             "rows": [{**asdict(r), "memory_bytes": r.memory_bytes} for r in self.rows],

@@ -5,22 +5,29 @@ from __future__ import annotations
 
 from collections import Counter
 
-__all__ = ["DECODE_POINTS", "TOKEN_BUDGET", "decode_contexts", "prefill_steps"]
+__all__ = ["DECODE_POINTS", "MAX_NUM_SEQS", "TOKEN_BUDGET", "PrefillStep", "decode_contexts",
+           "prefill_order", "prefill_steps"]
 
 TOKEN_BUDGET = 8192  # tokens a forward pass holds (vLLM's max_num_batched_tokens)
+# sequences the scheduler runs at once (vLLM's max_num_seqs; its OpenAI server's default
+# outside GPUs of 70 GiB or more, where recent versions raise it to 1024)
+MAX_NUM_SEQS = 256
 DECODE_POINTS = 5  # context lengths a plan prices decode attention at (Simpson's rule)
 
 
-def prefill_steps(batch: int, prompt: int, budget: int) -> Counter[tuple[int, int, tuple[
-        tuple[int, int], ...]]]:
-    """The forward passes that prefill ``batch`` prompts of ``prompt`` tokens under a token
-    budget, sequence after sequence, a prompt split where a pass fills: (tokens, sequences that
-    finish their prompt in it, ((chunk tokens, context after the chunk), ...)) -> how many.
+PrefillStep = tuple[int, int, tuple[tuple[int, int], ...]]  # (tokens, finished, chunks)
 
-    >>> dict(prefill_steps(3, 3000, 8192))
-    {(8192, 2, ((3000, 3000), (3000, 3000), (2192, 2192))): 1, (808, 1, ((808, 3000),)): 1}
+
+def prefill_order(batch: int, prompt: int, budget: int) -> list[PrefillStep]:
+    """The forward passes that prefill ``batch`` prompts of ``prompt`` tokens under a token
+    budget, in the order they run: sequence after sequence, a prompt split where a pass fills;
+    each (tokens, sequences that finish their prompt in it, ((chunk tokens, context after the
+    chunk), ...)). A sequence's first token is sampled at the end of the pass that finishes it.
+
+    >>> prefill_order(3, 3000, 8192)
+    [(8192, 2, ((3000, 3000), (3000, 3000), (2192, 2192))), (808, 1, ((808, 3000),))]
     """
-    steps: Counter[tuple[int, int, tuple[tuple[int, int], ...]]] = Counter()
+    steps: list[PrefillStep] = []
     seq, done = 0, 0
     while seq < batch:
         room, finished, chunks = budget, 0, []
@@ -31,8 +38,17 @@ def prefill_steps(batch: int, prompt: int, budget: int) -> Counter[tuple[int, in
             chunks.append((take, done))
             if done == prompt:
                 seq, done, finished = seq + 1, 0, finished + 1
-        steps[(budget - room, finished, tuple(chunks))] += 1
+        steps.append((budget - room, finished, tuple(chunks)))
     return steps
+
+
+def prefill_steps(batch: int, prompt: int, budget: int) -> Counter[PrefillStep]:
+    """``prefill_order``'s passes counted: each distinct pass -> how many times it runs.
+
+    >>> dict(prefill_steps(3, 3000, 8192))
+    {(8192, 2, ((3000, 3000), (3000, 3000), (2192, 2192))): 1, (808, 1, ((808, 3000),)): 1}
+    """
+    return Counter(prefill_order(batch, prompt, budget))
 
 
 def decode_contexts(prompt: int, gen: int, points: int = DECODE_POINTS

@@ -35,28 +35,41 @@ def format_llm_assumptions(plan: LlmPlanRecord) -> str:
     return "\n".join(["assumptions:", *(f"- {line}" for line in plan.assumptions)])
 
 
+GIB = 2**30  # memory is shown in GiB, the unit GPU memory sizes are binary in
+
+
 def plan_table(plan: LlmPlanRecord) -> str:
     from tabulate import tabulate
 
-    body = [[r.batch, r.ttft_ms, r.tpot_ms, r.tokens_per_s, r.request_ms,
-             r.roofline_ttft_ms, r.roofline_tpot_ms, r.weights_bytes / 1e9,
-             r.kv_cache_bytes / 1e9, r.activation_bytes / 1e9,
-             "yes" if r.fits else "NO"] for r in plan.rows]
-    headers = ["batch", "TTFT ms", "TPOT ms", "tokens/s", "request ms", "roof TTFT",
-               "roof TPOT", "weights GB", "KV GB", "act GB", "fits"]
-    fmt = ("", ".2f", ".3f", ".0f", ".1f", ".2f", ".3f", ".2f", ".2f", ".2f", "")
-    return tabulate(body, headers=headers, floatfmt=fmt)
+    body = [[f"{r.batch}*" if r.above_max_num_seqs else str(r.batch), r.ttft_mean_ms,
+             r.ttft_max_ms, r.tpot_ms, r.tokens_per_s, r.request_ms, r.roofline_ttft_ms,
+             r.roofline_tpot_ms, r.weights_bytes / GIB, r.kv_cache_bytes / GIB,
+             r.activation_bytes / GIB, "yes" if r.fits else "NO"] for r in plan.rows]
+    headers = ["batch", "TTFT mean", "TTFT max", "TPOT ms", "tokens/s", "request ms",
+               "roof TTFT", "roof TPOT", "weights GiB", "KV GiB", "act GiB", "fits"]
+    fmt = ("", ".2f", ".2f", ".3f", ".0f", ".1f", ".2f", ".3f", ".2f", ".2f", ".2f", "")
+    return tabulate(body, headers=headers, floatfmt=fmt, colalign=("right",) * 11 + ("left",))
 
 
 def plan_footer(plan: LlmPlanRecord) -> str:
     tp = f", tensor parallel {plan.tp}" if plan.tp > 1 else ""
     gpu = " per GPU" if plan.tp > 1 else ""
-    return (
-        f"{plan.model} on {plan.device.name} ({plan.device.id}){tp}: {plan.dtype} "
-        f"activations, {plan.weights} weights, {plan.kv_dtype} KV cache; prompt "
-        f"{plan.prompt} + {plan.gen} generated tokens, token budget {plan.token_budget}\n"
-        f"max batch {plan.max_batch} (usable memory{gpu} {plan.usable_bytes / 1e9:.2f} GB "
-        f"= {plan.memory_utilization:g} of {(plan.device.mem_bytes or 0) / 1e9:.1f} GB); "
-        f"attention as {plan.attention_kernel}; GEMMs by {plan.predictor}; roof TTFT: "
-        f"FLOPs / dense peak, roof TPOT: bytes read / DRAM bandwidth"
-    )
+    seqs = plan.max_num_seqs
+    flagged = [r.batch for r in plan.rows if r.above_max_num_seqs]
+    above = f", above max_num_seqs {seqs}" if plan.max_batch > seqs else ""
+    lines = [
+        (f"{plan.model} on {plan.device.name} ({plan.device.id}){tp}: {plan.dtype} "
+         f"activations, {plan.weights} weights, {plan.kv_dtype} KV cache; prompt "
+         f"{plan.prompt} + {plan.gen} generated tokens, token budget {plan.token_budget}, "
+         f"max_num_seqs {seqs}"),
+        (f"max batch {plan.max_batch} by memory{above} (usable memory{gpu} "
+         f"{plan.usable_bytes / GIB:.2f} GiB = {plan.memory_utilization:g} of "
+         f"{(plan.device.mem_bytes or 0) / GIB:.2f} GiB); attention as {plan.attention_kernel}; "
+         f"GEMMs by {plan.predictor}; TTFT mean over the batch's requests (what serving "
+         "benchmarks quote), max: the last one's; roof TTFT: FLOPs / dense peak (of TTFT max), "
+         "roof TPOT: bytes read / DRAM bandwidth"),
+    ]
+    if flagged:
+        lines.append(f"* batch {', '.join(map(str, flagged))}: above max_num_seqs {seqs}, the "
+                     "most sequences the engine schedules at once; vLLM would queue the rest")
+    return "\n".join(lines)
