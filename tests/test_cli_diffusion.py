@@ -46,7 +46,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 def test_without_diffusers_the_error_names_the_extra(tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "diffusers", None)  # import diffusers raises ImportError
-    with pytest.raises(UsageError, match=r"pip install 'torch-gemm-cost\[diffusion\]'"):
+    # no index has torch-gemm-cost: the hint installs diffusers, or the extra from a checkout
+    with pytest.raises(UsageError, match=r"pip install diffusers \(from a checkout of "
+                       r"torch_gemm_cost: pip install -e '\.\[diffusion\]'\)"):
         diffusion.build(config_file(tmp_path, UNET), Sizes(1))
 
 

@@ -42,7 +42,7 @@ import re
 import sysconfig
 import threading
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -58,6 +58,7 @@ __all__ = [
     "CAPTURE_METHODS",
     "CaptureError",
     "Captured",
+    "api_option",
     "capture",
     "config_dims",
     "module_template",
@@ -71,8 +72,30 @@ _LOCK = threading.RLock()  # one capture at a time; see the module docstring
 CAPTURE_METHODS: tuple[str, ...] = ("auto", "dispatch", "export", "eager")
 
 
+def api_option(method: str) -> str:
+    """A capture method as the Python API spells it: ``capture_method='eager'``."""
+    return f"capture_method={method!r}"
+
+
 class CaptureError(RuntimeError):
-    """Every capture path failed. The message names the stage, the node and what to try."""
+    """Every capture path failed. The message names the stage, the node and what to try, its
+    options spelled as the Python API takes them; ``message(option)`` spells them as another
+    entry point does (the command line's flags).
+
+    ``hints`` are (text, capture method) pairs: a text with ``{}`` where the method's option
+    goes, or (text, None) for a hint that names no option.
+    """
+
+    def __init__(self, summary: str, hints: Sequence[tuple[str, str | None]] = ()) -> None:
+        self.summary, self.hints = summary, tuple(hints)
+        super().__init__(self.message())
+
+    def message(self, option: Callable[[str], str] = api_option) -> str:
+        """The error with each suggested capture method spelled by ``option``."""
+        if not self.hints:
+            return self.summary
+        tried = [text.format(option(m)) if m else text for text, m in self.hints]
+        return f"{self.summary}. Try: {'; '.join(tried)}"
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -231,26 +254,21 @@ def _capture_error(
 ) -> CaptureError:
     parts = [f"stage {name!r} failed {node}: {_first_line(e)}" for name, node, e in failures]
     tried = {name for name, _, _ in failures}
-    hints = []
+    hints: list[tuple[str, str | None]] = []
     if _has_meta(model, inputs):
-        hints.append(
-            "code that reads tensor values needs a real (non-meta) model and example "
-            "inputs, which capture_method='eager' runs for real"
-        )
+        real = ("code that reads tensor values needs a real (non-meta) model and example "
+                "inputs, which {} runs for real")
+        hints.append((real, "eager"))
     elif "eager" not in tried:
-        hints.append("capture_method='eager' runs value-dependent code for real")
+        hints.append(("{} runs value-dependent code for real", "eager"))
     else:
-        hints.append("check that model(*args, **kwargs) runs as given")
+        hints.append(("check that model(*args, **kwargs) runs as given", None))
     other = [m for m in ("dispatch", "export") if m not in tried]
     if other:
-        hints.append(f"capture_method={other[0]!r}")
-    hints.append("or make the value-dependent branch static (e.g. pass the kwargs that select it)")
-    return CaptureError(
-        f"could not capture {type(model).__name__}: "
-        + "; ".join(parts)
-        + ". Try: "
-        + "; ".join(hints)
-    )
+        hints.append(("{}", other[0]))
+    hints.append(
+        ("or make the value-dependent branch static (e.g. pass the kwargs that select it)", None))
+    return CaptureError(f"could not capture {type(model).__name__}: " + "; ".join(parts), hints)
 
 
 def _has_meta(model: torch.nn.Module, inputs: Any) -> bool:

@@ -8,7 +8,8 @@ the config's cross-attention width (SDXL adds its pooled text embedding and six 
 with classifier-free guidance runs the conditional and the unconditional batch, so use twice
 the number of images.
 
-Needs diffusers: ``pip install 'torch-gemm-cost[diffusion]'`` (imported only here).
+Needs diffusers: ``pip install diffusers``; from a checkout, ``pip install -e '.[diffusion]'``
+(imported only here).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def _diffusers() -> Any:
     try:
         import diffusers
     except ImportError as e:
-        raise UsageError("--diffusers-config needs diffusers: "
-                         "pip install 'torch-gemm-cost[diffusion]'") from e
+        raise UsageError("--diffusers-config needs diffusers: pip install diffusers (from a "
+                         "checkout of torch_gemm_cost: pip install -e '.[diffusion]')") from e
     return diffusers
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import json
 import logging
@@ -26,12 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import UsageError, config_file, read_config, tasks
+from . import UsageError, UserCodeError, config_file, raised_at, read_config, tasks
 from .tasks import AUTO, DEFAULT_SEQ, TASKS, Sizes, check_task
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH = 8
+CAPTURE_METHODS = ("auto", "dispatch", "export", "eager")  # capture.core's, without torch
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vae-factor", type=int, default=None, metavar="N",
                    help="image pixels per latent pixel for --diffusers-config (default: 8)")
     p.add_argument("--mode", choices=("inference", "train"), default="inference")
+    p.add_argument("--capture-method", choices=CAPTURE_METHODS, default="auto",
+                   help="how the model is traced: auto (default: dispatch, then export), "
+                   "dispatch or export on fake tensors, or eager, which runs a real model "
+                   "that a pkg.module:function builder returns")
     p.add_argument("--compiled", action="store_true",
                    help="price the model as torch.compile (inductor, default mode) runs it: "
                    "non-GEMM ops fused into kernels")
@@ -142,6 +148,10 @@ def _check_args(args: argparse.Namespace) -> None:
                          "PATH or pkg.module:function")
     if args.hf_config is None and args.task != AUTO:
         raise UsageError("--task applies to --hf-config only; the others build their own model")
+    if args.callable is None and args.capture_method == "eager":
+        raise UsageError("--capture-method eager runs the model for real; --hf-config and "
+                         "--diffusers-config build it on the meta device: give a "
+                         "pkg.module:function that returns a real model")
     if args.hf_config is None and args.attention is not None:
         raise UsageError("--attention applies to --hf-config only; the others build their own "
                          "model")
@@ -168,6 +178,10 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.hf_config is not None:
         # before any slow stage, so the error is its only line
         config_file("--hf-config", args.hf_config)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        from ..report.roofline import PLOT_INSTALL
+
+        raise UsageError(f"--plot needs matplotlib: {PLOT_INSTALL}")
     if args.plot and args.plot != "-" and not Path(args.plot).parent.exists():
         raise UsageError(f"--plot {args.plot}: directory {Path(args.plot).parent} does not exist")
     if args.html and not Path(args.html).parent.exists():
@@ -220,6 +234,7 @@ def load_callable(spec: str, batch: int, seq: int | None, image_size: int | None
     if not callable(fn):
         names = [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
         raise UsageError(f"{mod_name} has no function {fn_name!r}; it has: {', '.join(names[:8])}")
+    where = _defined_at(fn)
     params = inspect.signature(fn).parameters
     call_kwargs: dict[str, Any] = {}
     if "batch" in params:
@@ -230,12 +245,33 @@ def load_callable(spec: str, batch: int, seq: int | None, image_size: int | None
         if "image_size" not in params:
             raise UsageError(f"--image-size {image_size}: {spec} takes no image_size argument")
         call_kwargs["image_size"] = image_size
-    out = fn(**call_kwargs)
+    try:
+        inspect.signature(fn).bind(**call_kwargs)
+    except TypeError as e:
+        given = ", ".join(f"{k}={v}" for k, v in call_kwargs.items()) or "no arguments"
+        raise UsageError(f"{spec}{where} cannot be called with {given}: {e}; a builder is "
+                         "called with batch=, seq= and image_size= where it takes them, and "
+                         "must need no other argument") from e
+    try:
+        out = fn(**call_kwargs)
+    except Exception as e:  # the user's code, reported as theirs
+        at = raised_at(e)
+        raise UserCodeError(f"{spec} raised {type(e).__name__}: {e}"
+                            + (f" (in {at})" if at else where)) from e
     if not isinstance(out, tuple) or len(out) not in (2, 3):
-        raise UsageError(f"{spec} must return (model, args) or (model, args, kwargs)")
+        raise UsageError(f"{spec}{where} must return (model, args) or (model, args, kwargs), "
+                         f"got {type(out).__name__}")
     model, margs = out[0], out[1]
     kwargs = dict(out[2]) if len(out) == 3 else {}
     return model, tuple(margs) if isinstance(margs, (tuple, list)) else (margs,), kwargs
+
+
+def _defined_at(fn: Any) -> str:
+    """" (defined at file:line)" of a function, or "" where Python cannot say."""
+    try:
+        return f" (defined at {inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
+    except (TypeError, OSError):
+        return ""
 
 
 def _predictor(name: str) -> Any:
@@ -271,13 +307,27 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             warnings.simplefilter("always")
             reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
                                        dtypes=[dtype.name], mode=args.mode, predictor=chosen,
+                                       capture_method=args.capture_method,
                                        progress=not args.quiet and sys.stderr.isatty(),
                                        compiled=getattr(args, "compiled", False)))
     except CaptureError as e:  # the model or its inputs, not this program
-        raise UsageError(str(e)) from e
+        text = e.message(_cli_option(args))
+        raise (UserCodeError(text) if args.callable else UsageError(text)) from e
     for message in dict.fromkeys(str(w.message) for w in caught):
         logger.warning("%s", message)  # one line each, not a source excerpt
     return reports
+
+
+def _cli_option(args: argparse.Namespace) -> Any:
+    """A capture method as this command spells it: ``--capture-method eager``, which needs a
+    builder's real model where the model comes from a config."""
+    def option(method: str) -> str:
+        if method == "eager" and not args.callable:
+            return ("--capture-method eager with a pkg.module:function that builds a real "
+                    "model")
+        return f"--capture-method {method}"
+
+    return option
 
 
 def _build_model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:

@@ -13,6 +13,7 @@ and is not a fitted file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -23,7 +24,8 @@ from typing import Any, TypeVar
 
 from .base import read_fitted
 
-__all__ = ["SHIPPED", "ShippedFile", "check_format", "load_file", "load_shipped", "shipped_path"]
+__all__ = ["SHIPPED", "ShippedFile", "check_format", "load_file", "load_shipped", "shipped_path",
+           "shipped_versions"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,26 @@ def check_format(doc: Any, name: str, version: str | int) -> None:
 def shipped_path(name: str) -> Traversable:
     """Where shipped file ``name`` lives in the package (it may be absent in a checkout)."""
     return resources.files("torch_gemm_cost").joinpath(_entry(name).path)
+
+
+def shipped_versions() -> dict[str, tuple[str, str]]:
+    """Each shipped file's (format, version) as the file states them, by its name in
+    ``SHIPPED``; ("missing", "") for a file this installation lacks, ("unreadable", "") for one
+    that is no JSON object."""
+    out = {}
+    for name in SHIPPED:
+        try:
+            doc = json.loads(shipped_path(name).read_text())
+        except FileNotFoundError:
+            out[name] = ("missing", "")
+            continue
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            doc = None
+        if isinstance(doc, Mapping):
+            out[name] = (str(doc.get("format")), str(doc.get("version")))
+        else:
+            out[name] = ("unreadable", "")
+    return out
 
 
 @cache

@@ -86,7 +86,8 @@ class CostReport(ReportRecord):
     def plot_roofline(self, path: str | Path) -> Path:
         """Draw every GEMM on the device's roofline (point area ∝ time), ridge marked; save to path.
 
-        Needs matplotlib (``pip install torch-gemm-cost[plot]``).
+        Needs matplotlib (``pip install matplotlib``; from a checkout,
+        ``pip install -e '.[plot]'``).
         """
         return plot_roofline(self, path)
 

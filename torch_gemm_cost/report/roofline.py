@@ -9,7 +9,12 @@ from typing import Any
 from ..hardware.dtypes import resolve_dtype
 from .record import ReportRecord
 
-__all__ = ["plot_roofline", "pyplot", "roofline_figure"]
+__all__ = ["PLOT_INSTALL", "plot_roofline", "pyplot", "roofline_figure"]
+
+# torch_gemm_cost is installed from a checkout (no package index has it): its plot extra is
+# matplotlib
+PLOT_INSTALL = ("pip install matplotlib (from a checkout of torch_gemm_cost: "
+                "pip install -e '.[plot]')")
 
 
 def pyplot(caller: str) -> Any:
@@ -20,14 +25,14 @@ def pyplot(caller: str) -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise ImportError(f"{caller} needs matplotlib: pip install 'torch-gemm-cost[plot]'") from e
+        raise ImportError(f"{caller} needs matplotlib: {PLOT_INSTALL}") from e
     return plt
 
 
 def plot_roofline(report: ReportRecord, path: str | Path) -> Path:
     """Draw every GEMM on the device's roofline (point area ∝ time), ridge marked; save to path.
 
-    Needs matplotlib (``pip install torch-gemm-cost[plot]``).
+    Needs matplotlib (``pip install matplotlib``; from a checkout, ``pip install -e '.[plot]'``).
     """
     plt = pyplot("plot_roofline")
     fig = roofline_figure(report, plt)
