@@ -31,7 +31,7 @@ def check_device(device: Any) -> Target:
                          "catalog GPU, e.g. 'h100_sxm5_80gb'")
     if not spec.mem_bytes:
         raise ValueError(f"device {spec.id!r} ({target.source}) has no memory size; a plan "
-                         "needs it to fit weights and KV cache (a spec file's mem_bytes)")
+                         "needs it to fit weights and KV cache (a spec file's memory size)")
     return target
 
 
