@@ -43,7 +43,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 from accuracy import held_out_main
 
 from torch_gemm_cost.predict import default_predictor
-from torch_gemm_cost.predict.gemm.hybrid import CAST_ELEMENTS_PER_PASS, HybridPredictor
+from torch_gemm_cost.predict.gemm import cast
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 
 MIN_ELEMENTS = 2**24  # M·K of the (M, K) series scored
 DEEP_ROWS = 4096  # M of the series whose time per row an SM works through is tabulated
@@ -84,7 +85,7 @@ def us_per_row(intercepts: dict[tuple[int, int], float], sm_count: int,
     out: dict[int, list[float]] = defaultdict(list)
     for (m, k), ms in intercepts.items():
         if m >= min_rows:
-            out[math.ceil(k / CAST_ELEMENTS_PER_PASS)].append(
+            out[math.ceil(k / cast.ELEMENTS_PER_PASS)].append(
                 ms * 1e3 / math.ceil(m / sm_count))
     return out
 
@@ -112,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     gpus = sorted({g for g, keep in zip(measured.gpu, fp8.tolist()) if keep})
     shipped = default_predictor()
     assert isinstance(shipped, HybridPredictor)
-    consts = shipped.physical_constants()
     g = measured.gemms
 
     structure, scores = [], []
@@ -182,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         "",
         tabulate(structure, headers=structure_headers, tablefmt="github"),
         "",
-        ("Measured, from one to eight passes: " + "; ".join(steps) + ". The predictor prices "
-         "a fixed time per CTA and per further pass, in microseconds (latencies, not clock "
-         "counts) and shared by every GPU, plus the 3 bytes an element at the DRAM bandwidth "
-         "it fits for GEMMs: "
-         + f"{consts['cast_cta_us']:.2f} µs and {consts['cast_pass_us']:.2f} µs in the "
-         "shipped fit."),
+        ("Measured, from one to eight passes: " + "; ".join(steps) + ". The predictor "
+         "prices the cast from these measurements, nothing fitted "
+         "(`torch_gemm_cost/predict/gemm/cast.py`): one row at a time per SM, "
+         f"{cast.CTA_US:.2f} µs a row and {cast.PASS_US:.2f} µs a further pass (the H200's "
+         "and B200's medians less their bytes term), plus the 3 bytes an element at the "
+         "sustained DRAM bandwidth of the GEMM fit."),
         "",
         "Priced against measured intercepts, series of M·K ≥ 2^24:",
         "",

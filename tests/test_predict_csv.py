@@ -447,11 +447,35 @@ def test_aiconfigurator_fp8_rows_are_priced_with_their_input_cast(tmp_path):
     bare = MeasuredGemms(gemms=gemms, gpu=("h200_sxm_141gb",) * 2,
                          source=("aiconfigurator",) * 2, timing=("kernel",) * 2,
                          latency_ms=torch.tensor([0.05, 0.05], dtype=torch.float64))
-    cast = replace(bare, gemms=replace(gemms, quantized_elements=torch.tensor(
+    cutlass = torch.ones(2, dtype=torch.long)  # FP8_KERNELS.index("vllm_cutlass")
+    cast = replace(bare, gemms=replace(gemms, fp8_kernel=cutlass, quantized_elements=torch.tensor(
         [16 * 4096.0, 2048 * 4096.0], dtype=torch.float64)))
     hybrid = shipped_hybrid()
     assert torch.equal(got, hybrid.predict_measured(cast).double())
-    assert (got > hybrid.predict_measured(bare).double()).all()
+    no_cast = replace(bare, gemms=replace(gemms, fp8_kernel=cutlass))
+    assert (got > hybrid.predict_measured(no_cast).double()).all()
+
+
+def test_a_rows_kernel_column_names_its_fp8_kernel(tmp_path):
+    """The fp8 kernel a row ran comes from its ``kernel`` column: vLLM's CUTLASS fp8 Linear
+    (with its input cast) by class name or by FP8_KERNELS name; anything else, and no column,
+    the library behind torch._scaled_mm, with no cast."""
+    from torch_gemm_cost.measured.gemm import read_gemm_file
+
+    header = ["gpu", "source", "timing", "op", "dtype", "batch", "m", "n", "k", "latency_ms",
+              "kernel"]
+    kernels = ["CutlassFP8ScaledMMLinearKernel", "vllm_cutlass", "torch_scaled_mm",
+               "sm90_xmma_gemm_e4m3", ""]
+    rows = [["h200_sxm_141gb", "mine", "kernel", "linear", "float8_e4m3fn", "1", "64", "256",
+             "512", "0.01", k] for k in kernels]
+    got = read_gemm_file(_write(tmp_path / "k.csv", header, rows)).gemms
+    assert got.fp8_kernel.tolist() == [1, 1, 0, 0, 0]
+    assert got.quantized_elements.tolist() == [64 * 512.0] * 2 + [0.0] * 3
+    # a bf16 row keeps the default whatever its kernel column says
+    bf16 = [["h200_sxm_141gb", "mine", "kernel", "linear", "bfloat16", "1", "64", "256", "512",
+             "0.01", "CutlassFP8ScaledMMLinearKernel"]]
+    plain = read_gemm_file(_write(tmp_path / "b.csv", header, bf16)).gemms
+    assert plain.fp8_kernel.tolist() == [0] and plain.quantized_elements.tolist() == [0.0]
 
 
 COMM_HEADER = ["gpu", "source", "collective", "num_gpus", "gpus_per_node", "topology",

@@ -32,6 +32,7 @@ from torch_gemm_cost.predict.gemm.tiles import (
     TILES,
     tile_grid,
 )
+from torch_gemm_cost.predict.base import Prediction
 from torch_gemm_cost.predict.query import predict_gemm_ms
 from torch_gemm_cost.records.types import DTYPE_NAMES, GemmBatch
 
@@ -378,7 +379,7 @@ def test_older_weights_name_the_file_and_both_versions(tmp_path) -> None:
     doc["version"] = "10"  # before tiles moved only the bytes of rows and columns that exist
     path = tmp_path / "v10.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 14"):
+    with pytest.raises(ValueError, match=r"v10.json.*version 10 weights.*reads version 15"):
         HybridPredictor.load(path)
 
 
@@ -599,27 +600,56 @@ def test_dram_roof_by_hand() -> None:
 
 def test_fp8_cast_by_hand() -> None:
     # vLLM's fp8 Linear on a B200 (148 SMs, 7.7 TB/s) casts its 4096 x 8192 bf16 input first:
-    # 4096 rows, one CTA each, ⌈4096 / 148⌉ = 28 deep on every SM; ⌈8192 / 2048⌉ = 4 passes a
-    # row. At 1.0 µs a CTA and 0.5 µs a further pass: 28 · (1.0 + 3 · 0.5) = 70 µs; its
-    # 3 bytes an element at the prior η = 0.8: 3 · 33,554,432 / (0.8 · 7.7e12) s = 16.34144 µs;
-    # with its own launch (the prior kernel floor, 6,000 clocks at the B200's 1965 MHz:
-    # 0.0030534351 ms): 0.0893948751 ms on top of the GEMM.
+    # 4096 rows, one CTA each and one at a time per SM, ⌈4096 / 148⌉ = 28 deep on every SM;
+    # ⌈8192 / 2048⌉ = 4 passes a row. At the measured 0.92 µs a row and 0.51 µs a further pass:
+    # 28 · (0.92 + 3 · 0.51) = 68.6 µs; its 3 bytes an element at the prior η = 0.8:
+    # 3 · 33,554,432 / (0.8 · 7.7e12) s = 16.34144 µs; with its own launch (the prior kernel
+    # floor, 6,000 clocks at the B200's 1965 MHz: 0.0030534351 ms): 0.0879948751 ms on top of
+    # the GEMM.
     model = initialised(use_mlp=False)
-    model.params_["cast_cta_us"][0] = math.log(math.expm1(1.0))  # softplus⁻¹
-    model.params_["cast_pass_us"][0] = math.log(math.expm1(0.5))
     floor = 6000 / 1965e6 * 1e3  # ms
 
-    def cast_ms(m: int, k: int) -> float:
+    def priced(m: int, k: int) -> tuple[float, Prediction]:
         gemms = GemmBatch.from_dims(m=[m], n=[4096], k=[k], dtype="float8_e4m3fn")
-        cast = dataclasses.replace(gemms, quantized_elements=torch.tensor([float(m * k)]))
-        return float(model.predict(cast, "b200").time_ms[0]
-                     - model.predict(gemms, "b200").time_ms[0])
+        cast = dataclasses.replace(gemms, quantized_elements=torch.tensor([float(m * k)]),
+                                   fp8_kernel=torch.tensor([1]))
+        plain = dataclasses.replace(gemms, fp8_kernel=torch.tensor([1]))
+        pred = model.predict(cast, "b200")
+        return float(pred.time_ms[0] - model.predict(plain, "b200").time_ms[0]), pred
 
-    assert cast_ms(4096, 8192) == pytest.approx(0.0893948751, rel=1e-5)
-    # one pass (K = 2048): 28 · 1.0 µs + 3 · 8,388,608 / 6.16e12 s (4.08536 µs) + the floor
-    assert cast_ms(4096, 2048) == pytest.approx(0.03208536 + floor, rel=1e-5)
+    cast_ms, pred = priced(4096, 8192)
+    assert cast_ms == pytest.approx(0.0879948751, rel=1e-5)
+    # explain's parts: rows an SM works through, passes, latency and bytes
+    assert float(pred.details["cast_rows_per_sm"][0]) == 28.0
+    assert float(pred.details["cast_passes"][0]) == 4.0
+    assert float(pred.details["cast_latency_ms"][0]) == pytest.approx(0.0686, rel=1e-6)
+    assert float(pred.details["cast_bytes_ms"][0]) == pytest.approx(0.01634144, rel=1e-5)
+    # one pass (K = 2048): 28 · 0.92 µs + 3 · 8,388,608 / 6.16e12 s (4.08536 µs) + the floor
+    assert priced(4096, 2048)[0] == pytest.approx(0.02576 + 0.00408536 + floor, rel=1e-5)
     # one row: a single CTA deep, whatever the SMs
-    assert cast_ms(1, 2048) == pytest.approx(0.001 + 3 * 2048 / 6.16e12 * 1e3 + floor, rel=1e-5)
+    assert priced(1, 2048)[0] == pytest.approx(0.00092 + 3 * 2048 / 6.16e12 * 1e3 + floor,
+                                               rel=1e-5)
+    # no cast: none of its parts
+    plain = model.predict(GemmBatch.from_dims(m=[64], n=[64], k=[64], dtype="float8_e4m3fn"),
+                          "b200")
+    assert float(plain.details["cast_ms"][0]) == 0.0
+
+
+def test_fp8_kernel_has_its_own_level() -> None:
+    # the same fp8 GEMM under each kernel: at an efficiency of 0.5 for vLLM's CUTLASS against
+    # 1.0 (a large logit) for torch._scaled_mm, a compute-bound 8192³ takes about twice as
+    # long; on an MI300X (vLLM calls torch._scaled_mm on ROCm) the two are the same
+    model = initialised(use_mlp=False)
+    model.params_["fp8_kernel_eff"][:] = torch.tensor([20.0, 0.0])  # sigmoid: 1.0, 0.5
+    gemms = GemmBatch.from_dims(m=[8192], n=[8192], k=[8192], dtype="float8_e4m3fn")
+    cutlass = dataclasses.replace(gemms, fp8_kernel=torch.tensor([1]))
+    blas_ms = float(model.predict(gemms, "h200_sxm_141gb").time_ms[0])
+    cutlass_ms = float(model.predict(cutlass, "h200_sxm_141gb").time_ms[0])
+    assert 1.6 < cutlass_ms / blas_ms <= 2.0 + 1e-9
+    fnuz = GemmBatch.from_dims(m=[8192], n=[8192], k=[8192], dtype="float8_e4m3fnuz")
+    amd = [float(model.predict(g, "mi300x").time_ms[0])
+           for g in (fnuz, dataclasses.replace(fnuz, fp8_kernel=torch.tensor([1])))]
+    assert amd[0] == amd[1]
 
 
 def test_kernel_floor_is_a_count_of_clocks() -> None:

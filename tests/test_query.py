@@ -371,3 +371,24 @@ def test_shipped_hybrid_without_weights_names_the_missing_file(monkeypatch) -> N
     monkeypatch.setattr(predict, "_shipped", lambda: RooflinePredictor())
     with pytest.raises(FileNotFoundError, match="hybrid_weights.json"):
         predict.shipped_hybrid()
+
+
+def test_fp8_kernel_is_named_and_vllms_pays_its_cast():
+    # the same fp8 GEMM under each kernel: torch._scaled_mm takes fp8 inputs (no cast); vLLM's
+    # fp8 Linear casts its 4096 x 4096 bf16 input first, 32 rows deep on 132 SMs, 2 passes a
+    # row: explain names the kernel and shows the cast's parts, which sum to its time less the
+    # launch
+    kw = dict(m=4096, n=4096, k=4096, dtype="fp8", op="linear")
+    blas = explain("h200_sxm_141gb", **kw)[0]
+    vllm = explain("h200_sxm_141gb", fp8_kernel="vllm_cutlass", **kw)[0]
+    assert blas["fp8_kernel"] == "torch_scaled_mm" and blas["cast_ms"] == 0.0
+    assert vllm["fp8_kernel"] == "vllm_cutlass"
+    assert (vllm["cast_rows_per_sm"], vllm["cast_passes"]) == (32.0, 2.0)
+    assert vllm["cast_latency_ms"] == pytest.approx(32 * (0.92 + 0.51) * 1e-3, rel=1e-6)
+    assert vllm["cast_ms"] == pytest.approx(
+        vllm["cast_latency_ms"] + vllm["cast_bytes_ms"] + vllm["launch_ms"], rel=1e-5)
+    assert predict_gemm_ms("h200_sxm_141gb", fp8_kernel="vllm_cutlass", **kw) == vllm["time_ms"]
+    # a bf16 row names no fp8 kernel; an unknown kernel names the nearest
+    assert "fp8_kernel" not in explain("h200_sxm_141gb", m=64, n=64, k=64, dtype="bf16")[0]
+    with pytest.raises(ValueError, match="vllm_cutlass"):
+        predict_gemm_ms("h200_sxm_141gb", fp8_kernel="vllm_cutlas", **kw)

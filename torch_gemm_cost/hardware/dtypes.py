@@ -12,7 +12,8 @@ import torch
 
 from ..suggest import nearest, unknown
 
-__all__ = ["DTYPES", "FP8_MULTIPLE", "ComputeDtype", "dtype_of_tensor_dtype", "resolve_dtype"]
+__all__ = ["DTYPES", "FP8_KERNELS", "FP8_MULTIPLE", "ComputeDtype", "dtype_of_tensor_dtype",
+           "fp8_kernel_index", "resolve_dtype"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,20 @@ DTYPES: dict[str, ComputeDtype] = {
 # fp8 GEMM kernels (cuBLASLt and hipBLASLt, behind torch._scaled_mm) take no dim off a multiple
 # of 16
 FP8_MULTIPLE = 16
+
+# the fp8 GEMM kernel a row runs, a named choice because the two run at levels of their own:
+# - "torch_scaled_mm": the vendor library behind ``torch._scaled_mm`` (cuBLASLt, hipBLASLt), what
+#   a PyTorch fp8 model (torchao's Float8Linear) calls; its inputs arrive in fp8 already;
+# - "vllm_cutlass": vLLM's CUTLASS scaled-mm (``cutlass_scaled_mm``), what vLLM's fp8 Linear
+#   runs on NVIDIA GPUs, after casting its 16-bit input to fp8 in a kernel of its own.
+FP8_KERNELS: tuple[str, ...] = ("torch_scaled_mm", "vllm_cutlass")
+
+
+def fp8_kernel_index(name: str) -> int:
+    """``name``'s index in FP8_KERNELS, or a ValueError naming the nearest."""
+    if name not in FP8_KERNELS:
+        raise ValueError(unknown("fp8 kernel", name, FP8_KERNELS))
+    return FP8_KERNELS.index(name)
 
 _ALIASES: dict[str, str] = {
     "fp64": "float64", "f64": "float64", "double": "float64",

@@ -35,7 +35,9 @@ def is_weight_gemm(site: GemmSite, lm_head: str, experts: int) -> bool:
 def quantized(site: GemmSite, fmt: str | None) -> GemmSite:
     """``site`` with its weight in ``fmt``: int8/int4 stored narrow with group scales and
     dequantized in the main loop (the GEMM stays in the activations' dtype); fp8 weights and
-    activations on fp8 tensor cores, the input cast by a kernel of its own."""
+    activations on fp8 tensor cores, in vLLM's CUTLASS scaled-mm (``vllm_cutlass``; on ROCm the
+    predictor prices torch._scaled_mm, which vLLM calls there), the input cast by a kernel of
+    its own."""
     if fmt is None:
         return site
     in_b = DTYPES[site.dtype].in_bytes
@@ -53,4 +55,4 @@ def quantized(site: GemmSite, fmt: str | None) -> GemmSite:
     activations = site.batch * site.m * site.k
     return replace(site, dtype=FP8_DTYPE, a_align_bytes=a_align, b_align_bytes=b_align,
                    dram_bytes=site.dram_bytes - (activations + weight) * (in_b - fp8.in_bytes),
-                   quantized_elements=activations)
+                   quantized_elements=activations, fp8_kernel="vllm_cutlass")

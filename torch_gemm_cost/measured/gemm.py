@@ -7,8 +7,10 @@ the row is read, and nowhere else:
 
 - ``timing``: the launch overhead a predictor adds (``PREDICTOR_TIMING``; a row without one
   takes the predictor's default);
-- aiconfigurator's fp8 rows time vLLM's fp8 Linear, which casts its bf16 input to fp8 in a
-  kernel of its own first (``GemmBatch.quantized_elements``);
+- the fp8 kernel a row ran (``fp8_kernel_of``): vLLM's CUTLASS scaled-mm where the ``kernel``
+  column names vLLM's CUTLASS fp8 Linear (aiconfigurator's fp8 rows), whose time also holds the
+  kernel that casts its bf16 input to fp8 first (``GemmBatch.quantized_elements``); the vendor
+  library behind ``torch._scaled_mm`` otherwise;
 - DeepBench padded misaligned fp16 shapes to multiples of 8 before timing them, so their
   kernels saw 16-byte-aligned operands whatever dims the row records.
 
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 
 from ..hardware.catalog import DeviceSpec, get_device
-from ..hardware.dtypes import DTYPES, resolve_dtype
+from ..hardware.dtypes import DTYPES, FP8_KERNELS, resolve_dtype
 from ..records.types import DTYPE_NAMES, LAYOUT_LEADS, OP_LAYOUT, GemmBatch, alignment_bytes
 from .table import (
     DEFAULT_DATA_DIR,
@@ -295,6 +297,18 @@ def _source_files(data_dir: Path) -> dict[str, Path]:
     return files
 
 
+def fp8_kernel_of(kernel: str, source: str) -> int:
+    """The index in FP8_KERNELS of the kernel an fp8 row of ``kernel`` (the data's column: a
+    kernel name, a vLLM kernel class, or an FP8_KERNELS name) ran: vLLM's CUTLASS scaled-mm
+    for vLLM's CUTLASS fp8 Linear (``CutlassFP8ScaledMMLinearKernel``), and for aiconfigurator's
+    rows, which time vLLM's fp8 Linear whatever their column says; the vendor library behind
+    ``torch._scaled_mm`` otherwise."""
+    if kernel in FP8_KERNELS:
+        return FP8_KERNELS.index(kernel)
+    vllm = source == "aiconfigurator" or ("cutlass" in kernel.lower() and "fp8" in kernel.lower())
+    return FP8_KERNELS.index("vllm_cutlass" if vllm else "torch_scaled_mm")
+
+
 def read_gemms(table: Table, idx: Sequence[int] | None = None, *, source: str = "",
                device: DeviceSpec | None = None, timed: bool = True) -> MeasuredGemms:
     """The GEMM rows ``idx`` of ``table`` (every row by default), in that order, as measured
@@ -335,14 +349,18 @@ def read_gemms(table: Table, idx: Sequence[int] | None = None, *, source: str = 
         sixteen = torch.full_like(gemms.a_align_bytes, 16.0)
         gemms = replace(gemms, **{f: torch.where(padded, sixteen, getattr(gemms, f))
                                   for f in ("a_align_bytes", "b_align_bytes", "c_align_bytes")})
-    # vLLM's fp8 Linear (aiconfigurator) runs a static-scale quantization of its bf16 input
-    # before the scaled GEMM, and the row times both
-    cast = torch.tensor([s == "aiconfigurator" and DTYPE_NAMES[d].startswith("float8")
-                         for s, d in zip(cols["source"], gemms.dtype_index.tolist())],
-                        dtype=torch.bool)
+    # the fp8 kernel a row ran, from its ``kernel`` column (``fp8_kernels``); vLLM's fp8 Linear
+    # casts its 16-bit input to fp8 with a static per-tensor scale before its scaled GEMM, and
+    # the row times both
+    fp8 = [DTYPE_NAMES[d].startswith("float8") for d in gemms.dtype_index.tolist()]
+    kernel_index = torch.tensor([fp8_kernel_of(kernel, source) if is_fp8 else 0
+                                 for kernel, source, is_fp8 in zip(cols["kernel"],
+                                                                   cols["source"], fp8)],
+                                dtype=torch.long)
+    cast = kernel_index == FP8_KERNELS.index("vllm_cutlass")
     if cast.any():
         a_elements = gemms.batch * gemms.m * gemms.k
-        gemms = replace(gemms, quantized_elements=torch.where(
+        gemms = replace(gemms, fp8_kernel=kernel_index, quantized_elements=torch.where(
             cast, a_elements, gemms.quantized_elements))
     latency = (_latencies(cols["latency_ms"], bad) if timed
                else torch.full((len(pick),), math.nan, dtype=torch.float64))

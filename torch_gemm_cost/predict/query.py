@@ -12,13 +12,14 @@ value and the nearest good one.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 import torch
 
 from ..hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
-from ..hardware.dtypes import resolve_dtype
+from ..hardware.dtypes import FP8_KERNELS, fp8_kernel_index, resolve_dtype
 from ..hardware.target import resolve_target
 from ..records.types import GemmBatch
 from .base import Prediction, Predictor
@@ -84,6 +85,7 @@ class GemmInterval(NamedTuple):
 def _run(
     device: DeviceLike, m: DimLike, n: DimLike, k: DimLike, batch: DimLike,
     dtype: str | torch.dtype, op: str, bias: bool, predictor: Predictor | None,
+    fp8_kernel: str = "torch_scaled_mm",
 ) -> tuple[GemmBatch, Prediction | None, torch.Tensor, bool,
            tuple[DeviceSpec, Predictor]]:
     """Validate, predict the non-empty GEMMs; returns (gemms, prediction, nonempty mask, scalar,
@@ -100,6 +102,13 @@ def _run(
         shapes = ", ".join(f"{x}{tuple(d.shape)}" for x, d in zip(("batch", "m", "n", "k"), dims))
         raise ValueError(f"dims do not broadcast together: {shapes}") from None
     gemms = GemmBatch.from_dims(m=m_, n=n_, k=k_, batch=b_, dtype=cd, op=op, bias=bool(bias))
+    kernel = fp8_kernel_index(fp8_kernel)
+    if cd.peak_key == "fp8":
+        # vLLM's fp8 Linear casts its 16-bit input to fp8 in a kernel of its own first;
+        # torch._scaled_mm takes inputs in fp8 already
+        cast = b_ * m_ * k_ if FP8_KERNELS[kernel] == "vllm_cutlass" else torch.zeros_like(m_)
+        gemms = replace(gemms, fp8_kernel=torch.full_like(gemms.dtype_index, kernel),
+                        quantized_elements=cast)
     live = b_ > 0  # (N,) zero-size batches cost nothing and are not predicted
     chosen = predictor or profile_predictor(target)
     if chosen is None:
@@ -115,21 +124,23 @@ def _run(
 @overload
 def predict_gemm_ms(device: DeviceLike, *, m: int, n: int, k: int, batch: int = 1,
                     dtype: str | torch.dtype = "float32", op: str = "matmul", bias: bool = False,
-                    predictor: Predictor | None = None, interval: None = None) -> float: ...
+                    predictor: Predictor | None = None, interval: None = None,
+                    fp8_kernel: str = "torch_scaled_mm") -> float: ...
 
 
 @overload
 def predict_gemm_ms(device: DeviceLike, *, m: DimLike, n: DimLike, k: DimLike,
                     batch: DimLike = 1, dtype: str | torch.dtype = "float32",
                     op: str = "matmul", bias: bool = False, predictor: Predictor | None = None,
-                    interval: float) -> GemmInterval: ...
+                    interval: float, fp8_kernel: str = "torch_scaled_mm") -> GemmInterval: ...
 
 
 @overload
 def predict_gemm_ms(device: DeviceLike, *, m: DimLike, n: DimLike, k: DimLike,
                     batch: DimLike = 1, dtype: str | torch.dtype = "float32",
                     op: str = "matmul", bias: bool = False, predictor: Predictor | None = None,
-                    interval: None = None) -> float | torch.Tensor: ...
+                    interval: None = None,
+                    fp8_kernel: str = "torch_scaled_mm") -> float | torch.Tensor: ...
 
 
 def predict_gemm_ms(
@@ -144,6 +155,7 @@ def predict_gemm_ms(
     bias: bool = False,
     predictor: Predictor | None = None,
     interval: float | None = None,
+    fp8_kernel: str = "torch_scaled_mm",
 ) -> float | torch.Tensor | GemmInterval:
     """Predicted time in ms of ``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]`` on ``device``.
 
@@ -156,10 +168,14 @@ def predict_gemm_ms(
     ``interval`` (a coverage such as 0.8) returns a ``GemmInterval`` (time_ms, lo_ms, hi_ms,
     level) instead: the measured time falls between lo and hi with that probability, as
     calibrated on GPUs held out of the fit (``predict/intervals.py``).
+
+    ``fp8_kernel`` (fp8 dtypes only) names the kernel that runs it: ``"torch_scaled_mm"`` (the
+    vendor library behind ``torch._scaled_mm``, inputs already in fp8) or ``"vllm_cutlass"``
+    (vLLM's fp8 Linear: its CUTLASS scaled-mm, after a kernel that casts the 16-bit input).
     """
     level = None if interval is None else check_level(interval)
     gemms, pred, live, scalar, (spec, chosen) = _run(device, m, n, k, batch, dtype, op, bias,
-                                                     predictor)
+                                                     predictor, fp8_kernel)
     time_ms = torch.zeros(len(gemms), dtype=torch.float64)
     if pred is not None:
         time_ms[live] = pred.time_ms.to(torch.float64)
@@ -191,6 +207,7 @@ def explain(
     op: str = "matmul",
     bias: bool = False,
     predictor: Predictor | None = None,
+    fp8_kernel: str = "torch_scaled_mm",
 ) -> list[dict[str, Any]]:
     """Why each GEMM takes its predicted time: one dict per GEMM, in input order.
 
@@ -198,10 +215,14 @@ def explain(
     GEMMs. Then whatever intermediates the predictor reports, among ``tile_m, tile_n, split_k,
     waves, last_wave_fill, h1, h2, mem_bw_bytes_per_s, intensity_flops_per_byte, util,
     compute_ms, memory_ms`` (the roofline reports only the last two), in that order, then any
-    other details it reports; keys a predictor does not report are left out. NB: the tile is the envelope's pick, the candidate that minimizes the
+    other details it reports; keys a predictor does not report are left out. An fp8 GEMM's row
+    names its ``fp8_kernel`` (see ``predict_gemm_ms``); under vLLM's, ``cast_ms`` is the input
+    cast's kernel with its parts (``cast_rows_per_sm``, ``cast_passes``, ``cast_latency_ms``,
+    ``cast_bytes_ms``). NB: the tile is the envelope's pick, the candidate that minimizes the
     predicted time, not necessarily the kernel cuBLAS would choose.
     """
-    gemms, pred, live, _, _ = _run(device, m, n, k, batch, dtype, op, bias, predictor)
+    gemms, pred, live, _, _ = _run(device, m, n, k, batch, dtype, op, bias, predictor,
+                                   fp8_kernel)
     dtype_name = resolve_dtype(dtype).name
     out: list[dict[str, Any]] = []
     details = {} if pred is None else {
@@ -217,6 +238,8 @@ def explain(
             "batch": int(gemms.batch[i]), "m": int(gemms.m[i]), "n": int(gemms.n[i]),
             "k": int(gemms.k[i]), "dtype": dtype_name,
         }
+        if resolve_dtype(dtype).peak_key == "fp8":
+            row["fp8_kernel"] = fp8_kernel
         if alive:
             for key, values in details.items():
                 v = float(values[j])  # stream-K's waves are tiles / slots, a fraction

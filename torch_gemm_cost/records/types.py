@@ -13,7 +13,7 @@ from typing import overload
 
 import torch
 
-from ..hardware.dtypes import DTYPES, ComputeDtype, resolve_dtype
+from ..hardware.dtypes import DTYPES, ComputeDtype, fp8_kernel_index, resolve_dtype
 from ..suggest import unknown
 
 __all__ = [
@@ -132,6 +132,8 @@ class GemmSite:
     # elements of A cast to the compute dtype by a kernel of its own before the GEMM (vLLM's
     # fp8 Linear quantizes its bf16 input first); 0: none
     quantized_elements: int = 0
+    # which fp8 GEMM kernel runs it (``hardware.dtypes.FP8_KERNELS``); read for fp8 dtypes only
+    fp8_kernel: str = "torch_scaled_mm"
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -239,6 +241,8 @@ class GemmBatch:
     # elements of A a cast kernel of its own converts before the GEMM (GemmSite's); zeros
     # when omitted
     quantized_elements: torch.Tensor = None  # type: ignore[assignment]
+    # index into FP8_KERNELS of the fp8 kernel each row runs (long); zeros when omitted
+    fp8_kernel: torch.Tensor = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.b_transposed is None:
@@ -247,6 +251,8 @@ class GemmBatch:
             object.__setattr__(self, "kept_fraction", torch.ones_like(self.m))
         if self.quantized_elements is None:
             object.__setattr__(self, "quantized_elements", torch.zeros_like(self.m))
+        if self.fp8_kernel is None:
+            object.__setattr__(self, "fp8_kernel", torch.zeros_like(self.m, dtype=torch.long))
         if self.dram_bytes is None:
             if self.b_bytes is None:
                 ab = self.batch * (self.m * self.k + self.k * self.n) * self.in_bytes
@@ -309,6 +315,8 @@ class GemmBatch:
             b_bytes=col([DTYPES[s.dtype].in_bytes if s.b_bytes is None else s.b_bytes
                          for s in sites]),
             quantized_elements=col([s.quantized_elements for s in sites]),
+            fp8_kernel=torch.tensor([fp8_kernel_index(s.fp8_kernel) for s in sites],
+                                    dtype=torch.long),
         )
 
     @classmethod

@@ -35,6 +35,10 @@ class GemmExplanation:
              f"{ai:.1f} FLOP/byte; loads of {loads} for A/B/C"),
             f"  predicted {self.time_ms:.4f} ms, {self.bound}-bound ({self.predictor})",
         ]
+        if s.dtype.startswith("float8"):
+            cast = self.details.get("cast_ms", 0.0)
+            lines.append(f"  fp8 kernel: {s.fp8_kernel}" + (
+                f", after its input cast of {cast:.4f} ms" if cast else ", no input cast"))
         lines += [f"  {name} = {value:.4g}" for name, value in self.details.items()]
         return "\n".join(lines)
 

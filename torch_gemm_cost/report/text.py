@@ -99,6 +99,13 @@ def kernel_table(report: ReportRecord, top: int | None = None) -> str:
                                    "ops fused"], floatfmt=("", "", "", "", ".4f", ""))
 
 
+# what each fp8 kernel (hardware.dtypes.FP8_KERNELS) means, as the footer says it
+FP8_KERNEL_TEXT = {
+    "torch_scaled_mm": "torch._scaled_mm (cuBLASLt/hipBLASLt, inputs already in fp8)",
+    "vllm_cutlass": "vLLM's CUTLASS scaled-mm after its input cast",
+}
+
+
 def footer(report: ReportRecord) -> str:
     """The totals under the table: times, FLOP rate, predictor, unmodelled and fused ops."""
     unmod = report.unmodelled
@@ -119,6 +126,9 @@ def footer(report: ReportRecord) -> str:
         notes += (f", {rewritten} of them hand-written attention that inductor rewrites"
                   if flash else f"; {rewritten} hand-written attentions that inductor "
                   "rewrites into SDPA calls")
+    fp8 = sorted({g.site.fp8_kernel for g in report.gemms if g.site.dtype.startswith("float8")})
+    if fp8:
+        notes += "; fp8 GEMMs as " + ", ".join(FP8_KERNEL_TEXT[k] for k in fp8)
     span = ""
     if report.uncertainty is not None:
         lo, hi = report.interval(DEFAULT_LEVEL)

@@ -20,7 +20,7 @@ import torch
 
 from ..hardware.catalog import get_device
 from ..measured.gemm import DEFAULT_OWN_DIRS, MeasuredGemms, load_all_gemms
-from ..predict.gemm.hybrid import HybridPredictor
+from ..predict.gemm.hybrid import UNFITTED_SOURCES, HybridPredictor
 from ..predict.gemm.roofline import impossible_rows
 from ..predict.score import summarize_errors
 
@@ -153,7 +153,9 @@ def train_gemm_predictor(
         "description": "torch_gemm_cost hybrid GEMM predictor weights",
         "data_sources": list(CREDITS),
         "training_command": command,
-        "trained_gpus": sorted(set(measured.gpu)),
+        "trained_gpus": sorted({g for g, s in zip(measured.gpu, measured.source)
+                                if s not in UNFITTED_SOURCES}),
+        "unfitted_sources": dict(UNFITTED_SOURCES),
         "trained_rows": model.n_train_rows_,
         "measured_rows": len(measured),
         "impossible_rows_dropped": int(impossible_rows(measured).sum()),
