@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torch_gemm_cost.hardware.catalog import get_device, list_devices
 from torch_gemm_cost.hardware.dtypes import DTYPES
 from torch_gemm_cost.measured.gemm import MeasuredGemms, gemm_batch_from_columns
+from torch_gemm_cost.predict.base import Prediction
 from torch_gemm_cost.predict.gemm.cache import (
     effective_bandwidth,
     grid_dram_bandwidth,
@@ -32,7 +33,6 @@ from torch_gemm_cost.predict.gemm.tiles import (
     TILES,
     tile_grid,
 )
-from torch_gemm_cost.predict.base import Prediction
 from torch_gemm_cost.predict.query import predict_gemm_ms
 from torch_gemm_cost.records.types import DTYPE_NAMES, GemmBatch
 

@@ -378,7 +378,7 @@ def test_fp8_kernel_is_named_and_vllms_pays_its_cast():
     # fp8 Linear casts its 4096 x 4096 bf16 input first, 32 rows deep on 132 SMs, 2 passes a
     # row: explain names the kernel and shows the cast's parts, which sum to its time less the
     # launch
-    kw = dict(m=4096, n=4096, k=4096, dtype="fp8", op="linear")
+    kw = {"m": 4096, "n": 4096, "k": 4096, "dtype": "fp8", "op": "linear"}
     blas = explain("h200_sxm_141gb", **kw)[0]
     vllm = explain("h200_sxm_141gb", fp8_kernel="vllm_cutlass", **kw)[0]
     assert blas["fp8_kernel"] == "torch_scaled_mm" and blas["cast_ms"] == 0.0

@@ -46,14 +46,14 @@ import torch
 
 from ...hardware.catalog import DeviceSpec, get_device
 from ...hardware.dtypes import FP8_KERNELS
-from ...suggest import check_choice, unknown
 from ...records.types import DTYPE_NAMES
+from ...suggest import check_choice, unknown
 from ..base import Estimator, GemmBatch, Prediction, read_fitted
 from ..base import inv_softplus as _inv_softplus
 from ..intervals import gemm_interval
 from ..registry import SHIPPED, check_format
-from .cast import cast_times
 from .cache import L2Geometry, effective_bandwidth, grid_dram_bandwidth, l2_geometry, l2_hit_rate
+from .cast import cast_times
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
