@@ -22,6 +22,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,30 @@ def held_out_main(doc: str, out: Path, argv: list[str] | None
     return args, measured, held
 
 
+def reuse_predictions(paths: Sequence[str], seeds: Sequence[int], names: Sequence[str],
+                      rows: int) -> dict[str, torch.Tensor]:
+    """The variants of ``names`` held by every file of ``paths`` (``--save-predictions``
+    output), each the geometric mean over the files weighted by their seeds, which must
+    together be ``seeds``; exits naming the file whose seeds or rows do not fit."""
+    saved = [(p, torch.load(p, weights_only=False)) for p in paths]
+    held = sorted(s for _, doc in saved for s in doc["seeds"])
+    if held != sorted(seeds):
+        raise SystemExit(f"--reuse {' '.join(paths)} hold seeds {held}, not {list(seeds)}")
+    out = {}
+    for name in names:
+        if not all(name in doc["predictions"] for _, doc in saved):
+            continue
+        logs = []
+        for path, doc in saved:
+            p = doc["predictions"][name]
+            if p.shape[0] != rows:
+                raise SystemExit(f"--reuse {path}: {name} has {p.shape[0]} rows, the data "
+                                 f"{rows}")
+            logs.append(torch.log(p) * len(doc["seeds"]))
+        out[name] = torch.exp(torch.stack(logs).sum(dim=0) / len(held))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(ROOT / ".." / "shared" / "data"))
@@ -99,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save-predictions", default=None,
                     help="also save the held-out predictions (torch.save) for the interval "
                          "calibration (benchmarks/intervals.py)")
-    ap.add_argument("--reuse", default=None, metavar="PRED.pt",
-                    help="predictions an earlier run saved (--save-predictions) with the same "
-                         "seeds: the variants it holds are read, not fitted again")
+    ap.add_argument("--reuse", default=None, metavar="PRED.pt", nargs="+",
+                    help="predictions earlier runs saved (--save-predictions) whose seeds "
+                         "together are these seeds (one file per seed, or one with them all): "
+                         "the variants they hold are read, averaged geometrically over the "
+                         "files, not fitted again")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: the fits are many small steps, and more "
                          "threads than free cores slow them down)")
@@ -123,18 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     timing: dict[str, float] = {}
     reused: dict[str, torch.Tensor] = {}
     if args.reuse:
-        saved = torch.load(args.reuse, weights_only=False)
-        if saved["seeds"] != seeds:
-            raise SystemExit(f"--reuse {args.reuse} holds seeds {saved['seeds']}, not {seeds}")
-        reused = {k: v for k, v in saved["predictions"].items() if k in names}
-        for name, p in reused.items():
-            if p.shape != meas.shape:
-                raise SystemExit(f"--reuse {args.reuse}: {name} has {p.shape[0]} rows, the "
-                                 f"data {meas.shape[0]}")
+        reused = reuse_predictions(args.reuse, seeds, names, meas.shape[0])
     for name in names:
         if name in reused:
             preds[name] = reused[name]
-            log.info("%s read from %s", name, args.reuse)
+            log.info("%s read from %s", name, " ".join(args.reuse))
             continue
         t0 = time.perf_counter()
         preds[name] = leave_one_chip_out(

@@ -40,7 +40,7 @@ GPU_NAMES = {
     "a100_sxm4_80gb": "A100 SXM4 80GB", "a40": "A40", "b200": "B200",
     "h200_sxm_141gb": "H200", "l40s": "L40S", "mi210": "MI210", "mi300x": "MI300X",
     "tesla_p100_pcie_16gb": "P100", "tesla_p4": "P4", "tesla_t4": "T4",
-    "tesla_v100_pcie_32gb": "V100 PCIe", "tesla_v100_sxm2": "V100 SXM2",
+    "tesla_v100_pcie_32gb": "V100 PCIe", "tesla_v100_sxm2": "V100 SXM2", "rtx_3090": "RTX 3090",
 }
 
 
@@ -413,8 +413,8 @@ def gemm_json_section(r: Results) -> list[str]:
     out = ["## GEMMs, each chip held out", "",
            f"From [accuracy.json](../benchmarks/results/accuracy.json), written by "
            f"`{r.json_command('accuracy')}`. Variants: " + ", ".join(f"`{v}`" for v in variants)
-           + " (`no_family` drops the per-library-family terms; the roofline has no fitted "
-             "parameter).", "", "### MAPE per GPU", ""]
+           + (" (`no_family` drops the per-library-family terms;" if "no_family" in variants
+              else " (") + " the roofline has no fitted parameter).", "", "### MAPE per GPU", ""]
     gpus = list(acc["hybrid"]["loco_mape_per_gpu"])
     rows = [[GPU_NAMES[g], *(pct(acc[v]["loco_mape_per_gpu"][g]) for v in variants)]
             for g in gpus]
