@@ -96,17 +96,17 @@ def test_max_batch_on_a_24_gb_l4_matches_the_hbm_arithmetic(llama3_h100):
     # q 4096², k and v 1024·4096, o 4096², gate/up/down 14336·4096, two norms) · 2 bytes
     weights = 8_030_261_248 * 2
     assert plan.rows[0].weights_bytes == weights
-    usable = 0.9 * 24e9  # vLLM's gpu_memory_utilization of the L4's 24 GB
+    usable = 0.9 * 24 * 2**30  # vLLM's gpu_memory_utilization of the L4's 24 GB (GiB)
     # activations for the 8192-token budget: 2 B · (2·4096 + max(6144 + 4096, 3·14336))
     fixed = 8192 * 102_400
     # a sequence: its KV cache 2·32·8·128·2304·2 and its fp32 logits 128256·4
     per_sequence = 301_989_888 + 128_256 * 4
-    # (21.6e9 - 16,060,522,496 - 838,860,800) / 302,502,912 = 15.54 -> 15
-    assert plan.max_batch == int((usable - weights - fixed) // per_sequence) == 15
-    assert max_batch_fitting(usable, weights, fixed, per_sequence, 8192) == 15
-    # 15 fits and 16 does not: the plan's own rows say so
+    # (23,192,823,398 - 16,060,522,496 - 838,860,800) / 302,502,912 = 20.80 -> 20
+    assert plan.max_batch == int((usable - weights - fixed) // per_sequence) == 20
+    assert max_batch_fitting(usable, weights, fixed, per_sequence, 8192) == 20
+    # 20 fits and 21 does not: the plan's own rows say so
     rows = tgc.plan_llm(LLAMA3_8B, device="l4", dtype="bf16", prompt=2048, gen=256,
-                        batches=[15, 16]).rows
+                        batches=[20, 21]).rows
     assert [r.fits for r in rows] == [True, False]
 
 
