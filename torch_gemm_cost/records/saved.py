@@ -187,8 +187,8 @@ def _region_inputs(nodes: list[Any], state: Collection[Any], region: Mapping[Any
 
 def _is_state(name: str) -> bool:
     """A placeholder of the model's state: a parameter (``p_``) or buffer (``b_``), as both
-    capture paths name them."""
-    return name.startswith(("p_", "b_"))
+    capture paths name them, or a constant ``torch.export`` lifted (``c_``)."""
+    return name.startswith(("p_", "b_", "c_"))
 
 
 def _region(node: Any, checkpointed: Collection[str]) -> str:
