@@ -79,6 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how the model is traced: auto (default: dispatch, then export), "
                    "dispatch or export on fake tensors, or eager, which runs a real model "
                    "that a pkg.module:function builder returns")
+    p.add_argument("--optimizer", choices=("adamw", "sgd", "none"), default=None,
+                   help="the optimizer of a --mode train step: its update is priced and its "
+                   "states (with the fp32 master weights of mixed precision) counted in the "
+                   "memory; default adamw")
     p.add_argument("--compiled", action="store_true",
                    help="price the model as torch.compile (inductor, default mode) runs it: "
                    "non-GEMM ops fused into kernels")
@@ -167,6 +171,9 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--audio-s must be positive, got {args.audio_s:g}; try --audio-s 30")
     if args.audio_s is not None and args.callable is not None:
         raise UsageError("--audio-s applies to --hf-config with --task speech-seq2seq")
+    optimizer = getattr(args, "optimizer", None)
+    if optimizer not in (None, "none") and args.mode != "train":
+        raise UsageError(f"--optimizer {optimizer} applies to --mode train only")
     if args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}; try --batch 1")
     if args.seq is not None and args.seq < 1:
@@ -308,6 +315,7 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
                                        dtypes=[dtype.name], mode=args.mode, predictor=chosen,
                                        capture_method=args.capture_method,
+                                       optimizer=_optimizer(args),
                                        progress=not args.quiet and sys.stderr.isatty(),
                                        compiled=getattr(args, "compiled", False)))
     except CaptureError as e:  # the model or its inputs, not this program
@@ -328,6 +336,13 @@ def _cli_option(args: argparse.Namespace) -> Any:
         return f"--capture-method {method}"
 
     return option
+
+
+def _optimizer(args: argparse.Namespace) -> str | None:
+    """The optimizer of the run: --optimizer, else AdamW for a training step."""
+    if args.mode != "train":
+        return None
+    return getattr(args, "optimizer", None) or "adamw"
 
 
 def _build_model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -352,6 +367,7 @@ def _build_model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[s
 
 def run(args: argparse.Namespace) -> int:
     from ..report import format_advice, format_comparison
+    from ..report.memory_text import memory_text
 
     reports = estimate_reports(args)
     if args.json:
@@ -374,10 +390,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if len(reports) > 1:
         print(format_comparison(reports, top=args.top or 5, depth=args.depth))
+        for r in reports:
+            if r.memory is not None:
+                print(f"{r.device.id}: {memory_text(r.memory)}")
         return 0
     r = reports[0]
     print(r.table(depth=args.depth, top=args.top, intervals=args.intervals))
     print(r.footer())
+    if r.memory is not None:
+        print(memory_text(r.memory))
     if r.advice is not None:
         print(format_advice(r.advice[:5]))
     return 0

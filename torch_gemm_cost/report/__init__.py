@@ -7,6 +7,7 @@ One job per module:
 - ``record``: ``ReportRecord``, the estimates of one run and their totals and intervals;
 - ``tree``: times aggregated by the module tree, repeated blocks collapsed (``h.{0-11}``);
 - ``text``: the cost table, its footer, the fused kernels' table and the advice in words;
+- ``memory_text``: a run's memory, its peak against the device's, the batch that fits;
 - ``compare``: several reports side by side (``Comparison``);
 - ``device_table``: the device catalog as a table;
 - ``export``: plain data, JSON, CSV and pandas;

@@ -89,6 +89,8 @@ def to_dict(report: ReportRecord, advice: bool = True) -> dict[str, Any]:
         lo, hi = report.interval(DEFAULT_LEVEL)
         out.update(interval_level=DEFAULT_LEVEL, total_lo_ms=lo, total_hi_ms=hi,
                    novelty=report.uncertainty.novelty)
+    if report.memory is not None:
+        out["memory"] = report.memory.to_dict()
     if advice and report.advice is not None:
         out["padding_advice"] = [
             {**asdict(a), "saving_ms": a.saving_ms, "saving_pct": a.saving_pct}

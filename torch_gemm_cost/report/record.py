@@ -18,6 +18,7 @@ from ..hardware.catalog import DeviceSpec
 from ..predict.attention.sdpa import FLASH_PREFIX
 from ..predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
 from ..predict.price import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
+from ..records.memory import MemoryEstimate
 
 __all__ = ["ReportRecord", "rows_interval"]
 
@@ -34,6 +35,7 @@ class ReportRecord:
     ``OpEstimate.kernel`` names its kernel (``kernels()``, ``kernel_table()``).
     ``uncertainty`` holds what the intervals need (``predict/intervals.py``); None where no
     calibration covers the predictor, and then no interval is shown.
+    ``memory`` is the run's memory on the device (``records.memory``); None where not made.
     """
 
     model: str  # class name of the estimated model
@@ -49,6 +51,7 @@ class ReportRecord:
     advice: tuple[PaddingAdvice, ...] | None = field(default=None, compare=False, repr=False)
     compiled: bool = field(default=False, compare=False)
     uncertainty: ReportUncertainty | None = field(default=None, compare=False, repr=False)
+    memory: MemoryEstimate | None = field(default=None, compare=False, repr=False)
 
     # ------------------------------------------------------------------ totals
 

@@ -10,6 +10,7 @@ from ..advise import PaddingAdvice
 from ..compiled.attention_rewrite import REWRITTEN
 from ..predict.intervals import DEFAULT_LEVEL
 from . import tree
+from .memory_text import memory_text
 from .record import ReportRecord
 
 __all__ = ["NOVELTY_TEXT", "advice_line", "footer", "format_advice", "kernel_table", "render",
@@ -137,9 +138,11 @@ def footer(report: ReportRecord) -> str:
 
 
 def render(report: ReportRecord) -> str:
-    """The whole report as text: the per-GEMM table, the footer and the best three padding
-    suggestions."""
+    """The whole report as text: the per-GEMM table, the footer, the memory and the best three
+    padding suggestions."""
     text = f"{table(report)}\n{footer(report)}"
+    if report.memory is not None:
+        text += "\n" + memory_text(report.memory)
     if report.gemms and report.advice is not None:
         text += "\n" + format_advice(report.advice[:3])
     return text
