@@ -15,6 +15,7 @@ from test_advise import AlignmentRoofline
 from test_report import gpt2_others, gpt2_sites, make_report
 
 from torch_gemm_cost.report import CostReport
+from torch_gemm_cost.report.roofline import roofline_points
 
 
 class Page(HTMLParser):
@@ -76,7 +77,8 @@ def test_every_row_of_the_table_is_on_the_page(report, depth) -> None:
     rows = report.module_rows(depth)
     assert len(page.rows) == len(rows) == len(page.bars)
     # numbers right-aligned: GFLOP, time and % total, and the GEMM count at a depth
-    assert text.count('<td class="num">') == (3 if depth is None else 4) * len(rows)
+    layers = text[text.index('<table class="layers">'):]
+    assert layers.count('<td class="num">') == (3 if depth is None else 4) * len(rows)
     assert [r[0] for r in page.rows] == [r["module"] for r in rows]
     # the time column as the text table prints it, so the page and the table agree
     column = 5 if depth is None else 4
@@ -87,17 +89,21 @@ def test_every_row_of_the_table_is_on_the_page(report, depth) -> None:
 
 
 def test_totals_advice_and_plot(report, tmp_path) -> None:
-    pytest.importorskip("matplotlib")
     path = tmp_path / "r.html"
-    text = report.to_html(path, depth=2, top=3)
+    text = report.to_html(path, depth=2, top=2)
     assert path.read_text() == text
     page = Page(text)
-    assert len(page.rows) == 3  # --top 3
+    # --top 2: the two costliest rows, then one row folding the other two
+    assert [r[0] for r in page.rows][2:] == ["(2 other rows)"]
+    assert sum(float(r[4]) for r in page.rows) == pytest.approx(report.total_ms, abs=1e-3)
     th, td = page.text["th"], page.text["td"]
     assert f"{report.total_ms:.3f} ms" in td and "total" in th and "unmodelled ops" in th
-    # one list item per suggestion, the words of the text report's advice
-    assert len(page.text["li"]) == len(report.advice) > 0
-    assert page.text["li"][0].startswith(f"vocab_size 50257 -> {report.advice[0].suggested}")
+    # one list item per suggestion, led by its saving, then the words of the text report
+    advice = re.search(r'<ol class="advice">(.*?)</ol>', text, re.DOTALL)
+    assert advice is not None and advice.group(1).count("<li>") == len(report.advice) > 0
+    best = report.advice[0]
+    assert (f'<li><span class="save">saves {best.saving_ms:.3f} ms ({best.saving_pct:.1f}%):'
+            f'</span> vocab_size 50257 -&gt; {best.suggested}') in advice.group(1)
     assert "svg" in page.tags and "figure" in page.tags
     assert text.count("<svg") == 1 and "<?xml" not in text
 
@@ -116,11 +122,11 @@ def test_the_page_loads_nothing_and_escapes_what_it_is_handed(report) -> None:
     assert "<link" not in text and "@import" not in text
 
 
-def test_without_matplotlib_the_page_says_why(report, monkeypatch) -> None:
+def test_the_page_draws_its_roofline_without_matplotlib(report, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    page = Page(report.to_html(depth=1))
-    assert "svg" not in page.tags
-    assert "to_html needs matplotlib: pip install 'torch-gemm-cost[plot]'" in page.text["p"]
+    text = report.to_html(depth=1)
+    assert "svg" in Page(text).tags
+    assert text.count('<circle class="pt ') == len(roofline_points(report)) > 0
 
 
 def test_a_report_with_no_advice_says_so() -> None:

@@ -3,8 +3,7 @@ the intervals tell the devices apart, and the costliest layers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ..predict.intervals import DEFAULT_LEVEL
 from .record import ReportRecord
@@ -59,13 +58,12 @@ def format_comparison(reports: Sequence[ReportRecord], top: int = 5,
         headers += [f"{DEFAULT_LEVEL:.0%} interval ms", "vs first"]
         fmt = (*fmt, "", "")
     totals = tabulate(body, headers=headers, floatfmt=fmt)
-    per = [{_row_key(row): row for row in module_rows(r, depth)} for r in reports]
+    per = [{row["label"]: row for row in module_rows(r, depth)} for r in reports]
     ranked = sorted(per[0].values(), key=lambda row: -row["time_ms"])[:top]
     layer_body = []
     for row in ranked:
-        key = _row_key(row)
-        label = row["module"] + (f" [{row['op']}]" if "op" in row else "")
-        layer_body.append([label] + [p[key]["time_ms"] if key in p else None for p in per])
+        key = row["label"]  # unique in its table, the same on every device and dtype
+        layer_body.append([key] + [p[key]["time_ms"] if key in p else None for p in per])
     layers = tabulate(
         layer_body,
         headers=["top layers (ms)"] + [f"{r.device.id} {_SHORT.get(r.dtype, r.dtype)}"
@@ -88,7 +86,3 @@ def intervals_overlap(a: ReportRecord, b: ReportRecord,
 
 
 _SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
-
-
-def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (row["module"], row.get("op"), row.get("phase"), row.get("shape"))
