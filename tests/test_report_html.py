@@ -151,3 +151,135 @@ def test_the_page_carries_the_intervals_the_text_report_prints() -> None:
     # each layer row's interval cell is the text table's last column
     table = hybrid.table(depth=2, intervals=True).splitlines()[2:]
     assert [r[-2] for r in page.rows] == [line.split()[-1] for line in table]  # then the bar
+
+
+# ---------------------------------------------------------------- the roofline, the breakdowns
+
+CIRCLE = re.compile(r'<circle class="pt (\w+)" cx="([\d.]+)" cy="([\d.]+)" r="[\d.]+"[^>]*>'
+                    r"<title>(.*?)</title></circle>", re.DOTALL)
+
+
+def vit_report() -> CostReport:
+    """ViT-B/16's block GEMMs at batch 64 with eager attention, priced by the shipped hybrid:
+    its attention matmuls (~39 FLOP/B) sit left of the A100's bf16 ridge (153 FLOP/B)."""
+    from test_report import linear_site
+
+    from torch_gemm_cost.predict import default_predictor
+    from torch_gemm_cost.records import GemmSite
+
+    tokens = 64 * 197
+    sites = []
+    for i in range(2):
+        p = f"vit.layers.{i}"
+        sites += [linear_site(f"{p}.attention.q_proj", tokens, 768, 768, dtype="bfloat16"),
+                  GemmSite(f"{p}.attention", "ViTAttention", "matmul", f"qk{i}", "forward", 768,
+                           197, 197, 64, "bfloat16", "bfloat16", False, True, 2, 2, 2, False,
+                           2 * 768 * 197 * 197 * 64, 2 * 768 * (2 * 197 * 64 + 197 * 197)),
+                  GemmSite(f"{p}.attention", "ViTAttention", "matmul", f"pv{i}", "forward", 768,
+                           197, 64, 197, "bfloat16", "bfloat16", False, False, 2, 16, 16, False,
+                           2 * 768 * 197 * 64 * 197, 2 * 768 * (2 * 197 * 64 + 197 * 197)),
+                  linear_site(f"{p}.mlp.fc1", tokens, 3072, 768, dtype="bfloat16")]
+    return replace(make_report(sites, predictor=default_predictor(), dtype="bfloat16"),
+                   model="ViTForImageClassification")
+
+
+def test_the_plot_and_the_table_say_the_same_bound() -> None:
+    import html
+
+    r = vit_report()
+    text = r.to_html()
+    ridge_x = float(re.search(r'<line id="ridge" x1="([\d.]+)"', text).group(1))
+    circles = CIRCLE.findall(text)
+    rows = {row["label"]: row for row in r.module_rows()}
+    assert len(circles) == len(rows) == 4  # q_proj, matmul #1, matmul #2, fc1 (2 blocks each)
+    for bound, cx, _, title in circles:
+        label = html.unescape(title).splitlines()[0]
+        # the point's side of the drawn ridge, its class, its row's bound: one answer
+        assert bound == ("compute" if float(cx) >= ridge_x else "memory") == rows[label]["bound"]
+    assert {rows[k]["bound"] for k in rows if "matmul" in k} == {"memory"}
+    assert {rows[k]["bound"] for k in rows if "matmul" not in k} == {"compute"}
+
+
+def test_every_point_says_what_it_is_on_hover() -> None:
+    import html
+
+    r = vit_report()
+    for (_, _, _, title), p in zip(sorted(CIRCLE.findall(r.to_html()),
+                                          key=lambda c: c[3]),
+                                   sorted(roofline_points(r), key=lambda p: html.escape(p.label)),
+                                   strict=True):
+        lines = html.unescape(title).splitlines()
+        assert lines[0] == p.label and lines[1].startswith("×".join(map(str, p.shape)))
+        assert f"{p.time_ms:.4f} ms, {p.tflops:.1f} TFLOP/s" in lines[2]
+    # the costliest named on the plot and listed under it
+    key = re.search(r'<ol class="points">(.*?)</ol>', r.to_html(), re.DOTALL).group(1)
+    assert key.count("<li>") == min(5, len(roofline_points(r)))
+    assert html.unescape(key).split("<li>")[1].startswith(roofline_points(r)[0].label)
+
+
+def test_where_the_time_goes_sums_to_the_total(report) -> None:
+    text = report.to_html()
+    part = re.search(r"<h2>Where the time goes</h2>(.*?)</table>", text, re.DOTALL).group(1)
+    ms = [float(v) for v in re.findall(r'<td class="num">([\d.]+) ms</td>', part)]
+    # GEMMs, then the norms (12 × 0.07 ms); the unmodelled embedding has no time to show
+    assert ms == pytest.approx([report.gemm_ms, 0.84], abs=1e-3)
+    assert sum(ms) == pytest.approx(report.total_ms, abs=1e-3)
+    assert "GEMMs</td>" in part and "normalization</td>" in part
+
+
+def test_a_memory_section_is_drawn_where_the_report_has_one(report) -> None:
+    from dataclasses import dataclass, fields
+
+    assert "<h2>Memory</h2>" not in report.to_html()
+
+    @dataclass(frozen=True)
+    class WithMemory(CostReport):
+        memory: Any = None
+
+    gib = 1 << 30
+    memory = {"weights_bytes": 2 * gib, "activations_bytes": gib, "optimizer_gib": 4.0,
+              "total_bytes": 7 * gib, "fits": True}
+    r = WithMemory(**{f.name: getattr(report, f.name) for f in fields(CostReport)},
+                   memory=memory)
+    text = r.to_html()
+    section = text[text.index("<h2>Memory</h2>"):]
+    section = section[:section.index("</table>")]
+    # the parts in GiB, and what is left of the A100's 80 GB (74.51 GiB): 74.51 - 7 = 67.51
+    for name, value in (("weights", "2.00"), ("activations", "1.00"), ("optimizer", "4.00"),
+                        ("free of 74.5 GiB", "67.51")):
+        assert f"{name}</td><td class=\"num\">{value} GiB" in section
+    assert "total bytes</td><td class=\"num\">7.00 GiB" in section and ">True<" in section
+    widths = [float(w) for w in re.findall(r"width: ([\d.]+)%", section)]
+    assert sum(widths) == pytest.approx(100.0, abs=0.05)
+
+
+def test_the_page_renders_in_a_browser(tmp_path) -> None:
+    """Headless Chromium draws the page: a screenshot of the window's size, not blank, with
+    no band of empty rows above the layer table."""
+    import shutil
+    import subprocess
+
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                   "google-chrome"))), None)
+    if browser is None:
+        pytest.skip("no headless browser: install Debian's chromium (apt-get install -y "
+                    "chromium) to render the page")
+    image = pytest.importorskip("PIL.Image", reason="the screenshot check reads PNGs with Pillow")
+    page, shot = tmp_path / "r.html", tmp_path / "r.png"
+    vit_report().to_html(page)
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
+                           f"--screenshot={shot}", "--window-size=1400,1000", page.as_uri()],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+    png = image.open(shot).convert("L")
+    assert png.size == (1400, 1000)
+    # rows of one shade only are blank; the longest run of them is a gap in the layout
+    pixels = png.load()
+    blank = [len({pixels[x, y] for x in range(0, 1400, 4)}) == 1 for y in range(1000)]
+    runs, run = [], 0
+    for b in blank:
+        run = run + 1 if b else 0
+        runs.append(run)
+    assert max(runs) < 120, f"{max(runs)} blank rows in a row"
+    assert sum(blank) < 500  # most of the window is drawn on
