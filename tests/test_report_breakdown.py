@@ -188,6 +188,8 @@ def test_top_folds_the_rest_into_one_row(report, by, depth) -> None:
     assert sum(r["time_ms"] for r in rows) == pytest.approx(report.total_ms, rel=1e-12)
     assert sum(r["flops"] for r in rows) == report.total_flops
     assert rows[-1]["bound"] == "-"
+    if by == "op":  # the operators' count is summed: every GEMM and op is counted once
+        assert sum(r["count"] for r in rows) == sum(r["count"] for r in full)
     assert f"({len(full) - 3} other rows)" in report.table(depth, top=3, by=by)
     # one row left out is shown as itself
     assert table_rows(report, depth, len(full) - 1, by) == full

@@ -84,16 +84,17 @@ _ORIGIN_TEXT = {"catalog": "from the catalog", "detected": "detected on this hos
                 "given": "a DeviceSpec given"}
 
 
-def inputs_line(inputs: ReportInputs) -> str:
+def inputs_line(inputs: ReportInputs, omit: tuple[str, ...] = ()) -> str:
     """The question in one line: model, task, sizes, dtype, mode, attention, device and its
-    origin, predictor."""
+    origin, predictor; less the ``dtype``, ``device`` or ``predictor`` named in ``omit`` (a
+    comparison's columns)."""
     parts = [inputs.model]
     parts += [f"{label} {value}" for label, value in (
         ("task", inputs.task), ("batch", inputs.batch), ("seq", inputs.seq),
         ("image", None if inputs.image_size is None else
          f"{inputs.image_size}×{inputs.image_size}"),
     ) if value is not None]
-    parts += [inputs.dtype, inputs.mode]
+    parts += [v for k, v in (("dtype", inputs.dtype), ("mode", inputs.mode)) if k not in omit]
     if inputs.optimizer:
         parts.append(f"optimizer {inputs.optimizer}")
     if inputs.attention:
@@ -103,6 +104,8 @@ def inputs_line(inputs: ReportInputs) -> str:
     origin = _ORIGIN_TEXT.get(inputs.device_origin, f"from {inputs.device_origin}")
     if inputs.device_file:
         origin += f" {inputs.device_file}"
-    parts.append(f"device {inputs.device} ({origin})")
-    parts.append(f"predictor {inputs.predictor} v{inputs.predictor_version}")
+    if "device" not in omit:
+        parts.append(f"device {inputs.device} ({origin})")
+    if "predictor" not in omit:
+        parts.append(f"predictor {inputs.predictor} v{inputs.predictor_version}")
     return "inputs: " + ", ".join(parts)

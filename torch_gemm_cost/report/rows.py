@@ -39,17 +39,19 @@ def ranked(rows: Sequence[TableRow]) -> list[TableRow]:
 
 
 def fold(report: ReportRecord, rows: Sequence[TableRow], top: int | None,
-         names: dict[str, Any], name: str) -> list[TableRow]:
+         names: dict[str, Any], name: str, summed: Sequence[str] = ()) -> list[TableRow]:
     """The ``top`` costliest of ``rows`` and one more row holding all the others, named by
     ``names`` and its ``label``, which says how many it holds (and is also its ``name`` cell);
     ``rows`` as ranked where ``top`` is None or leaves at most one row out (shown as itself).
-    The folded row's bound is ``-``: its rows have no one bound."""
+    The folded row's bound is ``-``: its rows have no one bound; its cells named in ``summed``
+    (a count) are the sums of its rows'."""
     rows = ranked(rows)
     if top is None or len(rows) <= top + 1:
         return rows
     rest = rows[top:]
     label = f"({len(rest)} other rows)"
-    folded = row_of(report, {**names, "label": label, name: label},
+    sums = {k: sum(r.cells[k] for r in rest) for k in summed}
+    folded = row_of(report, {**names, **sums, "label": label, name: label},
                     sorted(i for r in rest for i in r.gemm_index),
                     sorted(i for r in rest for i in r.other_index))
     return [*rows[:top], TableRow({**folded.cells, "bound": "-"}, folded.gemm_index,

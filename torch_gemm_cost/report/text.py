@@ -61,8 +61,8 @@ def table_rows(report: ReportRecord, depth: int | None = None, top: int | None =
         if depth is not None:
             raise ValueError(f"depth={depth} cuts the module tree; by='op' has no tree: "
                              "give depth=None or by='module'")
-        blank: dict[str, Any] = {"class": "", "phase": "", "count": 1}
-        rows = fold(report, op_table_rows(report), top, blank, "op")
+        blank: dict[str, Any] = {"class": "", "phase": ""}
+        rows = fold(report, op_table_rows(report), top, blank, "op", summed=("count",))
     else:
         blank = {"module_type": "", "count": 1, "phase": ""}
         rows = fold(report, tree.module_table_rows(report, depth), top, blank, "module")
