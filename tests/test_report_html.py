@@ -237,20 +237,33 @@ def test_a_memory_section_is_drawn_where_the_report_has_one(report) -> None:
         memory: Any = None
 
     gib = 1 << 30
-    memory = {"weights_bytes": 2 * gib, "activations_bytes": gib, "optimizer_gib": 4.0,
-              "total_bytes": 7 * gib, "fits": True}
+    # a training step's memory as records.memory's MemoryEstimate.to_dict() gives it: the
+    # optimizer's 12 GiB hold its 4 GiB of fp32 master weights
+    memory = {"mode": "train", "optimizer": "adamw", "mixed_precision": True,
+              "weights_bytes": 2 * gib, "grads_bytes": 2 * gib, "optimizer_bytes": 12 * gib,
+              "master_weights_bytes": 4 * gib, "activations_bytes": 10 * gib,
+              "kv_cache_bytes": 0, "peak_bytes": 24 * gib, "device_bytes": 80 * gib,
+              "batch": 8, "max_batch": 40, "checkpointed_modules": 0, "fits": True}
     r = WithMemory(**{f.name: getattr(report, f.name) for f in fields(CostReport)},
                    memory=memory)
     text = r.to_html()
     section = text[text.index("<h2>Memory</h2>"):]
     section = section[:section.index("</table>")]
-    # the parts in GiB, and what is left of the A100's 80 GB (74.51 GiB): 74.51 - 7 = 67.51
-    for name, value in (("weights", "2.00"), ("activations", "1.00"), ("optimizer", "4.00"),
-                        ("free of 74.5 GiB", "67.51")):
+    # held: 2 + 2 + 4 + 10 + (12 - 4) = 26 GiB of 80, 54 free; the empty KV cache left out
+    for name, value in (("weights", "2.00"), ("grads", "2.00"), ("master weights", "4.00"),
+                        ("activations", "10.00"), ("optimizer states", "8.00"),
+                        ("free of 80.0 GiB", "54.00")):
         assert f"{name}</td><td class=\"num\">{value} GiB" in section
-    assert "total bytes</td><td class=\"num\">7.00 GiB" in section and ">True<" in section
-    widths = [float(w) for w in re.findall(r"width: ([\d.]+)%", section)]
-    assert sum(widths) == pytest.approx(100.0, abs=0.05)
+    assert "kv cache" not in section
+    for name, value in (("peak", "24.00 GiB"), ("device", "80.00 GiB"), ("fits", "True"),
+                        ("max batch", "40")):
+        assert f"<td>{name}</td><td class=\"num\">{value}</td>" in section
+    bars = re.findall(r'<div class="stack memory">(.*?)</div>', section)
+    assert len(bars) == 2  # what it holds, and its peak: 24 of 80 GiB
+    assert [float(w) for w in re.findall(r"width: ([\d.]+)%", bars[1])] == [30.0, 70.0]
+    for bar in bars:
+        assert sum(float(w) for w in re.findall(r"width: ([\d.]+)%", bar)) == pytest.approx(
+            100.0, abs=0.05)
 
 
 def test_the_page_renders_in_a_browser(tmp_path) -> None:

@@ -2,9 +2,10 @@
 time by phase, and the memory, where the report has a ``memory`` section.
 
 The memory section is read as plain data (``to_dict()``, a dataclass or a mapping): each entry
-whose name ends in ``_bytes`` or ``_gib`` is a part of the bar, except a total (``total_``,
-``peak_``) and what the device holds (``capacity_``, ``device_``), which the bar is measured
-against; anything else is listed as it is.
+whose name ends in ``_bytes`` or ``_gib`` is a part of the bar (a part held inside another,
+the fp32 master weights among the optimizer's bytes, taken out of it), except the peak
+(``peak_``, ``total_``), drawn as a bar of its own, and what the device holds (``device_``,
+``capacity_``), which both bars are measured against; anything else is listed as it is.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ class Part:
 
 @dataclass(frozen=True)
 class MemoryBar:
-    """The memory as a stacked bar (``parts``) and the entries that are no part of it."""
+    """The memory as two stacked bars of the device's memory: what the run holds (``parts``;
+    not all of it at once) and its ``peak``; and the entries that are neither (``notes``)."""
 
     parts: tuple[Part, ...]
+    peak: tuple[Part, ...]
     notes: tuple[tuple[str, str], ...]
 
 
@@ -46,6 +49,8 @@ _CLASS_COLOURS = ("#4878b0", "#6aa84f", "#e69138", "#a64d79", "#c9a227", "#cc412
                   "#8e7cc3", "#999999", "#b7b7b7")
 _PHASE_COLOURS = {"fwd": "#4878b0", "dgrad": "#e69138", "wgrad": "#6aa84f", "optim": "#8e7cc3"}
 _FREE_COLOUR = "#e8e8e8"
+# a part held inside another (the fp32 master weights among the optimizer's bytes): taken out
+_WITHIN = {"master weights": "optimizer"}
 
 
 def time_bars(report: ReportRecord) -> list[tuple[str, list[Part]]]:
@@ -99,29 +104,46 @@ def _stem(name: str) -> str:
 
 
 def memory_bar(report: ReportRecord) -> MemoryBar | None:
-    """The report's ``memory`` section as a bar against the device's memory; None where the
-    report has none."""
+    """The report's ``memory`` section as bars against the device's memory: what the run
+    holds, part by part, and its peak; None where the report has none."""
     section = getattr(report, "memory", None)
     if section is None:
         return None
-    parts: list[tuple[str, float]] = []
+    sizes: dict[str, float] = {}
     notes: list[tuple[str, str]] = []
+    peak: float | None = None
     capacity = report.device.mem_bytes / GIB if report.device.mem_bytes else None
     for name, value in _flat(_plain(section)).items():
         gib, leaf = _gib(name, value), name.rsplit(".", 1)[-1]
-        if gib is None or leaf.startswith(("total", "peak")):
-            notes.append((name.replace("_", " "), f"{gib:.2f} GiB" if gib is not None
-                          else str(value)))
+        if gib is None:
+            notes.append((name.replace("_", " "), str(value)))
+        elif leaf.startswith(("total", "peak")):
+            peak = gib if peak is None else peak
+            notes.append((_stem(name), f"{gib:.2f} GiB"))
         elif leaf.startswith(("capacity", "device")):
             capacity = gib
-            notes.append((name.replace("_", " "), f"{gib:.2f} GiB"))
+            notes.append((_stem(name), f"{gib:.2f} GiB"))
         else:
-            parts.append((_stem(name), gib))
+            sizes[_stem(name)] = gib
+    for inner, outer in _WITHIN.items():
+        if inner in sizes and outer in sizes:
+            sizes[f"{outer} states"] = sizes.pop(outer) - sizes[inner]
+    parts = [(n, g) for n, g in sizes.items() if g > 0]
+    colours = {n: _CLASS_COLOURS[i % len(_CLASS_COLOURS)] for i, (n, _) in enumerate(parts)}
+    return MemoryBar(_against(parts, capacity, colours),
+                     () if peak is None else _against([("peak", peak)], capacity,
+                                                       {"peak": "#555555"}),
+                     tuple(notes))
+
+
+def _against(parts: list[tuple[str, float]], capacity: float | None,
+             colours: Mapping[str, str]) -> tuple[Part, ...]:
+    """``parts`` (GiB) as a bar of the device's memory, the rest of it shown free; of their
+    sum where they exceed it."""
     used = sum(g for _, g in parts)
     scale = max(used, capacity or 0.0) or 1.0
-    bar = [Part(n, f"{g:.2f} GiB", 100 * g / scale, _CLASS_COLOURS[i % len(_CLASS_COLOURS)])
-           for i, (n, g) in enumerate(parts)]
+    bar = [Part(n, f"{g:.2f} GiB", 100 * g / scale, colours[n]) for n, g in parts]
     if capacity and capacity > used:
         bar.append(Part(f"free of {capacity:.1f} GiB", f"{capacity - used:.2f} GiB",
                         100 * (capacity - used) / scale, _FREE_COLOUR))
-    return MemoryBar(tuple(bar), tuple(notes))
+    return tuple(bar)

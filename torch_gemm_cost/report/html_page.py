@@ -62,6 +62,7 @@ _TEMPLATE = """\
   td.num { text-align: right; font-variant-numeric: tabular-nums; }
   .stack { display: flex; height: 1.3em; width: 100%; margin: 0.3em 0; border: 1px solid #bbb; }
   .stack span { display: block; height: 100%; }
+  div.caption { color: #666; font-size: 0.9em; }
   .key { display: inline-block; width: 0.9em; height: 0.9em; vertical-align: -0.1em;
          margin-right: 0.3em; }
   table.layers thead th { border-bottom: 1px solid #999; position: sticky; top: 0;
@@ -104,7 +105,10 @@ _TEMPLATE = """\
 {%- endfor %}
 {%- if memory %}
 <h2>Memory</h2>
-<div class="stack memory">{% for p in memory.parts %}<span title="{{ p.name }}: {{ p.value }}" style="width: {{ '%.2f' % p.pct }}%; background: {{ p.colour }}"></span>{% endfor %}</div>
+{%- for caption, bar in (("what it holds, part by part (not all at once)", memory.parts), ("its peak", memory.peak)) if bar %}
+<div class="caption">{{ caption }}</div>
+<div class="stack memory">{% for p in bar %}<span title="{{ p.name }}: {{ p.value }}" style="width: {{ '%.2f' % p.pct }}%; background: {{ p.colour }}"></span>{% endfor %}</div>
+{%- endfor %}
 <table class="breakdown">
 {%- for p in memory.parts %}
 <tr><td><span class="key" style="background: {{ p.colour }}"></span>{{ p.name }}</td><td class="num">{{ p.value }}</td></tr>
