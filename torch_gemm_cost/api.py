@@ -36,6 +36,7 @@ from .records.memory import MemoryEstimate, memory_estimate, uses_kv_cache
 from .records.saved import checkpointed_modules, graph_memory
 from .records.types import FusedKernel
 from .report import Comparison, CostReport
+from .report.inputs import ReportInputs, device_origin, tensor_inputs
 from .suggest import check_choice
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
@@ -160,7 +161,7 @@ def compare(
         records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
     memory = _memory(inner, captured, kwargs or {}, plan, mode, optimizer)
-    runs = [_Run(target.spec, _predictor_of(predictor, target), cd)
+    runs = [_Run(target.spec, _predictor_of(predictor, target), cd, target.source)
             for target, cd in itertools.product(plan.targets, plan.dtypes)]
     priced = [_step(bar, price_records(records[run.cd.name][0],
                                        (*records[run.cd.name][1], *optimizer_records),
@@ -174,8 +175,9 @@ def compare(
     _warn_unmodelled(captured.model_name, priced[0].ops)
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
+    asked = _asked(model, args, kwargs, optimizer)
     return Comparison(_report(captured, run, p.gemms, p.ops, mode, adv, compiled,
-                              p.uncertainty, mem)
+                              p.uncertainty, mem, asked)
                       for run, p, adv, mem in zip(runs, priced, advice, memory))
 
 
@@ -214,11 +216,13 @@ class _Plan:
 
 @dataclass(frozen=True)
 class _Run:
-    """One report's device, predictor and compute dtype."""
+    """One report's device, predictor and compute dtype, and where the device came from
+    (``Target.source``)."""
 
     spec: DeviceSpec
     predictor: Predictor
     cd: ComputeDtype
+    source: str
 
 
 def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
@@ -251,18 +255,37 @@ def _predictor_of(given: Predictor | None, target: Target) -> Predictor:
     return profile_predictor(target) or default_predictor()
 
 
+def _asked(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None,
+           optimizer: Any) -> dict[str, Any]:
+    """What the call asked that every report of it shares: the input tensors and the sizes
+    read off them, the model's attention implementation (an HF model's), the optimizer."""
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return {**tensor_inputs(args, kwargs),
+            "attention": attention if isinstance(attention, str) else None,
+            "optimizer": None if optimizer is None else
+            optimizer if isinstance(optimizer, str) else type(optimizer).__name__}
+
+
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
             ops: tuple[OpEstimate, ...], mode: str,
             advice: tuple[PaddingAdvice, ...], compiled: bool = False,
             uncertainty: ReportUncertainty | None = None,
-            memory: MemoryEstimate | None = None) -> CostReport:
+            memory: MemoryEstimate | None = None,
+            asked: Mapping[str, Any] | None = None) -> CostReport:
+    name = getattr(run.predictor, "name", type(run.predictor).__name__)
+    version = str(getattr(run.predictor, "version", ""))
+    origin, file = device_origin(run.source)
+    inputs = ReportInputs(model=captured.model_name, dtype=run.cd.name, mode=mode,
+                          device=run.spec.id, device_name=run.spec.name, device_origin=origin,
+                          device_file=file, predictor=name, predictor_version=version,
+                          compiled=compiled, **(asked or {}))
     return CostReport(
         model=captured.model_name,
         device=run.spec,
         dtype=run.cd.name,
         mode=mode,
-        predictor=getattr(run.predictor, "name", type(run.predictor).__name__),
-        predictor_version=str(getattr(run.predictor, "version", "")),
+        predictor=name,
+        predictor_version=version,
         gemms=gemms,
         others=ops,
         config=captured.config,
@@ -271,6 +294,7 @@ def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
         compiled=compiled,
         uncertainty=uncertainty,
         memory=memory,
+        inputs=inputs,
     )
 
 
