@@ -198,8 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the HBM arithmetic, by hand from the published sizes
     params = (2 * 128256 * 4096 + 32 * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096
                                         + 2 * 4096) + 4096)
-    mem = float(l4.device.mem_bytes or 0.0)  # the L4's memory in bytes, as the catalog gives it
-    usable = 0.9 * mem
+    usable = 0.9 * 24 * 2**30  # the L4's "24 GB" of GDDR6 is 24 GiB
     fixed = 8192 * 2 * (2 * 4096 + max(6144 + 4096, 3 * 14336))
     per_seq = 2 * 32 * 8 * 128 * (PROMPT + GEN) * 2 + 128256 * 4
     hand = int((usable - 2 * params - fixed) // per_seq)
@@ -248,11 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines += [tabulate(must, headers=["what", "value", "target", ""], tablefmt="github"), ""]
     lines += [
         (f"The HBM arithmetic: {params:,} parameters x 2 B = {2 * params / 1e9:.3f} GB of "
-        f"weights; usable 0.9 x {mem / 1e9:g} GB = {usable / 1e9:g} GB; activations for the "
-        "8192-token budget "
+        f"weights; usable 0.9 x 24 GiB = {usable / 1e9:.2f} GB; activations for the 8192-token "
+        f"budget "
         f"{fixed / 1e9:.3f} GB; a sequence's KV cache 2 x 32 x 8 x 128 x 2304 x 2 B plus its "
-        f"fp32 logits 128256 x 4 B = {per_seq:,} B; ({usable / 1e9:g}e9 - weights - activations) "
-        "/ that = "
+        f"fp32 logits 128256 x 4 B = {per_seq:,} B; (usable - weights - activations) / that = "
         f"{(usable - 2 * params - fixed) / per_seq:.2f}, so {hand}."),
         "",
     ]

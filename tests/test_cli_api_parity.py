@@ -20,6 +20,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DEVICE, DTYPE = "h100_sxm5_80gb", "bf16"
 
 
+# the task --task auto builds for each case
+TASKS = {"llama": "causal-lm", "vit": "image-cls", "whisper": "speech-seq2seq"}
+
+
 def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.ones(*shape, dtype=dtype, device="meta")
 
@@ -60,7 +64,10 @@ def test_cli_json_is_the_api_report(name: str, capsys, tmp_path: Path) -> None:
     api = tgc.estimate(model, args, kwargs, device=DEVICE, dtype=DTYPE).to_dict()
     # the same dict, float for float: JSON writes a float's shortest repr, which reads back as
     # the same double, so only tuples (read back as lists) need the round trip
-    assert cli == json.loads(json.dumps(api))
+    api = json.loads(json.dumps(api))
+    # the same question too; the command line also names the task --task auto built
+    assert cli.pop("inputs") == {**api.pop("inputs"), "task": TASKS[name]}
+    assert cli == api
     assert cli["total_ms"] > 0 and cli["rows"]
     # both priced SDPA: every attention call one flash attention kernel on the H100
     assert any(k["kernel"].startswith("flash_attention_") for k in cli["kernels"])

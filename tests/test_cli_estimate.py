@@ -133,7 +133,7 @@ def test_html_page_holds_the_printed_table(capsys, tiny_gpt2, tmp_path):
     rc, out, err = run(capsys, "estimate", *base, "--html", str(tmp_path / "r.html"))
     assert rc == 0 and f"HTML report written to {tmp_path / 'r.html'}" in err
     page = Page((tmp_path / "r.html").read_text())
-    table = out.split("\nGPT2LMHeadModel on ")[0].splitlines()[2:]  # below the header rule
+    table = out.split("\ninputs: ")[0].splitlines()[2:]  # below the header rule
     assert [r[0] for r in page.rows] == [line.split()[0] for line in table]
 
 

@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
-from .capture.core import CAPTURE_METHODS, Captured, capture
+from .capture.core import CAPTURE_METHODS, Captured, capture, unwrap_model
 from .compiled.attention_rewrite import rewrite_attention
 from .compiled.fusion import fuse_kernels
 from .hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
@@ -32,8 +32,11 @@ from .predict.intervals import ReportUncertainty
 from .predict.price import GemmEstimate, OpEstimate, price_records, total_ms
 from .predict.profile import profile_predictor
 from .records import GemmSite, OtherOp, extract, optimizer_ops
+from .records.memory import MemoryEstimate, memory_estimate, uses_kv_cache
+from .records.saved import checkpointed_modules, graph_memory
 from .records.types import FusedKernel
 from .report import Comparison, CostReport
+from .report.inputs import ReportInputs, device_origin, tensor_inputs
 from .suggest import check_choice
 
 __all__ = ["MODES", "annotate", "compare", "estimate"]
@@ -65,8 +68,15 @@ def estimate(
     unless ``predictor`` is given. A file's content says which it is.
 
     ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
-    ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"`` or a torch.optim.AdamW or
-    Adam) adds its update step.
+    ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"``, ``"adam"``, ``"sgd"``,
+    ``"none"`` or a torch.optim.AdamW, Adam or SGD) adds its update step and its states.
+
+    ``report.memory`` holds the run's memory on the device (``records.memory``): weights,
+    gradients, optimizer states with the fp32 master weights of mixed precision, the
+    activations the backward pass holds (honouring the model's activation checkpointing), the
+    KV cache of a generating model, the peak, whether it fits and the largest batch that does;
+    a run that does not fit is warned of.
+
     ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then, for
     a real model with real inputs only, an eager run), or one of ``"dispatch"``, ``"export"``,
     ``"eager"`` (see ``capture``). The model is left as it was.
@@ -135,6 +145,7 @@ def compare(
         raise TypeError(f"compiled must be True or False, got {compiled!r}")
     bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
                unit="step", file=sys.stderr, delay=1.0, leave=False, disable=not progress)
+    inner = unwrap_model(model)  # what capture traces (a torch.compile wrapper's module)
     captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
                                   method=capture_method))
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
@@ -149,7 +160,8 @@ def compare(
                                                     native_dtype=plan.native)
         records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
-    runs = [_Run(target.spec, _predictor_of(predictor, target), cd)
+    memory = _memory(inner, captured, kwargs or {}, plan, mode, optimizer)
+    runs = [_Run(target.spec, _predictor_of(predictor, target), cd, target.source)
             for target, cd in itertools.product(plan.targets, plan.dtypes)]
     priced = [_step(bar, price_records(records[run.cd.name][0],
                                        (*records[run.cd.name][1], *optimizer_records),
@@ -163,9 +175,27 @@ def compare(
     _warn_unmodelled(captured.model_name, priced[0].ops)
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
+    asked = _asked(model, args, kwargs, optimizer)
     return Comparison(_report(captured, run, p.gemms, p.ops, mode, adv, compiled,
-                              p.uncertainty)
-                      for run, p, adv in zip(runs, priced, advice))
+                              p.uncertainty, mem, asked)
+                      for run, p, adv, mem in zip(runs, priced, advice, memory))
+
+
+def _memory(model: torch.nn.Module, captured: Captured, kwargs: Mapping[str, Any], plan: _Plan,
+            mode: str, optimizer: Any) -> list[MemoryEstimate]:
+    """The memory of each (device, dtype), devices outer, from one reading of the graph."""
+    train = mode == "train"
+    facts = graph_memory(captured, checkpointed_modules(model) if train else frozenset(),
+                         train=train)
+    kv_config = model.config if not train and uses_kv_cache(model, kwargs) else None
+    params = list(model.parameters())
+    out = []
+    for target, cd in itertools.product(plan.targets, plan.dtypes):
+        out.append(memory_estimate(facts, params, cd, plan.native, mode=mode,
+                                   optimizer=optimizer, device_bytes=target.spec.mem_bytes,
+                                   kv_config=kv_config))
+        _warn_memory(captured.model_name, target.spec, cd.name, out[-1])
+    return out
 
 
 def _step(bar: tqdm, result: _T) -> _T:
@@ -186,11 +216,13 @@ class _Plan:
 
 @dataclass(frozen=True)
 class _Run:
-    """One report's device, predictor and compute dtype."""
+    """One report's device, predictor and compute dtype, and where the device came from
+    (``Target.source``)."""
 
     spec: DeviceSpec
     predictor: Predictor
     cd: ComputeDtype
+    source: str
 
 
 def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
@@ -211,7 +243,7 @@ def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
         check_dtype_on_device(target.spec, cd)
     if predictor is not None and not callable(getattr(predictor, "predict", None)):
         raise TypeError(f"predictor must have a predict(gemms, device) method, got {predictor!r}")
-    if optimizer is not None and mode != "train":
+    if optimizer not in (None, "none") and mode != "train":
         raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
     return _Plan(targets, cds, native)
 
@@ -223,17 +255,37 @@ def _predictor_of(given: Predictor | None, target: Target) -> Predictor:
     return profile_predictor(target) or default_predictor()
 
 
+def _asked(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None,
+           optimizer: Any) -> dict[str, Any]:
+    """What the call asked that every report of it shares: the input tensors and the sizes
+    read off them, the model's attention implementation (an HF model's), the optimizer."""
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return {**tensor_inputs(args, kwargs),
+            "attention": attention if isinstance(attention, str) else None,
+            "optimizer": None if optimizer is None else
+            optimizer if isinstance(optimizer, str) else type(optimizer).__name__}
+
+
 def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
             ops: tuple[OpEstimate, ...], mode: str,
             advice: tuple[PaddingAdvice, ...], compiled: bool = False,
-            uncertainty: ReportUncertainty | None = None) -> CostReport:
+            uncertainty: ReportUncertainty | None = None,
+            memory: MemoryEstimate | None = None,
+            asked: Mapping[str, Any] | None = None) -> CostReport:
+    name = getattr(run.predictor, "name", type(run.predictor).__name__)
+    version = str(getattr(run.predictor, "version", ""))
+    origin, file = device_origin(run.source)
+    inputs = ReportInputs(model=captured.model_name, dtype=run.cd.name, mode=mode,
+                          device=run.spec.id, device_name=run.spec.name, device_origin=origin,
+                          device_file=file, predictor=name, predictor_version=version,
+                          compiled=compiled, **(asked or {}))
     return CostReport(
         model=captured.model_name,
         device=run.spec,
         dtype=run.cd.name,
         mode=mode,
-        predictor=getattr(run.predictor, "name", type(run.predictor).__name__),
-        predictor_version=str(getattr(run.predictor, "version", "")),
+        predictor=name,
+        predictor_version=version,
         gemms=gemms,
         others=ops,
         config=captured.config,
@@ -241,6 +293,8 @@ def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
         advice=advice,
         compiled=compiled,
         uncertainty=uncertainty,
+        memory=memory,
+        inputs=inputs,
     )
 
 
@@ -258,6 +312,19 @@ def _warn_unmodelled(model: str, ops: Sequence[OpEstimate]) -> None:
         shown,
         more,
     )
+
+
+def _warn_memory(model: str, spec: DeviceSpec, dtype: str, memory: MemoryEstimate) -> None:
+    """One warning for a run whose peak memory does not fit its device, with the largest batch
+    that does."""
+    if memory.fits is not False or memory.device_bytes is None:
+        return
+    batch = ("not even a batch of 1 fits" if memory.max_batch == 0 else
+             f"the largest batch that fits is {memory.max_batch}" if memory.max_batch else "")
+    log.warning("%s does not fit %s in %s: its %s peak is %.1f GiB of the device's %.1f GiB%s",
+                model, spec.id, dtype, memory.mode, memory.peak_bytes / 2**30,
+                memory.device_bytes / 2**30, f"; {batch} (batch {memory.batch} now)"
+                if batch else "")
 
 
 def _warn_fp8_off_16(model: str, dtype: str, sites: Sequence[GemmSite]) -> None:

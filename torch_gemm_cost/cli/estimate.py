@@ -12,6 +12,7 @@ The model is built on the meta device: no weights are allocated and nothing is d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -79,6 +80,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how the model is traced: auto (default: dispatch, then export), "
                    "dispatch or export on fake tensors, or eager, which runs a real model "
                    "that a pkg.module:function builder returns")
+    p.add_argument("--optimizer", choices=("adamw", "sgd", "none"), default=None,
+                   help="the optimizer of a --mode train step: its update is priced and its "
+                   "states (with the fp32 master weights of mixed precision) counted in the "
+                   "memory; default adamw")
     p.add_argument("--compiled", action="store_true",
                    help="price the model as torch.compile (inductor, default mode) runs it: "
                    "non-GEMM ops fused into kernels")
@@ -86,7 +91,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the package's default predictor, or the pure roofline (a floor)")
     p.add_argument("--depth", type=int, default=None,
                    help="aggregate the table by the module tree, cut at this many levels")
-    p.add_argument("--top", type=int, default=None, help="show only the costliest rows")
+    p.add_argument("--top", type=int, default=None, metavar="N",
+                   help="show the N costliest rows, the rest folded into one row")
+    p.add_argument("--by", choices=("module", "op"), default="module",
+                   help="rows by module (default) or by operator: op, class, count, time, share "
+                   "(and each row's phase in a training step)")
     p.add_argument("--intervals", action="store_true",
                    help="show each row's 80%% interval (the totals line always has one)")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
@@ -167,12 +176,18 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--audio-s must be positive, got {args.audio_s:g}; try --audio-s 30")
     if args.audio_s is not None and args.callable is not None:
         raise UsageError("--audio-s applies to --hf-config with --task speech-seq2seq")
+    optimizer = getattr(args, "optimizer", None)
+    if optimizer not in (None, "none") and args.mode != "train":
+        raise UsageError(f"--optimizer {optimizer} applies to --mode train only")
     if args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}; try --batch 1")
     if args.seq is not None and args.seq < 1:
         raise UsageError(f"--seq must be at least 1, got {args.seq}; try --seq 1")
     if args.depth is not None and args.depth < 1:
         raise UsageError(f"--depth must be at least 1, got {args.depth}; try --depth 1")
+    if args.depth is not None and getattr(args, "by", "module") == "op":
+        raise UsageError(f"--depth {args.depth} cuts the module tree; --by op has none: drop "
+                         "--depth or use --by module")
     if args.top is not None and args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}; try --top 10")
     if args.hf_config is not None:
@@ -298,7 +313,7 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             raise UsageError(f"--dtype {args.dtype}: {dev.id} has no {dtype.name} support; it has "
                              f"{', '.join(have)}")
     with _stage("building the model on meta", show=not args.quiet):
-        model, margs, kwargs = _build_model(args)
+        model, margs, kwargs, asked = _build_model(args)
     # one capture for every device, so each warning (e.g. the unmodelled ops) is said once; a
     # calibration profile brings its own predictor unless --predictor says otherwise
     chosen = None if args.predictor == "default" else _predictor(args.predictor)
@@ -308,6 +323,7 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
             reports = list(tgc.compare(model, margs, kwargs, devices=device_args,
                                        dtypes=[dtype.name], mode=args.mode, predictor=chosen,
                                        capture_method=args.capture_method,
+                                       optimizer=_optimizer(args),
                                        progress=not args.quiet and sys.stderr.isatty(),
                                        compiled=getattr(args, "compiled", False)))
     except CaptureError as e:  # the model or its inputs, not this program
@@ -315,7 +331,7 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
         raise (UserCodeError(text) if args.callable else UsageError(text)) from e
     for message in dict.fromkeys(str(w.message) for w in caught):
         logger.warning("%s", message)  # one line each, not a source excerpt
-    return reports
+    return [_with_inputs(r, asked) for r in reports]
 
 
 def _cli_option(args: argparse.Namespace) -> Any:
@@ -330,28 +346,53 @@ def _cli_option(args: argparse.Namespace) -> Any:
     return option
 
 
-def _build_model(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """The model and its inputs from the one model source the command line names. The task
-    that --task auto picks is said on stderr, after the model is built."""
+def _optimizer(args: argparse.Namespace) -> str | None:
+    """The optimizer of the run: --optimizer, else AdamW for a training step."""
+    if args.mode != "train":
+        return None
+    return getattr(args, "optimizer", None) or "adamw"
+
+
+def _with_inputs(report: Any, asked: dict[str, Any]) -> Any:
+    """``report`` stating what the command line built: its task, and the sizes the input
+    tensors do not show (a diffusion step's image and text tokens)."""
+    inputs = report.question()
+    if "vae_factor" in asked and inputs.image_size is not None:  # latents -> the image's side
+        asked = {**asked, "image_size": inputs.image_size * asked["vae_factor"]}
+    asked = {k: v for k, v in asked.items() if k != "vae_factor"}
+    return dataclasses.replace(report, inputs=dataclasses.replace(inputs, **asked))
+
+
+def _build_model(args: argparse.Namespace
+                 ) -> tuple[Any, tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+    """The model and its inputs from the one model source the command line names, and what
+    the report's inputs should say that the tensors do not (the task). The task that --task
+    auto picks is said on stderr, after the model is built."""
     if args.diffusers_config:
         from . import diffusion
 
         sizes = Sizes(args.batch, args.seq, args.image_size, args.audio_s)
-        return diffusion.build(args.diffusers_config, sizes,
-                               args.vae_factor or diffusion.VAE_FACTOR)
+        vae = args.vae_factor or diffusion.VAE_FACTOR
+        model, margs, kwargs = diffusion.build(args.diffusers_config, sizes, vae)
+        text = kwargs.get("encoder_hidden_states")
+        return model, margs, kwargs, {"task": "diffusion-step", "vae_factor": vae,
+                                      "seq": None if text is None else int(text.shape[1])}
     if args.callable:
-        return load_callable(args.callable, args.batch, args.seq, args.image_size)
+        return (*load_callable(args.callable, args.batch, args.seq, args.image_size), {})
     model, margs, kwargs, config = build_hf_model(args.hf_config, args.task, args.batch,
                                                   args.seq, args.attention, args.image_size,
                                                   args.audio_s)
-    if args.task == AUTO and not args.quiet:
+    task = args.task
+    if task == AUTO:
         task, why = tasks.pick(config)
-        print(f"--task {AUTO}: {task} ({why})", file=sys.stderr)
-    return model, margs, kwargs
+        if not args.quiet:
+            print(f"--task {AUTO}: {task} ({why})", file=sys.stderr)
+    return model, margs, kwargs, {"task": task}
 
 
 def run(args: argparse.Namespace) -> int:
     from ..report import format_advice, format_comparison
+    from ..report.memory_text import memory_text
 
     reports = estimate_reports(args)
     if args.json:
@@ -368,16 +409,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"roofline plot written to {path}", file=sys.stderr)
     for r in reports if args.html else ():
         path = _per_device(args.html, r, len(reports))
-        r.to_html(path, depth=args.depth, top=args.top)
+        r.to_html(path, depth=args.depth, top=args.top, by=args.by)
         print(f"HTML report written to {path}", file=sys.stderr)
     if "-" in (args.json, args.csv):
         return 0
     if len(reports) > 1:
         print(format_comparison(reports, top=args.top or 5, depth=args.depth))
+        for r in reports:
+            if r.memory is not None:
+                print(f"{r.device.id}: {memory_text(r.memory)}")
         return 0
     r = reports[0]
-    print(r.table(depth=args.depth, top=args.top, intervals=args.intervals))
+    print(r.table(depth=args.depth, top=args.top, intervals=args.intervals, by=args.by))
     print(r.footer())
+    if r.memory is not None:
+        print(memory_text(r.memory))
     if r.advice is not None:
         print(format_advice(r.advice[:5]))
     return 0

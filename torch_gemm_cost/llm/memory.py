@@ -1,13 +1,12 @@
 """Memory of one GPU serving a model: its weights in their format, the KV cache, the
-activation workspace, and the largest batch that fits them."""
+activation workspace, and the largest batch that fits them (the KV cache and the fitting batch
+by the arithmetic ``estimate`` uses too, ``records.memory``)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
 import torch
 
+from ..records.memory import kv_cache_bytes, max_batch_fitting
 from .shape import ServingShape
 from .weights import WEIGHT_BYTES
 
@@ -36,18 +35,6 @@ def weights_bytes(model: torch.nn.Module, experts: int, fmt: str | None) -> int:
     return round(total)
 
 
-def kv_cache_bytes(windows: Sequence[int], kv_heads: int, head_dim: int, tokens: int,
-                   batch: int, kv_bytes: float) -> int:
-    """2 (K and V) · kv_heads · head_dim · tokens · batch · bytes, summed over the layers; a
-    sliding-window layer holds its window.
-
-    >>> kv_cache_bytes([0] * 32, 8, 128, 2304, 1, 2)   # Llama-3-8B, 2048 + 256 tokens, bf16
-    301989888
-    """
-    per_token = sum(min(tokens, w) if w else tokens for w in windows)
-    return round(2 * kv_heads * head_dim * per_token * batch * kv_bytes)
-
-
 def activation_bytes_per_token(shape: ServingShape, act_bytes: int) -> int:
     """The live activations a token keeps in the costlier half of one decoder layer: the
     residual stream and its normed copy, with either the fused QKV output and the attention
@@ -60,15 +47,3 @@ def activation_bytes_per_token(shape: ServingShape, act_bytes: int) -> int:
     attention = (shape.heads + 2 * shape.kv_heads) * shape.head_dim + shape.heads * shape.head_dim
     mlp = 3 * shape.intermediate * max(shape.top_k, 1)
     return act_bytes * (2 * shape.hidden + max(attention, mlp))
-
-
-def max_batch_fitting(usable_bytes: float, weights_bytes: int, fixed_bytes: int,
-                      per_sequence_bytes: int, cap: int) -> int:
-    """The largest batch b ≤ ``cap`` with weights + fixed + b · per_sequence ≤ usable; 0 when
-    not even one fits.
-
-    >>> max_batch_fitting(21.6e9, 16_060_522_496, 838_860_800, 302_502_912, 8192)
-    15
-    """
-    room = usable_bytes - weights_bytes - fixed_bytes
-    return max(0, min(cap, math.floor(room / per_sequence_bytes)))

@@ -13,7 +13,7 @@ from .handlers import (
     matrix_layout,
     register_gemm_handler,
 )
-from .optimizer import OPTIMIZERS, adamw_ops, optimizer_ops
+from .optimizer import OPTIMIZERS, adamw_ops, optimizer_ops, sgd_ops
 from .types import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
 
 __all__ = [
@@ -37,4 +37,5 @@ __all__ = [
     "matrix_layout",
     "optimizer_ops",
     "register_gemm_handler",
+    "sgd_ops",
 ]

@@ -1,12 +1,16 @@
 """The class of a non-GEMM op (view, copy, norm, elementwise, softmax, reduction, embedding,
-other), by its ATen op name, trailing "_" of in-place ops stripped."""
+other), by its ATen op name, trailing "_" of in-place ops stripped; and the class a report
+sums its time under (``TIME_CLASSES``, ``time_class_of``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from .types import OtherOp
 
 _CLASSES: dict[str, tuple[str, ...]] = {
     "view": (
@@ -164,6 +168,48 @@ _CLASSES: dict[str, tuple[str, ...]] = {
     "embedding": ("embedding", "index", "index_select", "gather", "take_along_dim"),
 }
 _OP_CLASS: dict[str, str] = {name: cls for cls, names in _CLASSES.items() for name in names}
+
+# What a report sums non-GEMM time under, in the order it lists them: key -> what it says.
+TIME_CLASSES: dict[str, str] = {
+    "normalization": "normalization",
+    "softmax": "softmax",
+    "elementwise": "elementwise and activations",
+    "embedding": "embedding and gather",
+    "attention": "attention kernels",
+    "copy": "copies and layout",
+    "reduction": "reductions",
+    "optimizer": "optimizer",
+    "other": "other",
+}
+# a norm module's class name: LayerNorm, LlamaRMSNorm, GroupNorm, BatchNorm2d, T5LayerNorm
+_NORM_MODULE = re.compile(r"(Layer|RMS|Group|Batch|Instance)Norm|Norm(\dd)?$")
+# each op class of ``_CLASSES`` (and OtherOp's "attention" and "other") under its time class
+_TIME_CLASS: dict[str, str] = {
+    "norm": "normalization",
+    "softmax": "softmax",
+    "elementwise": "elementwise",
+    "embedding": "embedding",
+    "attention": "attention",
+    "copy": "copy",
+    "view": "copy",  # free where it is a view; a layout change where a kernel runs it
+    "reduction": "reduction",
+    "other": "other",
+}
+
+
+def time_class_of(op: OtherOp) -> str:
+    """The ``TIME_CLASSES`` key a report sums ``op``'s time under: ``optimizer`` for the
+    optimizer's step, ``attention`` for an SDPA call (forward or backward, its fused kernel
+    or its on-chip softmax), ``normalization`` for every op run inside a norm module (an
+    RMSNorm written as a cast, pow, mean, rsqrt and mul: ``LlamaRMSNorm``, ``T5LayerNorm``),
+    else by its op class."""
+    if op.phase == "optimizer":
+        return "optimizer"
+    if op.attention is not None or op.op.endswith("scaled_dot_product_attention"):
+        return "attention"
+    if _NORM_MODULE.search(op.module_type):
+        return "normalization"
+    return _TIME_CLASS.get(op.op_class, "other")
 _NO_GRAD = {
     "detach",
     "argmax",

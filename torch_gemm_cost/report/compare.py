@@ -1,12 +1,15 @@
-"""Reports of one model on several devices or dtypes, side by side: totals, speedups, whether
-the intervals tell the devices apart, and the costliest layers."""
+"""Reports of one model on several devices or dtypes, side by side: the question they share,
+totals, speedups, whether the intervals tell the devices apart, the non-GEMM time by op class,
+and the costliest layers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ..predict.intervals import DEFAULT_LEVEL
+from ..records.op_classes import TIME_CLASSES
+from .breakdown import by_op_class
+from .inputs import inputs_line
 from .record import ReportRecord
 from .text import span_text
 from .tree import module_rows
@@ -31,7 +34,8 @@ class Comparison(list):  # type: ignore[type-arg]
 
 def format_comparison(reports: Sequence[ReportRecord], top: int = 5,
                       depth: int | None = None) -> str:
-    """Totals and the costliest layers of several reports (devices, dtypes) side by side.
+    """The question, the totals, the non-GEMM time by op class and the costliest layers of
+    several reports (devices, dtypes) side by side.
 
     Speedups are relative to the first report. Layers are ranked by their time in the first report.
     """
@@ -59,21 +63,25 @@ def format_comparison(reports: Sequence[ReportRecord], top: int = 5,
         headers += [f"{DEFAULT_LEVEL:.0%} interval ms", "vs first"]
         fmt = (*fmt, "", "")
     totals = tabulate(body, headers=headers, floatfmt=fmt)
-    per = [{_row_key(row): row for row in module_rows(r, depth)} for r in reports]
+    columns = [f"{r.device.id} {_SHORT.get(r.dtype, r.dtype)}" for r in reports]
+    classes = [by_op_class(r) for r in reports]
+    shown = [k for k in TIME_CLASSES if any(k in c for c in classes)]
+    by_class = tabulate([[TIME_CLASSES[k]] + [c.get(k, 0.0) for c in classes] for k in shown],
+                        headers=["non-GEMM by class (ms)", *columns], floatfmt=".4f")
+    questions = [r.question() for r in reports]
+    same_predictor = len({(q.predictor, q.predictor_version) for q in questions}) == 1
+    asked = inputs_line(questions[0], omit=("dtype", "device")
+                        + (() if same_predictor else ("predictor",)))
+    per = [{row["label"]: row for row in module_rows(r, depth)} for r in reports]
     ranked = sorted(per[0].values(), key=lambda row: -row["time_ms"])[:top]
     layer_body = []
     for row in ranked:
-        key = _row_key(row)
-        label = row["module"] + (f" [{row['op']}]" if "op" in row else "")
-        layer_body.append([label] + [p[key]["time_ms"] if key in p else None for p in per])
-    layers = tabulate(
-        layer_body,
-        headers=["top layers (ms)"] + [f"{r.device.id} {_SHORT.get(r.dtype, r.dtype)}"
-                                       for r in reports],
-        floatfmt=".4f",
-        missingval="-",
-    )
-    return f"{totals}\n\n{layers}"
+        key = row["label"]  # unique in its table, the same on every device and dtype
+        layer_body.append([key] + [p[key]["time_ms"] if key in p else None for p in per])
+    layers = tabulate(layer_body, headers=["top layers (ms)", *columns], floatfmt=".4f",
+                      missingval="-")
+    return f"{asked}\n{totals}\n\n{by_class}\n\n{layers}" if shown else \
+        f"{asked}\n{totals}\n\n{layers}"
 
 
 def intervals_overlap(a: ReportRecord, b: ReportRecord,
@@ -88,7 +96,3 @@ def intervals_overlap(a: ReportRecord, b: ReportRecord,
 
 
 _SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
-
-
-def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (row["module"], row.get("op"), row.get("phase"), row.get("shape"))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import export, text, tree
+from . import breakdown, export, text, tree
 from .explain import GemmExplanation, explain
 from .html_page import to_html
 from .record import ReportRecord
@@ -48,23 +48,37 @@ class CostReport(ReportRecord):
         return export.to_dataframe(self)
 
     def module_rows(self, depth: int | None = None) -> list[dict[str, Any]]:
-        """Times aggregated by the module tree, cut at ``depth`` levels, repeats collapsed
-        (see ``tree.module_rows``); the rows sum to ``total_ms``."""
+        """Times aggregated by the module tree, cut at ``depth`` levels, repeats collapsed,
+        costliest first (see ``tree.module_rows``); the rows sum to ``total_ms``."""
         return tree.module_rows(self, depth)
+
+    def by_op_class(self) -> dict[str, float]:
+        """The non-GEMM time (ms) by op class (``records.op_classes.TIME_CLASSES``: normalization,
+        softmax, elementwise, embedding, attention, copy, reduction, optimizer, other); sums to
+        ``other_ms``."""
+        return breakdown.by_op_class(self)
+
+    def by_phase(self) -> dict[str, float]:
+        """The time (ms) by phase: fwd, and in a training step dgrad, wgrad and optim; sums to
+        ``total_ms``."""
+        return breakdown.by_phase(self)
 
     def top(self, k: int = 10, depth: int | None = None) -> list[dict[str, Any]]:
         """The ``k`` costliest rows of ``module_rows(depth)``."""
         return tree.top(self, k, depth)
 
     def table(self, depth: int | None = None, top: int | None = None,
-              intervals: bool = False) -> str:
-        """The cost table: one row per GEMM (``depth=None``) or per module at ``depth`` levels.
+              intervals: bool = False, by: str = "module") -> str:
+        """The cost table, costliest rows first: by module (``by="module"``), one row per GEMM
+        and per non-GEMM op class (``depth=None``) or per module at ``depth`` levels; or one row
+        per operator (``by="op"``: op, class, count, time, share).
 
         Repeated blocks collapse into one row (``GPT2Block × 12``) holding the time of all repeats.
-        ``top`` keeps the costliest rows only, sorted by time. ``intervals`` adds each row's 80%
-        interval (where the report has them).
+        ``top`` keeps the costliest rows and folds the rest into one, so the rows still sum to
+        the total. In a training step each row names its phase (fwd, dgrad, wgrad, optim).
+        ``intervals`` adds each row's 80% interval (where the report has them).
         """
-        return text.table(self, depth, top, intervals)
+        return text.table(self, depth, top, intervals, by)
 
     def kernel_table(self, top: int | None = None) -> str:
         """The fused kernels as a table: each kernel, its time and the ops fused into it;
@@ -72,7 +86,8 @@ class CostReport(ReportRecord):
         return text.kernel_table(self, top)
 
     def footer(self) -> str:
-        """The totals under the table: times, FLOP rate, predictor, unmodelled and fused ops."""
+        """The lines under the table: the question (``inputs``), the totals, the non-GEMM time
+        by op class, a training step's time by phase, predictor, unmodelled and fused ops."""
         return text.footer(self)
 
     def __str__(self) -> str:
@@ -92,8 +107,9 @@ class CostReport(ReportRecord):
         return plot_roofline(self, path)
 
     def to_html(self, path: str | Path | None = None, depth: int | None = None,
-                top: int | None = None) -> str:
-        """The report as one self-contained HTML page: totals, the roofline plot, the padding
-        advice and the layer table of ``table(depth, top, intervals=True)`` with a bar per row
-        for its time (see ``html_page.to_html``). Also written to ``path`` when given."""
-        return to_html(self, path, depth, top)
+                top: int | None = None, by: str = "module") -> str:
+        """The report as one self-contained HTML page: its inputs, totals, the time by GEMM
+        and non-GEMM op class, the roofline (every point hoverable), the padding advice and the
+        table of ``table(depth, top, intervals=True, by=by)`` with a bar per row for its time
+        (see ``html_page.to_html``). Also written to ``path`` when given."""
+        return to_html(self, path, depth, top, by)

@@ -10,7 +10,8 @@ __all__ = ["format_device_table"]
 
 
 def format_device_table(devices: Sequence[DeviceSpec]) -> str:
-    """The catalog as a table: SMs, DRAM bandwidth, L2 and dense peaks in TFLOP/s."""
+    """The catalog as a table: SMs, memory (GiB, a vendor's "GB"), DRAM bandwidth, L2 and
+    dense peaks in TFLOP/s."""
     from tabulate import tabulate
 
     keys = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
@@ -19,12 +20,12 @@ def format_device_table(devices: Sequence[DeviceSpec]) -> str:
         return "-" if value is None else f"{value / 1e12:g}"
 
     body = [
-        [d.id, d.name, d.sm_count, "-" if d.mem_bytes is None else f"{d.mem_bytes / 1e9:g}",
+        [d.id, d.name, d.sm_count, "-" if d.mem_bytes is None else f"{d.mem_bytes / 2**30:g}",
          d.dram_bw_bytes_per_s / 1e9, d.l2_bytes / 2**20]
         + [tf(d.peak(k)) for k in keys]
         + [f"{d.ridge_flops_per_byte:.0f}"]
         for d in devices
     ]
-    headers = (["id", "name", "SMs", "mem GB", "DRAM GB/s", "L2 MiB"] + [f"{k} TF" for k in keys]
+    headers = (["id", "name", "SMs", "mem GiB", "DRAM GB/s", "L2 MiB"] + [f"{k} TF" for k in keys]
                + ["ridge FLOP/B"])
     return tabulate(body, headers=headers, floatfmt="g")

@@ -15,11 +15,14 @@ import torch
 
 from ..advise import PaddingAdvice
 from ..hardware.catalog import DeviceSpec
+from ..hardware.dtypes import resolve_dtype
 from ..predict.attention.sdpa import FLASH_PREFIX
 from ..predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
 from ..predict.price import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
+from ..records.memory import MemoryEstimate
+from .inputs import ReportInputs
 
-__all__ = ["ReportRecord", "rows_interval"]
+__all__ = ["ReportRecord", "roofline_bound", "rows_interval", "totals_of"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,10 @@ class ReportRecord:
     ``OpEstimate.kernel`` names its kernel (``kernels()``, ``kernel_table()``).
     ``uncertainty`` holds what the intervals need (``predict/intervals.py``); None where no
     calibration covers the predictor, and then no interval is shown.
+    ``memory`` is the run's memory on the device (``records.memory``); None where not made.
+    ``inputs`` is the question the report answers (``ReportInputs``), filled by the entry
+    point (``estimate``, ``compare``, the command line); ``question()`` reads it, or, in a
+    report built by hand, the one the other fields say.
     """
 
     model: str  # class name of the estimated model
@@ -49,6 +56,19 @@ class ReportRecord:
     advice: tuple[PaddingAdvice, ...] | None = field(default=None, compare=False, repr=False)
     compiled: bool = field(default=False, compare=False)
     uncertainty: ReportUncertainty | None = field(default=None, compare=False, repr=False)
+    memory: MemoryEstimate | None = field(default=None, compare=False, repr=False)
+    inputs: ReportInputs | None = field(default=None, compare=False, repr=False)
+
+    def question(self) -> ReportInputs:
+        """What the report answers: ``inputs`` where the entry point filled it, else the
+        record the other fields say (no task, no sizes)."""
+        if self.inputs is not None:
+            return self.inputs
+        return ReportInputs(
+            model=self.model, dtype=self.dtype, mode=self.mode, device=self.device.id,
+            device_name=self.device.name, device_origin=self.device.origin.replace("_", " "),
+            predictor=self.predictor, predictor_version=self.predictor_version,
+            compiled=self.compiled)
 
     # ------------------------------------------------------------------ totals
 
@@ -72,6 +92,13 @@ class ReportRecord:
     def achieved_tflops(self) -> float:
         """GEMM FLOPs over the whole predicted time, in TFLOP/s."""
         return self.total_flops / (self.total_ms * 1e-3) / 1e12 if self.total_ms else 0.0
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """The roofline's ridge in this report's dtype: the device's peak over its DRAM
+        bandwidth. A GEMM left of it (fewer FLOPs per compulsory byte) is memory-bound."""
+        return (self.device.peak_flops_per_s(resolve_dtype(self.dtype))
+                / self.device.dram_bw_bytes_per_s)
 
     @property
     def unmodelled(self) -> tuple[OpEstimate, ...]:
@@ -121,6 +148,44 @@ class ReportRecord:
                 f"this report of {self.model} holds no padding advice: it is made by estimate() "
                 "and compare(), or by advise.padding_advice(report.gemms, predictor, ...)")
         return list(self.advice)
+
+
+def roofline_bound(flops: float, dram_bytes: float, ridge_flops_per_byte: float) -> str:
+    """``compute`` where ``flops`` over ``dram_bytes`` (the intensity the roofline plot draws)
+    reaches the ridge, else ``memory``: the one rule of every table's and plot's bound."""
+    return "compute" if flops >= ridge_flops_per_byte * dram_bytes else "memory"
+
+
+def totals_of(report: ReportRecord, gemm_index: Sequence[int],
+              other_index: Sequence[int]) -> dict[str, Any]:
+    """The numbers of one table row holding the report's GEMMs at ``gemm_index`` and its
+    other ops at ``other_index``: counts, FLOPs, times, share of the total, 80% interval, and
+    its bound by ``roofline_bound`` over the GEMMs with a time of their own (``fused`` where
+    every GEMM runs inside an attention kernel, ``-`` where it holds none)."""
+    gemms = [report.gemms[i] for i in gemm_index]
+    others = [report.others[i] for i in other_index]
+    priced = [g for g in gemms if g.bound != "fused"]
+    gemm_ms = sum(g.time_ms for g in gemms)
+    other_ms = sum(o.time_ms or 0.0 for o in others)
+    flops = sum(g.site.flops for g in priced)
+    dram_bytes = sum(g.site.dram_bytes for g in priced)
+    bound = ("-" if not gemms else "fused" if not priced
+             else roofline_bound(flops, dram_bytes, report.ridge_flops_per_byte))
+    span = rows_interval(report, gemm_index, other_ms, other_index)
+    return {
+        "gemms": len(gemms),
+        "ops": sum(o.time_ms is not None for o in others),
+        "unmodelled": sum(o.time_ms is None for o in others),
+        "flops": sum(g.site.flops for g in gemms),
+        "gemm_ms": gemm_ms,
+        "other_ms": other_ms,
+        "time_ms": gemm_ms + other_ms,
+        "pct_of_total": 100.0 * (gemm_ms + other_ms) / (report.total_ms or 1.0),
+        "intensity": flops / dram_bytes if dram_bytes else None,  # FLOP per compulsory byte
+        "bound": bound,
+        "lo_ms": None if span is None else span[0],
+        "hi_ms": None if span is None else span[1],
+    }
 
 
 def _attention(report: ReportRecord, index: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,11 +9,19 @@ from typing import Any
 from ..advise import PaddingAdvice
 from ..compiled.attention_rewrite import REWRITTEN
 from ..predict.intervals import DEFAULT_LEVEL
+from ..records.op_classes import TIME_CLASSES
+from ..suggest import check_choice
 from . import tree
+from .breakdown import by_op_class, by_phase, op_table_rows
+from .inputs import inputs_line
+from .memory_text import memory_text
 from .record import ReportRecord
+from .rows import fold
 
-__all__ = ["NOVELTY_TEXT", "advice_line", "footer", "format_advice", "kernel_table", "render",
-           "span_text", "table", "table_cells"]
+__all__ = ["BY", "NOVELTY_TEXT", "advice_line", "breakdown_lines", "footer", "format_advice",
+           "kernel_table", "render", "span_text", "table", "table_cells", "table_rows"]
+
+BY: tuple[str, ...] = ("module", "op")  # what a cost table's rows are
 
 # how the report names each novelty class of predict/intervals.py
 NOVELTY_TEXT = {
@@ -30,52 +38,77 @@ def span_text(lo: float | None, hi: float | None) -> str:
 
 
 def table(report: ReportRecord, depth: int | None = None, top: int | None = None,
-          intervals: bool = False) -> str:
-    """The cost table: one row per GEMM (``depth=None``) or per module at ``depth`` levels.
+          intervals: bool = False, by: str = "module") -> str:
+    """The cost table, costliest rows first: by module (``by="module"``), one row per GEMM
+    (``depth=None``) or per module at ``depth`` levels; or by operator (``by="op"``).
 
     Repeated blocks collapse into one row (``GPT2Block × 12``) holding the time of all repeats.
-    ``top`` keeps the costliest rows only, sorted by time. ``intervals`` adds each row's 80%
-    interval (where the report has them).
+    ``top`` keeps the costliest rows and folds the others into one, so the rows still sum to
+    the total. ``intervals`` adds each row's 80% interval (where the report has them).
     """
     from tabulate import tabulate
 
-    headers, body, fmt, _ = table_cells(report, depth, top, intervals)
+    headers, body, fmt, _ = table_cells(report, depth, top, intervals, by)
     return tabulate(body, headers=headers, floatfmt=fmt)
 
 
-def table_cells(report: ReportRecord, depth: int | None, top: int | None, intervals: bool = False
+def table_rows(report: ReportRecord, depth: int | None = None, top: int | None = None,
+               by: str = "module") -> list[dict[str, Any]]:
+    """The rows of ``table(report, depth, top, by=by)``, ranked, the folded one last."""
+    check_choice("by", by, BY)
+    if top is not None and top < 1:
+        raise ValueError(f"top must be at least 1, got {top}; try top=10")
+    if by == "op":
+        if depth is not None:
+            raise ValueError(f"depth={depth} cuts the module tree; by='op' has no tree: "
+                             "give depth=None or by='module'")
+        blank: dict[str, Any] = {"class": "", "phase": ""}
+        rows = fold(report, op_table_rows(report), top, blank, "op", summed=("count",))
+    else:
+        blank = {"module_type": "", "count": 1, "phase": ""}
+        rows = fold(report, tree.module_table_rows(report, depth), top, blank, "module")
+    return [r.cells for r in rows]
+
+
+def table_cells(report: ReportRecord, depth: int | None, top: int | None, intervals: bool = False,
+                by: str = "module"
                 ) -> tuple[list[str], list[list[Any]], tuple[str, ...], list[dict[str, Any]]]:
-    """The columns of ``table(report, depth, top)``: headers, cells, each column's number
-    format, and the rows the cells come from."""
-    rows = tree.top(report, top, depth) if top else tree.module_rows(report, depth)
+    """The columns of ``table(report, depth, top, by=by)``: headers, cells, each column's
+    number format, and the rows the cells come from. A training step's tables name each row's
+    phase."""
+    rows = table_rows(report, depth, top, by)
+    train = report.mode == "train"
 
     def kind(r: dict[str, Any], key: str) -> str:
-        return r[key] + (f" × {r['count']}" if r["count"] > 1 else "")
+        return r.get(key, "") + (f" × {r['count']}" if r["count"] > 1 else "")
 
-    if depth is None:
+    def phase(r: dict[str, Any]) -> list[Any]:
+        return [r["phase"]] if train else []
+
+    tail = ["GFLOP", "time ms", "% total", "bound"]
+    tail_fmt = (".2f", ".4f", ".1f", "")
+
+    def numbers(r: dict[str, Any]) -> list[Any]:
+        return [r["flops"] / 1e9, r["time_ms"], r["pct_of_total"], r["bound"]]
+
+    if by == "op":
+        body = [[r["op"], r["class"], *phase(r), r["count"], *numbers(r)] for r in rows]
+        headers = ["op", "class", *(["phase"] if train else []), "count", *tail]
+        fmt: tuple[str, ...] = ("", "", *([""] if train else []), "", *tail_fmt)
+    elif depth is None:
         body = [
-            [
-                r["module"],
-                kind(r, "op") if "op" in r else "",
-                "×".join(map(str, r["shape"])) if "shape" in r else "",
-                r.get("dtype", ""),
-                r["flops"] / 1e9,
-                r["time_ms"],
-                r["pct_of_total"],
-                r["bound"],
-            ]
+            [r["module"], kind(r, "op_text"), *phase(r),
+             "×".join(map(str, r["shape"])) if "shape" in r else "", r.get("dtype", ""),
+             *numbers(r)]
             for r in rows
         ]
-        headers = ["module", "op", "B×M×N×K", "dtype", "GFLOP", "time ms", "% total", "bound"]
-        fmt: tuple[str, ...] = ("", "", "", "", ".2f", ".4f", ".1f", "")
+        headers = ["module", "op", *(["phase"] if train else []), "B×M×N×K", "dtype", *tail]
+        fmt = ("", "", *([""] if train else []), "", "", *tail_fmt)
     else:
-        body = [
-            [r["module"], kind(r, "module_type"), r["gemms"], r["flops"] / 1e9, r["time_ms"],
-             r["pct_of_total"], r["bound"]]
-            for r in rows
-        ]
-        headers = ["module", "type", "GEMMs", "GFLOP", "time ms", "% total", "bound"]
-        fmt = ("", "", "", ".2f", ".4f", ".1f", "")
+        body = [[r["module"], kind(r, "module_type"), *phase(r), r["gemms"], *numbers(r)]
+                for r in rows]
+        headers = ["module", "type", *(["phase"] if train else []), "GEMMs", *tail]
+        fmt = ("", "", *([""] if train else []), "", *tail_fmt)
     if intervals and report.uncertainty is not None:
         for line, r in zip(body, rows):
             line.append(span_text(r["lo_ms"], r["hi_ms"]))
@@ -107,7 +140,8 @@ FP8_KERNEL_TEXT = {
 
 
 def footer(report: ReportRecord) -> str:
-    """The totals under the table: times, FLOP rate, predictor, unmodelled and fused ops."""
+    """The lines under the table: the question (``inputs``), the totals, the non-GEMM time by
+    op class, a training step's time by phase, the predictor, unmodelled and fused ops."""
     unmod = report.unmodelled
     names = sorted({o.op.op for o in unmod})
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
@@ -134,22 +168,45 @@ def footer(report: ReportRecord) -> str:
         lo, hi = report.interval(DEFAULT_LEVEL)
         span = (f" [{DEFAULT_LEVEL:.0%} interval {lo:.3f}-{hi:.3f} ms, "
                 f"{NOVELTY_TEXT[report.uncertainty.novelty]}]")
-    return (
-        f"{report.model} on {report.device.name} ({report.device.id}), {report.dtype}, "
-        f"{report.mode}: total {report.total_ms:.3f} ms{span} (GEMM {report.gemm_ms:.3f} ms in "
-        f"{len(report.gemms)} GEMMs, "
-        f"other {report.other_ms:.3f} ms), {report.achieved_tflops:.1f} TFLOP/s achieved\n"
-        f"predictor {report.predictor} v{report.predictor_version}; "
-        f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "") + notes
-        + ("; device from a spec file: its datasheet only, never measured"
-           if report.device.origin == "spec_file" else "")
-    )
+    return "\n".join([
+        inputs_line(report.question()),
+        (f"{report.model} on {report.device.name} ({report.device.id}), {report.dtype}, "
+         f"{report.mode}: total {report.total_ms:.3f} ms{span} (GEMM {report.gemm_ms:.3f} ms "
+         f"in {len(report.gemms)} GEMMs, other {report.other_ms:.3f} ms), "
+         f"{report.achieved_tflops:.1f} TFLOP/s achieved"),
+        *breakdown_lines(report),
+        (f"predictor {report.predictor} v{report.predictor_version}; "
+         f"{len(unmod)} unmodelled ops" + (f" ({shown})" if unmod else "") + notes
+         + ("; device from a spec file: its datasheet only, never measured"
+            if report.device.origin == "spec_file" else "")),
+    ])
+
+
+def breakdown_lines(report: ReportRecord) -> list[str]:
+    """The non-GEMM time by op class, costliest first, and where the report holds more than
+    one phase (a training step) the time by phase; each in ms and % of the total."""
+    total = report.total_ms or 1.0
+
+    def part(name: str, ms: float) -> str:
+        return f"{name} {ms:.3f} ms ({100 * ms / total:.1f}%)"
+
+    lines = []
+    classes = sorted(by_op_class(report).items(), key=lambda kv: -kv[1])
+    if classes:
+        lines.append(f"non-GEMM {report.other_ms:.3f} ms by class: "
+                     + ", ".join(part(TIME_CLASSES[k], ms) for k, ms in classes))
+    phases = by_phase(report)
+    if len(phases) > 1:
+        lines.append("by phase: " + ", ".join(part(k, ms) for k, ms in phases.items()))
+    return lines
 
 
 def render(report: ReportRecord) -> str:
-    """The whole report as text: the per-GEMM table, the footer and the best three padding
-    suggestions."""
+    """The whole report as text: the per-GEMM table, the footer, the memory and the best three
+    padding suggestions."""
     text = f"{table(report)}\n{footer(report)}"
+    if report.memory is not None:
+        text += "\n" + memory_text(report.memory)
     if report.gemms and report.advice is not None:
         text += "\n" + format_advice(report.advice[:3])
     return text

@@ -1,21 +1,28 @@
 """A report's times aggregated by the module tree, repeated blocks collapsed into one row.
 
 Every table's rows sum to the report's totals: a collapsed row (``h.{0-11}``) carries the summed
-time of all its repeats.
+time of all its repeats. Rows are ranked by time, and no two read the same: two GEMMs of one
+kind in one module are numbered (``matmul #1``, ``matmul #2``), and in a training step each row
+names its phase (fwd, dgrad, wgrad, optim).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture.core import module_template
-from .record import ReportRecord, rows_interval
+from ..records.op_classes import TIME_CLASSES, time_class_of
+from .breakdown import phase_label
+from .record import ReportRecord
+from .rows import TableRow, ranked, row_of, unique_labels
 
-__all__ = ["module_rows", "top"]
+__all__ = ["NON_GEMM", "module_rows", "module_table_rows", "top"]
 
+NON_GEMM = "(non-GEMM ops)"  # the module cell of the per-GEMM table's op-class rows
 _INDEX = re.compile(r"^\d+$")
 
 
@@ -30,15 +37,26 @@ def _levels(module: str) -> list[str]:
     return levels
 
 
+def _span(values: Sequence[int]) -> str:
+    """Indices as runs: ``0-2,5,7-8``."""
+    vals = sorted(values)
+    runs: list[list[int]] = []
+    for v in vals:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def _collapsed_name(template: str, indices: Sequence[tuple[int, ...]]) -> str:
-    """Name a group of repeated paths: ``h.{0-11}`` for one contiguous index, else ``h.*``."""
+    """Name a group of repeated paths: ``h.{0-11}`` (or ``h.{0,2,5-7}``) for one index, else
+    ``h.*``."""
     if len(indices) == 1:
         it = iter(indices[0])
         return ".".join(str(next(it)) if p == "*" else p for p in template.split("."))
     if indices and len(indices[0]) == 1:
-        vals = sorted(i[0] for i in indices)
-        if vals == list(range(vals[0], vals[0] + len(vals))):
-            return template.replace("*", f"{{{vals[0]}-{vals[-1]}}}", 1)
+        return template.replace("*", f"{{{_span([i[0] for i in indices])}}}", 1)
     return template
 
 
@@ -48,20 +66,10 @@ class _Row:
 
     key: Any
     first: int
-    paths: list[str] = field(default_factory=list)
-    gemms: int = 0
-    flops: int = 0
-    gemm_ms: float = 0.0
-    other_ms: float = 0.0
-    compute_ms: float = 0.0
-    unmodelled: int = 0
+    path: str
     sig: list[Any] = field(default_factory=list)
     gemm_index: list[int] = field(default_factory=list)  # positions in the report's gemms
     other_index: list[int] = field(default_factory=list)  # … and in its others
-
-    @property
-    def time_ms(self) -> float:
-        return self.gemm_ms + self.other_ms
 
 
 def _type_of(report: ReportRecord, path: str) -> str:
@@ -75,115 +83,127 @@ def _type_of(report: ReportRecord, path: str) -> str:
 
 def module_rows(report: ReportRecord, depth: int | None = None) -> list[dict[str, Any]]:
     """The report's times aggregated by the module tree, cut at ``depth`` levels, repeats
-    collapsed.
+    collapsed, costliest first.
 
-    ``depth=None`` gives one row per GEMM. Non-GEMM ops count towards their module at a
-    finite depth, and towards one ``(non-GEMM ops)`` row otherwise. Rows holding only free ops
-    (views) are left out. A collapsed row's ``time_ms`` sums every repeat, so the rows sum to
-    ``total_ms``.
+    ``depth=None`` gives one row per GEMM, one per fused attention kernel, and one per class
+    of the other non-GEMM ops (``(non-GEMM ops)`` ``normalization``, ...). At a finite depth the
+    non-GEMM ops count towards their module. Rows holding only free ops (views) are left out. A
+    collapsed row's ``time_ms`` sums every repeat, so the rows sum to ``total_ms``. In a
+    training step a row holds one phase.
     """
+    return [r.cells for r in module_table_rows(report, depth)]
+
+
+def module_table_rows(report: ReportRecord, depth: int | None = None) -> list[TableRow]:
+    """``module_rows`` with the records each row holds."""
     if depth is not None and depth < 1:
         raise ValueError(f"depth must be a positive number of module levels, got {depth}; try 1")
     # collapse rows whose paths differ only in container indices and whose contents match
     merged: dict[Any, list[_Row]] = {}
     for row in _group(report, depth).values():
-        path, extra = row.key
-        tmpl, _ = module_template(path)
-        merged.setdefault((tmpl, extra, tuple(sorted(map(repr, row.sig)))), []).append(row)
-    # at a finite depth, rows follow module definition order (close to execution order), so
-    # rows of non-GEMM ops fall in place; ops of the top-level module come last
+        tmpl, _ = module_template(row.path)
+        merged.setdefault((tmpl, row.key[1], tuple(sorted(map(repr, row.sig)))), []).append(row)
+    # before ranking by time, rows follow module definition order at a finite depth (close to
+    # execution order) and execution order per GEMM: equal times keep that order
     rank = {p: i for i, p in enumerate(report.module_types) if p} if depth is not None else {}
-    total = report.total_ms or 1.0
-    out = []
+    train = report.mode == "train"
+    built = []
     for (tmpl, extra, _), rows in merged.items():
-        if not any(r.gemms or r.unmodelled or r.time_ms for r in rows):
+        gi = sorted(i for r in rows for i in r.gemm_index)
+        oi = sorted(i for r in rows for i in r.other_index)
+        made = row_of(report, _names(report, tmpl, extra, rows, train), gi, oi)
+        if not (made.cells["gemms"] or made.cells["unmodelled"] or made.cells["time_ms"]):
             continue  # only free ops (views, metadata): nothing to show
-        rec = _record(report, tmpl, rows, total)
-        rec["first"] = (rank.get(rows[0].paths[0], len(rank)), min(r.first for r in rows))
-        if depth is None and extra != "other":
-            op, phase, shape, dtype, _ = extra
-            rec.update(op=op, phase=phase, shape=shape, dtype=dtype)
-        out.append(rec)
-    out.sort(key=lambda r: r["first"])
-    for r in out:
-        del r["first"]
+        built.append(((rank.get(rows[0].path, len(rank)), min(r.first for r in rows)), made))
+    built.sort(key=lambda b: b[0])
+    out = _numbered([made for _, made in built], train)
+    return ranked(unique_labels(out, "module"))
+
+
+def _names(report: ReportRecord, template: str, extra: tuple[Any, ...], rows: Sequence[_Row],
+           train: bool) -> dict[str, Any]:
+    """The cells that name one row: module, its type, the repeats it folds, and per GEMM its
+    op, phase, shape and dtype."""
+    paths = [r.path for r in rows]
+    name = (_collapsed_name(template, [module_template(p)[1] for p in paths])
+            if len(rows) > 1 else paths[0])
+    kind = extra[0]
+    names: dict[str, Any] = {
+        "module": name or "(top)",
+        "module_type": "" if kind == "class" else _type_of(report, paths[0]),
+        "count": len(rows),
+        "phase": extra[1] if kind == "module" else extra[2],
+    }
+    if kind in ("gemm", "attention"):
+        _, op, phase, shape, dtype, nth = extra
+        names.update(op=op, op_text=op, phase=phase, shape=shape, dtype=dtype, nth=nth)
+    elif kind == "class":
+        names.update(op=TIME_CLASSES[extra[1]], op_text=TIME_CLASSES[extra[1]], phase=extra[2])
+    names["label"] = names["module"] + (f" {names['op_text']}" if "op" in names else "") + (
+        f" ({names['phase']})" if train else "")
+    return names
+
+
+def _numbered(rows: list[TableRow], train: bool) -> list[TableRow]:
+    """Rows of one module, op and phase that hold different GEMMs (a block's two attention
+    matmuls) numbered in execution order: ``matmul #1``, ``matmul #2``."""
+    shared = Counter((r.cells["module"], r.cells.get("op"), r.cells["phase"]) for r in rows
+                     if "nth" in r.cells)
+    out = []
+    for r in rows:
+        c = r.cells
+        if "nth" in c and shared[(c["module"], c["op"], c["phase"])] > 1:
+            text = f"{c['op']} #{c['nth'] + 1}"
+            label = f"{c['module']} {text}" + (f" ({c['phase']})" if train else "")
+            r = TableRow({**c, "op_text": text, "label": label}, r.gemm_index, r.other_index)
+        out.append(r)
     return out
 
 
 def _group(report: ReportRecord, depth: int | None) -> dict[Any, _Row]:
-    """Every GEMM and op added to its row: its module cut at ``depth`` levels, or with
-    ``depth=None`` one row per GEMM and one for all other ops. Rows keep first-seen order."""
+    """Every GEMM and op added to its row: its module cut at ``depth`` levels (and its phase),
+    or with ``depth=None`` one row per GEMM, per fused attention kernel and per class of the
+    other ops. Rows keep first-seen order."""
     groups: dict[Any, _Row] = {}
 
     def add(path: str, key_extra: Any, i: int) -> _Row:
         row = groups.get((path, key_extra))
         if row is None:
-            row = groups[(path, key_extra)] = _Row(key=(path, key_extra), first=i)
-            row.paths.append(path)
+            row = groups[(path, key_extra)] = _Row(key=(path, key_extra), first=i, path=path)
         return row
 
     ordinal: dict[tuple[str, str, str], int] = {}
+
+    def nth(module: str, op: str, phase: str) -> int:
+        n = ordinal[(module, op, phase)] = ordinal.get((module, op, phase), -1) + 1
+        return n
+
     for i, g in enumerate(report.gemms):
         s = g.site
+        phase = phase_label(s.phase)
         if depth is None:
-            okey = (s.module, s.op, s.phase)
-            nth = ordinal[okey] = ordinal.get(okey, -1) + 1
-            row = add(s.module, (s.op, s.phase, s.shape, s.dtype, nth), i)
+            row = add(s.module, ("gemm", s.op, phase, s.shape, s.dtype,
+                                 nth(s.module, s.op, phase)), i)
         else:
-            row = add(".".join(_levels(s.module)[:depth]), None, i)
-        row.gemms += 1
+            row = add(".".join(_levels(s.module)[:depth]), ("module", phase), i)
         row.gemm_index.append(i)
-        row.flops += s.flops
-        row.gemm_ms += g.time_ms
-        row.compute_ms += g.time_ms if g.bound == "compute" else 0.0
-        row.sig.append((s.module[len(row.paths[0]):], s.op, s.phase, s.shape, s.dtype))
-    for i, o in enumerate(report.others, start=len(report.gemms)):
-        a = o.op.attention
+        row.sig.append((s.module[len(row.path):], s.op, s.phase, s.shape, s.dtype))
+    for j, o in enumerate(report.others):
+        i = j + len(report.gemms)
+        a, phase = o.op.attention, phase_label(o.op.phase)
         if depth is None and a is not None and o.kernel:  # a GPU's fused attention kernel
             shape = (a.batch * a.heads, a.q_len, a.kv_len, a.head_dim)
-            okey = (o.op.module, "attention", o.op.phase)
-            nth = ordinal[okey] = ordinal.get(okey, -1) + 1
-            row = add(o.op.module, ("attention", o.op.phase, shape, o.op.dtype, nth), i)
+            row = add(o.op.module, ("attention", "attention", phase, shape, o.op.dtype,
+                                    nth(o.op.module, "attention", phase)), i)
         elif depth is None:
-            row = add("(non-GEMM ops)", "other", i)
+            row = add(NON_GEMM, ("class", time_class_of(o.op), phase), i)
         else:
-            row = add(".".join(_levels(o.op.module)[:depth]), None, i)
-            row.sig.append((o.op.module[len(row.paths[0]):], o.op.op, o.op.numel))
-        row.other_ms += o.time_ms or 0.0
-        row.other_index.append(i - len(report.gemms))
-        row.unmodelled += o.time_ms is None
+            row = add(".".join(_levels(o.op.module)[:depth]), ("module", phase), i)
+            row.sig.append((o.op.module[len(row.path):], o.op.op, o.op.numel))
+        row.other_index.append(j)
     return groups
-
-
-def _record(report: ReportRecord, template: str, rows: Sequence[_Row],
-            total_ms: float) -> dict[str, Any]:
-    """The table row of one module (or GEMM) and its repeats, of a run of ``total_ms``."""
-    paths = [r.paths[0] for r in rows]
-    name = (_collapsed_name(template, [module_template(p)[1] for p in paths])
-            if len(rows) > 1 else paths[0])
-    gemm_ms = sum(r.gemm_ms for r in rows)
-    other_ms = sum(r.other_ms for r in rows)
-    compute_ms = sum(r.compute_ms for r in rows)
-    span = rows_interval(report, [i for r in rows for i in r.gemm_index], other_ms,
-                         [i for r in rows for i in r.other_index])
-    return {
-        "module": name or "(top)",
-        "module_type": _type_of(report, paths[0]) if paths[0] != "(non-GEMM ops)" else "",
-        "count": len(rows),
-        "gemms": sum(r.gemms for r in rows),
-        "flops": sum(r.flops for r in rows),
-        "gemm_ms": gemm_ms,
-        "other_ms": other_ms,
-        "time_ms": gemm_ms + other_ms,
-        "pct_of_total": 100.0 * (gemm_ms + other_ms) / total_ms,
-        "bound": "-" if not rows[0].gemms else (
-            "compute" if compute_ms >= gemm_ms - compute_ms else "memory"
-        ),
-        "lo_ms": None if span is None else span[0],
-        "hi_ms": None if span is None else span[1],
-    }
 
 
 def top(report: ReportRecord, k: int = 10, depth: int | None = None) -> list[dict[str, Any]]:
     """The ``k`` costliest rows of ``module_rows(report, depth)``."""
-    return sorted(module_rows(report, depth), key=lambda r: -r["time_ms"])[:k]
+    return module_rows(report, depth)[:k]

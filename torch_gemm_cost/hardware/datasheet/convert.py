@@ -11,7 +11,7 @@ from typing import Any
 from ..catalog import DeviceSpec, spec_from_record
 from .arch import L1_KB_BY_GFX, L1_SMEM_KB_BY_CC, PCIE_BW_PER_LANE, _issue_lanes, chip_of
 from .check import _check
-from .fields import GB, KB, MB, PEAK_FIELDS, TFLOPS, _fmt
+from .fields import GB, GIB, KB, MB, PEAK_FIELDS, TFLOPS, _fmt
 
 
 def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
@@ -46,7 +46,7 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
         "boost_clock_mhz": rec["boost_clock_mhz"],
         "tensor_cores_per_sm": units["tensor_cores_per_sm"],
         "tdp_w": _board_power_w(rec),
-        "mem_bytes": _scaled(rec.get("mem_gb"), GB),
+        "mem_bytes": _scaled(rec.get("mem_gb"), GIB),
         "dram_bw_bytes_per_s": _scaled(rec["mem_bw_gbps"], GB),
         "l2_bytes": _scaled(rec["l2_mb"], MB),
         "l3_bytes": _scaled(rec.get("l3_mb"), MB),

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 MB = 1 << 20  # gpus.json's "mb" of caches is MiB (B200: 129536 KiB -> 126.5)
 KB = 1 << 10
-GB = 1e9  # memory size and bandwidth are decimal (HBM3 80 GB, 3350 GB/s)
+GB = 1e9  # bandwidth is decimal (3350 GB/s)
+# memory size is binary: a vendor's "80 GB" of HBM or GDDR is 80 GiB (torch.cuda reports an H100
+# SXM5 at 79.2 GiB, the rest held by the driver; an MI300X's "192 GB" at 191.7 GiB)
+GIB = 1 << 30
 TFLOPS = 1e12
 
 
@@ -122,8 +125,9 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     SpecField("peak_tflops_fp4", "float", "ignored", "TFLOP/s", "FP4 tensor", 0.1, 200000,
               _TFLOPS_MISREAD),
     # memory: 8 GB (P4) to 288 GB (MI355X); DRAM bandwidth 192 GB/s (P4) to 8000 GB/s (MI355X)
-    SpecField("mem_gb", "float", "optional", "GB", "memory size", 0.5, 4096,
-              ((1 / 1024, "MiB"), (1e-9, "bytes"))),
+    SpecField("mem_gb", "float", "optional", "GB", "memory size as the vendor writes it (an "
+              "'80 GB' board: 80; read as GiB)", 0.5, 4096,
+              ((1 / 1024, "MiB"), (1 / GIB, "bytes"))),
     SpecField("mem_type", "str", "ignored", "", "'HBM3', 'GDDR6', ..."),
     SpecField("mem_bw_gbps", "float", "required", "GB/s", "DRAM bandwidth in GB/s (not "
               "gigabits)", 50, 20000, ((1e3, "TB/s"), (1e-3, "MB/s"), (1e-9, "bytes/s"))),

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..catalog import DeviceSpec
 from .arch import _issue_lanes
-from .fields import GB, KB, MB, PEAK_FIELDS, TFLOPS
+from .fields import GB, GIB, KB, MB, PEAK_FIELDS, TFLOPS
 
 
 def _round(value: float | None) -> float | None:
@@ -34,7 +34,7 @@ def datasheet_record(spec: DeviceSpec) -> dict[str, Any]:
     for key, field in PEAK_FIELDS.items():
         rec[field] = per(spec.peak(key), TFLOPS)
     rec.update({
-        "mem_gb": per(spec.mem_bytes, GB),
+        "mem_gb": per(spec.mem_bytes, GIB),
         "mem_bw_gbps": per(spec.dram_bw_bytes_per_s, GB),
         "l2_mb": per(spec.l2_bytes, MB),
         "l3_mb": per(spec.l3_bytes, MB),
