@@ -1,0 +1,1 @@
+"""Training plans for many GPUs."""
