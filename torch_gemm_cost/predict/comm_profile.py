@@ -15,6 +15,7 @@ Outside the measured sizes, or for a group the profile did not measure, the coll
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -97,7 +98,7 @@ class CommProfile:
         curve = self._curve(collective, num_gpus, gpus_per_node)
         if not curve or not curve[0][0] <= size_bytes <= curve[-1][0]:
             return None
-        for (s0, b0), (s1, b1) in zip(curve, curve[1:]):
+        for (s0, b0), (s1, b1) in itertools.pairwise(curve):
             if s0 <= size_bytes <= s1:
                 w = 0.0 if s1 == s0 else math.log(size_bytes / s0) / math.log(s1 / s0)
                 busbw = b0 + w * (b1 - b0)

@@ -22,13 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from ..hardware.dtypes import DTYPES
 from ..records import GemmSite, OtherOp
 from ..records.types import alignment_bytes
 from .model import TrainingStep
 
-__all__ = ["shard_records", "split_site"]
+__all__ = ["VOCAB_MULTIPLE", "shard_records", "split_site"]
+
+# Megatron-LM pads the vocabulary to a multiple of 128·tp to split it (--make-vocab-size-
+# divisible-by 128, megatron/training/tokenizer: _vocab_size_with_padding)
+VOCAB_MULTIPLE = 128
 
 # gradient GEMM dims, each from which forward dim (m, n, k as 0, 1, 2)
 _DX = (0, 2, 1)
@@ -42,10 +47,14 @@ def shard_records(step: TrainingStep, tp: int, sequence_parallel: bool
     if tp == 1:
         return step.sites, step.others
     forward: dict[str, GemmSite] = {s.node: s for s in step.sites if s.phase == "forward"}
+    vocab = int(step.shape.vocab_size or 0)
     sites = []
     for s, role, seg in zip(step.sites, step.site_role, step.site_segment):
         if role == "column":
-            sites.append(split_site(s, _split_dim(s, forward.get(s.node), 1), tp))
+            dim = _split_dim(s, forward.get(s.node), 1)
+            if vocab and getattr(s, dim) == vocab:  # the LM head: Megatron pads the vocabulary
+                s = _padded(s, dim, -(-vocab // (VOCAB_MULTIPLE * tp)) * VOCAB_MULTIPLE * tp)
+            sites.append(split_site(s, dim, tp))
         elif role == "row":
             sites.append(split_site(s, _split_dim(s, forward.get(s.node), 2), tp))
         elif role == "head":
@@ -112,8 +121,16 @@ def split_site(site: GemmSite, dim: str, parts: int, what: str = "") -> GemmSite
     full = (old[0] * in_b, old[1] * in_b, old[2] * out_b)
     scale = sum(f * s for f, s in zip(full, share)) / sum(full) if sum(full) else 1.0
     return replace(site, **{dim: new}, flops=site.flops // parts,
-                   dram_bytes=int(round(site.dram_bytes * scale)), a_align_bytes=a_align,
+                   dram_bytes=round(site.dram_bytes * scale), a_align_bytes=a_align,
                    b_align_bytes=b_align, c_align_bytes=c_align)
+
+
+def _padded(site: GemmSite, dim: str, value: int) -> GemmSite:
+    """``site`` with ``dim`` padded to ``value``: FLOPs and bytes grown with it."""
+    scale = value / getattr(site, dim)
+    dims: dict[str, Any] = {dim: value}
+    return replace(site, **dims, flops=round(site.flops * scale),
+                   dram_bytes=round(site.dram_bytes * scale))
 
 
 def _operand_elems(batch: int, m: int, n: int, k: int) -> tuple[int, int, int]:
