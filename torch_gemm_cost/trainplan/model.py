@@ -111,19 +111,22 @@ class StepSource:
                              "size (num_hidden_layers / n_layer, hidden_size / n_embd); a "
                              "training plan needs both")
         self._steps: dict[tuple[int, int], TrainingStep] = {}
-        self.captures = 0  # captures this source has run (a config's cached ones excluded)
+        self.shapes: set[tuple[int, int]] = set()  # (micro-batch, seq) shapes asked for
+
+    @property
+    def captures(self) -> int:
+        """The shapes this source has asked for, each captured once (or earlier, cached)."""
+        return len(self.shapes)
 
     def step(self, micro_batch: int, seq: int) -> TrainingStep:
         """The training step of ``micro_batch`` sequences of ``seq`` tokens."""
+        self.shapes.add((micro_batch, seq))
         if self.module is None:
-            before = _captured_config_step.cache_info().misses
-            out = _captured_config_step(self.key, self.dtype, self.attention, micro_batch, seq)
-            self.captures += _captured_config_step.cache_info().misses - before
-            return out
+            return _captured_config_step(self.key, self.dtype, self.attention, micro_batch,
+                                         seq)
         if (micro_batch, seq) not in self._steps:
             self._steps[(micro_batch, seq)] = training_step(self.module, self.dtype,
                                                             micro_batch, seq)
-            self.captures += 1
         return self._steps[(micro_batch, seq)]
 
 
