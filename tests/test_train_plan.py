@@ -124,23 +124,36 @@ def test_a_pipeline_stage_holds_pp_minus_stage_micro_batches() -> None:
 
 
 # ---------------------------------------------------------------- oracles and invariants
-@pytest.mark.parametrize("optimizer", [None, "adamw"])
-def test_one_gpu_plan_is_estimates_training_step(optimizer: str | None) -> None:
+@pytest.mark.parametrize("optimizer, compiled", [(None, False), ("adamw", False),
+                                                 (None, True)])
+def test_one_gpu_plan_is_estimates_training_step(optimizer: str | None, compiled: bool) -> None:
     config = transformers.GPT2Config(**{k: v for k, v in TINY.items() if k != "model_type"})
     with torch.device("meta"):
         model = transformers.GPT2LMHeadModel(config)
     ids = torch.ones(2, 64, dtype=torch.long, device="meta")
     report = tgc.estimate(model, (ids,), {"labels": ids, "use_cache": False}, device=DEVICE,
-                          mode="train", optimizer=optimizer)
+                          mode="train", optimizer=optimizer, compiled=compiled)
     p = tgc.plan_training(model, DEVICE, micro_batch=2, seq=64, dtype="fp32",
-                          optimizer=optimizer)
+                          optimizer=optimizer, compiled=compiled)
     assert p.step_ms == pytest.approx(report.total_ms, rel=1e-9)
     assert p.bubble_ms == p.exposed_comm_ms == 0
 
 
+def test_compiled_kernels_split_with_their_ops() -> None:
+    step = StepSource(TINY, "bfloat16", "eager", compiled=True).step(2, 64)
+    _, _, kernels = shard_records(step, 2, False)
+    assert step.kernels and len(kernels) == len(step.kernels)
+    for full, one in zip(step.kernels, kernels):
+        roles = {step.other_role[i] for i in full.ops}
+        if roles <= {"split", "head"}:  # every op split: half the bytes (rounded)
+            assert abs(2 * one.dram_bytes - full.dram_bytes) <= 2
+        elif roles == {"replicated"}:
+            assert one == full
+
+
 def test_split_records_hold_a_tp_th_of_every_split_gemm() -> None:
     step = StepSource(TINY, "bfloat16", "sdpa").step(2, 64)
-    sites, _ = shard_records(step, 4, False)
+    sites, _, _ = shard_records(step, 4, False)
     for full, one, role in zip(step.sites, sites, step.site_role):
         if role in ("column", "row", "head"):
             assert one.flops * 4 == full.flops, (full.module, full.phase)

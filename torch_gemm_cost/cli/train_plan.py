@@ -59,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the optimizer step (default adamw; none: forward and backward alone)")
     p.add_argument("--attention", default="sdpa", choices=("sdpa", "eager"),
                    help="attention as transformers builds it (default sdpa)")
+    p.add_argument("--compiled", action="store_true",
+                   help="price the ops as torch.compile fuses them (as estimate --compiled)")
     p.add_argument("--interleave", type=int, default=1,
                    help="pipeline chunks a GPU: 2 or more for the interleaved schedule")
     p.add_argument("--sequence-parallel", action="store_true",
@@ -68,10 +70,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--search", action="store_true",
                    help="price every layout of --gpus and rank the fastest that fit")
     p.add_argument("--top", type=int, default=5, help="plans --search shows (default 5)")
+    p.add_argument("--micro-batches", default="1,2,4,8", metavar="B[,B...]",
+                   help="micro-batch sizes --search tries, one capture each (default 1,2,4,8)")
     p.add_argument("--assumptions", action="store_true", help="print what the plan assumes")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="write the plan (or the search) as JSON (to stdout without PATH)")
     p.set_defaults(run=run)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        values = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise UsageError(f"--micro-batches {text!r}: give sizes as integers, e.g. 1,2,4"
+                         ) from None
+    if not values or min(values) < 1:
+        raise UsageError(f"--micro-batches {text!r}: give positive sizes, e.g. 1,2,4")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         found = search_training_plans(
             args.hf_config, args.device, gpus=args.gpus, global_batch=args.global_batch,
             seq=args.seq, dtype=args.dtype, optimizer=optimizer, attention=args.attention,
+            compiled=args.compiled, micro_batches=_sizes(args.micro_batches),
             comm_profile=args.comm_profile, top=args.top)
         doc, text = found.to_dict(), format_training_search(found)
         plan = found.plans[0] if found.plans else None
@@ -105,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             cp=args.cp, ep=args.ep, zero=zero, recompute=args.recompute,
             micro_batch=args.micro_batch, global_batch=args.global_batch, seq=args.seq,
             dtype=args.dtype, optimizer=optimizer, attention=args.attention,
-            interleave=args.interleave, sequence_parallel=args.sequence_parallel,
+            compiled=args.compiled, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
             comm_profile=args.comm_profile)
         doc, text = plan.to_dict(), str(plan)
     if args.json:

@@ -8,14 +8,17 @@ from .memory import MEMORY_UTILIZATION
 __all__ = ["assumptions"]
 
 
-def assumptions(layout: Layout, optimizer: str | None, attention: str, comm_source: str
-                ) -> tuple[str, ...]:
+def assumptions(layout: Layout, optimizer: str | None, attention: str, compiled: bool,
+                comm_source: str) -> tuple[str, ...]:
     """What a plan of ``layout`` assumes, with its sources."""
     out = [
         ("Compute: one micro-batch's training step captured once at full width, as "
          "estimate(mode='train') captures it (the loss of model(ids, labels=ids) and its "
          f"backward pass, attention as transformers' '{attention}'), priced by the GEMM "
-         "predictor and the op cost model; each GPU prices its own share."),
+         "predictor and the op cost model; each GPU prices its own share. "
+         + ("Its other ops run as torch.compile (inductor) fuses them, forward and backward "
+            "(estimate(compiled=True))." if compiled else "Its other ops run eagerly, one "
+            "kernel each.")),
         ("Tensor parallelism as Megatron-LM splits a transformer (Shoeybi et al. 2019, §3), "
          "read off the captured graph: column-parallel GEMMs where the input is replicated, "
          "row-parallel where it is split, attention heads split, the vocabulary split in the "

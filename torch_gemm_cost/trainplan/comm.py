@@ -8,7 +8,8 @@ waits for.
   three all-reduces of one fp32 value a token. Under sequence parallelism (Korthikanti et al.
   2022, §4.2.2) each becomes a reduce-scatter or an all-gather of the same tensor, and the
   backward pass's re-gather of a column GEMM's input runs under its dX GEMM (not waited for).
-  They sit between the layer's kernels: the step waits for all of them.
+  They sit between the layer's kernels: the step waits for all of them. Full recomputation
+  runs a layer's forward again, its collectives too.
 - Pipeline parallelism: one micro-batch's hidden state sent to the next stage after each
   forward and its gradient back after each backward; across nodes with tp > 1 each rank sends
   its 1/tp share and the receiving node all-gathers it (Narayanan et al. 2021, §4.1).

@@ -23,10 +23,12 @@ import torch
 
 from ..capture.core import Captured, capture
 from ..capture.hf_config import HfConfig, read_hf_config
+from ..compiled.fusion import fuse_kernels
 from ..hardware.dtypes import DTYPES
 from ..llm.model import config_key, config_of
 from ..records import GemmSite, OtherOp, extract
 from ..records.handlers import op_name
+from ..records.types import FusedKernel
 from ..suggest import check_choice
 from .graph import PARAM_VIEWS, graph_roles, node_segments
 
@@ -67,6 +69,7 @@ class TrainingStep:
     act_bytes: int  # bytes of one activation element as stored
     sites: tuple[GemmSite, ...]
     others: tuple[OtherOp, ...]
+    kernels: tuple[FusedKernel, ...]  # the other ops as torch.compile fuses them; () eager
     site_segment: tuple[int, ...]
     site_role: tuple[str, ...]
     site_core: tuple[bool, ...]
@@ -94,9 +97,13 @@ class StepSource:
     captures cached per shape across plans) or a model instance (captured as given, cached
     per shape for this source's life)."""
 
-    def __init__(self, model_or_config: Any, dtype: str, attention: str) -> None:
+    def __init__(self, model_or_config: Any, dtype: str, attention: str,
+                 compiled: bool = False) -> None:
         self.dtype = dtype
         self.attention = check_choice("attention", attention, ATTENTIONS)
+        if not isinstance(compiled, bool):
+            raise TypeError(f"compiled must be True or False, got {compiled!r}")
+        self.compiled = compiled
         self.module: torch.nn.Module | None = None
         if isinstance(model_or_config, torch.nn.Module):
             self.module = model_or_config
@@ -123,10 +130,10 @@ class StepSource:
         self.shapes.add((micro_batch, seq))
         if self.module is None:
             return _captured_config_step(self.key, self.dtype, self.attention, micro_batch,
-                                         seq)
+                                         seq, self.compiled)
         if (micro_batch, seq) not in self._steps:
             self._steps[(micro_batch, seq)] = training_step(self.module, self.dtype,
-                                                            micro_batch, seq)
+                                                            micro_batch, seq, self.compiled)
         return self._steps[(micro_batch, seq)]
 
 
@@ -148,34 +155,56 @@ def meta_model(key: str, dtype: str, attention: str) -> torch.nn.Module:
 
 
 @functools.lru_cache(maxsize=16)
-def _captured_config_step(key: str, dtype: str, attention: str, micro_batch: int, seq: int
-                          ) -> TrainingStep:
-    return training_step(meta_model(key, dtype, attention), dtype, micro_batch, seq)
+def _captured_config_step(key: str, dtype: str, attention: str, micro_batch: int, seq: int,
+                          compiled: bool) -> TrainingStep:
+    model = meta_model(key, dtype, attention)
+    return training_step(model, dtype, micro_batch, seq, compiled,
+                         _captured_config(key, dtype, attention, micro_batch, seq))
 
 
-def training_step(model: torch.nn.Module, dtype: str, micro_batch: int, seq: int
-                  ) -> TrainingStep:
-    """``model``'s loss on ``micro_batch`` × ``seq`` token ids and its backward pass, captured
-    and extracted as ``estimate(mode="train")`` does, each record placed and given its role."""
+@functools.lru_cache(maxsize=2)
+def _captured_config(key: str, dtype: str, attention: str, micro_batch: int, seq: int
+                     ) -> Captured:
+    """One capture of a config's step, shared by its eager and compiled records."""
+    return capture_step(meta_model(key, dtype, attention), micro_batch, seq)
+
+
+def capture_step(model: torch.nn.Module, micro_batch: int, seq: int) -> Captured:
+    """The loss of ``model(ids, labels=ids)`` on ``micro_batch`` × ``seq`` token ids, captured
+    for training."""
     param = next(iter(model.parameters()), None)
     where = param.device if param is not None else torch.device("meta")
-    native = _native_dtype(model)
     ids = torch.ones(micro_batch, seq, dtype=torch.long, device=where)
     kwargs: dict[str, Any] = {"labels": ids}
     if "use_cache" in inspect.signature(model.forward).parameters:
         kwargs["use_cache"] = False
-    captured = capture(model, (ids,), kwargs, train=True)
+    return capture(model, (ids,), kwargs, train=True)
+
+
+def training_step(model: torch.nn.Module, dtype: str, micro_batch: int, seq: int,
+                  compiled: bool = False, captured: Captured | None = None) -> TrainingStep:
+    """``model``'s loss on ``micro_batch`` × ``seq`` token ids and its backward pass, captured
+    (unless ``captured`` holds it) and extracted as ``estimate(mode="train")`` does
+    (``compiled``: the other ops fused into kernels as ``estimate(mode="train",
+    compiled=True)`` fuses them), each record placed and given its role."""
+    native = _native_dtype(model)
+    if captured is None:
+        captured = capture_step(model, micro_batch, seq)
     cd = DTYPES[dtype]
     sites, others = extract(captured, cd, mode="train", native_dtype=native)
+    kernels: tuple[FusedKernel, ...] = ()
+    if compiled:
+        others, kernels = fuse_kernels(captured, others, cd, mode="train", native_dtype=native)
     shape = read_hf_config(getattr(model, "config", None))
     layers = int(shape.num_hidden_layers or 0)
     act_bytes = torch.empty((), dtype=native).element_size()
-    return _placed(captured, shape, layers, micro_batch, seq, cd.name, act_bytes, sites, others)
+    return _placed(captured, shape, layers, micro_batch, seq, cd.name, act_bytes, sites,
+                   tuple(others), kernels)
 
 
 def _placed(captured: Captured, shape: HfConfig, layers: int, micro_batch: int, seq: int,
             dtype: str, act_bytes: int, sites: tuple[GemmSite, ...],
-            others: tuple[OtherOp, ...]) -> TrainingStep:
+            others: tuple[OtherOp, ...], kernels: tuple[FusedKernel, ...]) -> TrainingStep:
     graph = captured.graph_module.graph
     prefix = layer_prefix(captured.module_types, layers)
     segment = node_segments(graph, prefix, layers)
@@ -194,7 +223,7 @@ def _placed(captured: Captured, shape: HfConfig, layers: int, micro_batch: int, 
     tokens = micro_batch * seq
     return TrainingStep(
         model_name=captured.model_name, shape=shape, layers=layers, micro_batch=micro_batch,
-        seq=seq, dtype=dtype, act_bytes=act_bytes, sites=sites, others=others,
+        seq=seq, dtype=dtype, act_bytes=act_bytes, sites=sites, others=others, kernels=kernels,
         site_segment=tuple(p[0] for p in site_places),
         site_role=tuple(p[1] for p in site_places),
         site_core=tuple(p[2] for p in site_places),

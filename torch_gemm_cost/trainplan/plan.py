@@ -49,6 +49,7 @@ def plan_training(
     dtype: str | torch.dtype | None = "bf16",
     optimizer: str | None = "adamw",
     attention: str = "sdpa",
+    compiled: bool = False,
     interleave: int = 1,
     sequence_parallel: bool = False,
     comm_profile: CommProfile | str | os.PathLike[str] | None = None,
@@ -63,7 +64,9 @@ def plan_training(
     forward; ``global_batch``: sequences per step over all GPUs (default: one micro-batch per
     data-parallel rank); ``seq``: tokens per sequence. ``dtype``: bf16/fp16 (mixed precision)
     or fp32/tf32. ``optimizer``: "adamw", "adam", "fused_adam", or None for forward and
-    backward alone. ``attention``: "sdpa" or "eager", as transformers builds the model.
+    backward alone. ``attention``: "sdpa" or "eager", as transformers builds the model;
+    ``compiled``: its other ops fused into kernels as ``torch.compile`` fuses them (as
+    ``estimate(compiled=True)`` prices them).
     ``interleave``: pipeline chunks per GPU (the interleaved schedule for 2 or more);
     ``sequence_parallel``: Megatron's sequence parallelism with tp. ``comm_profile``: a
     cluster's measured collectives (``torch-gemm-cost calibrate-comm``). ``ep`` must be 1:
@@ -72,7 +75,7 @@ def plan_training(
     target = check_device(device)
     cd = check_dtype(dtype)
     optimizer = _check_optimizer(optimizer)
-    source = StepSource(model_or_config, cd.name, attention)
+    source = StepSource(model_or_config, cd.name, attention, compiled)
     dp = _dp(gpus, tp, pp, dp, cp)
     batch = global_batch if global_batch is not None else dp * micro_batch
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, recompute=recompute,
@@ -130,7 +133,8 @@ def _record(planner: Planner, layout: Layout, cost: StepCost,
         stages=cost.stages, comm_ms=cost.comm_ms, step_interval_ms=interval,
         comm_source=source,
         predictor=f"{name} v{getattr(planner.predictor, 'version', '')}",
-        assumptions=assumptions(layout, planner.optimizer, planner.source.attention, source))
+        assumptions=assumptions(layout, planner.optimizer, planner.source.attention,
+                                planner.source.compiled, source))
 
 
 def _check_optimizer(optimizer: Any) -> str | None:

@@ -87,6 +87,9 @@ class Planner:
         segs = [([-1] if s == 0 else []) + c + ([layers] if s == pp * v - 1 else [])
                 for s, c in enumerate(chunks)]
         tp_f, tp_b = tp_comm_ms(step, layout, coll)
+        if layout.recompute == "full":  # a layer's recomputed forward runs its collectives again
+            tp_b = [b + (f if 0 <= i - 1 < layers else 0.0)
+                    for i, (f, b) in enumerate(zip(tp_f, tp_b))]
         cp_one = cp_send_ms(step, layout, coll)
         recompute = [self._recompute_ms(t, c, layout.recompute) for c in chunks]
         f0 = [sum(t.forward_ms[i + 1] for i in sg) for sg in segs]
@@ -113,7 +116,7 @@ class Planner:
         chunks_per_step = self.global_batch // layout.micro_batch * layout.cp
         return StepCost(
             stages=tuple(rows), step_ms=r.end_ms, compute_ms=run0.busy_ms[j],
-            bubble_ms=run0.end_ms[j] - run0.busy_ms[j],
+            bubble_ms=max(run0.end_ms[j] - run0.busy_ms[j], 0.0),
             exposed_comm_ms=run1.end_ms[j] - run0.end_ms[j] + r.dp_exposed_ms,
             optimizer_ms=r.optimizer_ms,
             comm_ms={"tensor": m * r.tp_comm_ms, "context": m * r.cp_comm_ms,

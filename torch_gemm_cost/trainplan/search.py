@@ -49,6 +49,7 @@ def search_training_plans(
     dtype: str | torch.dtype | None = "bf16",
     optimizer: str | None = "adamw",
     attention: str = "sdpa",
+    compiled: bool = False,
     micro_batches: Iterable[int] = MICRO_BATCHES,
     recompute: Iterable[str] = RECOMPUTE,
     comm_profile: CommProfile | str | os.PathLike[str] | None = None,
@@ -58,10 +59,14 @@ def search_training_plans(
     """The fastest layouts of ``gpus`` GPUs of ``device`` that fit, best first (``top`` of
     them as full plans), and every other layout priced with why it loses. The other
     arguments are ``plan_training``'s."""
+    for name, value in (("gpus", gpus), ("global_batch", global_batch), ("seq", seq)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}; nearest "
+                             "good: 1")
     target = check_device(device)
     cd = check_dtype(dtype)
     opt = _check_optimizer(optimizer)
-    source = StepSource(model_or_config, cd.name, attention)
+    source = StepSource(model_or_config, cd.name, attention, compiled)
     planner = planner_for(source, target.spec, cd, opt, global_batch, seq, comm_profile,
                           predictor or profile_predictor(target) or default_predictor())
     layouts = list(candidate_layouts(source.shape, gpus, global_batch, seq,

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..hardware.dtypes import DTYPES
 from ..records import GemmSite, OtherOp
-from ..records.types import alignment_bytes
+from ..records.types import FusedKernel, alignment_bytes
 from .model import TrainingStep
 
 __all__ = ["VOCAB_MULTIPLE", "shard_records", "split_site"]
@@ -42,10 +42,11 @@ _DW_KN = (2, 1, 0)  # a weight stored (k, n), as HF's Conv1D holds it
 
 
 def shard_records(step: TrainingStep, tp: int, sequence_parallel: bool
-                  ) -> tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]:
-    """The records one GPU of a ``tp``-way tensor-parallel group runs for ``step``."""
+                  ) -> tuple[tuple[GemmSite, ...], tuple[OtherOp, ...], tuple[FusedKernel, ...]]:
+    """The records one GPU of a ``tp``-way tensor-parallel group runs for ``step``, and the
+    fused kernels of a compiled step, each moving its ops' share."""
     if tp == 1:
-        return step.sites, step.others
+        return step.sites, step.others, step.kernels
     forward: dict[str, GemmSite] = {s.node: s for s in step.sites if s.phase == "forward"}
     vocab = int(step.shape.vocab_size or 0)
     sites = []
@@ -70,7 +71,12 @@ def shard_records(step: TrainingStep, tp: int, sequence_parallel: bool
             others.append(_split_op(o, tp))
         else:
             others.append(o)
-    return tuple(sites), tuple(others)
+    kernels = []
+    for k in step.kernels:  # a kernel moves its ops' bytes: what of them this GPU moves
+        full = sum(step.others[i].dram_bytes for i in k.ops)
+        mine = sum(others[i].dram_bytes for i in k.ops)
+        kernels.append(replace(k, dram_bytes=round(k.dram_bytes * mine / full)) if full else k)
+    return tuple(sites), tuple(others), tuple(kernels)
 
 
 def _split_dim(site: GemmSite, fwd: GemmSite | None, fwd_dim: int) -> str:
