@@ -25,8 +25,9 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measured", ("measured",)),
     ("advise", ("advise",)),
     # llm: serving plans, priced by the predict stage, their records holding CostReports, their
-    # text rendered in llm.text; no stage before it imports it
-    ("report", ("report", "llm")),
+    # text rendered in llm.text; trainplan: training plans over many GPUs, priced the same way,
+    # reading configs as llm does, their text in trainplan.text; no stage before imports them
+    ("report", ("report", "llm", "trainplan")),
     ("top", ("api", "calibrate", "cli", "train", "__main__", "")),
 )
 STAGE_OF = {name: i for i, (_, names) in enumerate(STAGES) for name in names}

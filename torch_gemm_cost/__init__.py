@@ -16,6 +16,7 @@ from .predict.price import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
 from .records import GemmSite, OtherOp, register_gemm_handler
 from .report import CostReport, format_advice, format_comparison
+from .trainplan import TrainingPlan, TrainingSearch, plan_training, search_training_plans
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,8 @@ __all__ = [
     "OpEstimate",
     "OtherOp",
     "PaddingAdvice",
+    "TrainingPlan",
+    "TrainingSearch",
     "annotate",
     "compare",
     "estimate",
@@ -41,8 +44,10 @@ __all__ = [
     "list_devices",
     "load_spec_file",
     "plan_llm",
+    "plan_training",
     "predict_collective_ms",
     "predict_gemm_ms",
     "register_gemm_handler",
     "resolve_dtype",
+    "search_training_plans",
 ]

@@ -79,6 +79,7 @@ from ..hardware.catalog import DeviceLike, DeviceSpec
 from ..hardware.target import resolve_target
 from ..suggest import nearest, unknown
 from .base import Prediction, read_fitted
+from .comm_profile import CommProfile, load_comm_profile
 from .registry import SHIPPED, check_format, load_shipped, shipped_path
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "bandwidth_baseline_ms",
     "candidate_times_ms",
     "check_call",
+    "collective_interval_ms",
     "links_of",
     "predict_collective_ms",
     "shipped_collective_weights_path",
@@ -647,7 +649,9 @@ def _shipped() -> CollectivePredictor:
 
 def predict_collective_ms(device: DeviceLike, collective: str, *, size_bytes: float,
                           num_gpus: int, gpus_per_node: int | None = None,
-                          topology: str | None = None) -> float:
+                          topology: str | None = None,
+                          comm_profile: CommProfile | str | os.PathLike[str] | None = None
+                          ) -> float:
     """Predicted time of one NCCL collective, in ms, as nccl-tests would time it.
 
     ``device`` is any device ``resolve_target`` takes: a catalog id or driver name, a
@@ -662,8 +666,47 @@ def predict_collective_ms(device: DeviceLike, collective: str, *, size_bytes: fl
     that meet over PCIe) or ``"node"``, the device's usual node (the default); ``gpus_per_node``
     defaults to as many of ``num_gpus`` as that node holds. Elements are taken as 16-bit (fp16 or
     bf16, what tensor parallelism reduces), which NVLS can reduce.
+
+    ``comm_profile`` (a ``CommProfile`` or its JSON file, ``torch-gemm-cost calibrate-comm``)
+    prices the call from a cluster's nccl-tests measurements where they cover its group and
+    size (``predict.comm_profile``); elsewhere the collective model does.
     """
     spec = resolve_target(device).spec
     call = check_call(spec, collective, size_bytes=size_bytes, num_gpus=num_gpus,
                       gpus_per_node=gpus_per_node, topology=topology)
+    if comm_profile is not None:
+        measured = load_comm_profile(comm_profile).time_ms(
+            call.collective, call.size_bytes, call.num_gpus, call.gpus_per_node)
+        if measured is not None:
+            return measured
     return float(_shipped().predict([call], spec).time_ms[0])
+
+
+# the constants that differ from host to host: each link's efficiency, the latencies, the
+# network hop's latency ratio (the measured systems' latency floors and ring efficiencies differ
+# by host, driver and NCCL build, which no device record holds)
+HOST_CONSTANTS: tuple[str, ...] = ("eta_link", "latency_scale", "net_hop_scale")
+
+
+def collective_interval_ms(device: DeviceLike, collective: str, *, size_bytes: float,
+                           num_gpus: int, gpus_per_node: int | None = None,
+                           topology: str | None = None) -> tuple[float, float]:
+    """How far hosts spread around ``predict_collective_ms``'s prior: the call priced with the
+    shipped host constants (``HOST_CONSTANTS``: fitted on the measured clusters, Vidur's
+    A100 network among them) and with NCCL's own (``PRIOR``: its tuning model's latencies, 0.8
+    of every link's datasheet bandwidth, a DGX-networked cluster), low first."""
+    spec = resolve_target(device).spec
+    call = check_call(spec, collective, size_bytes=size_bytes, num_gpus=num_gpus,
+                      gpus_per_node=gpus_per_node, topology=topology)
+    fitted = float(_shipped().predict([call], spec).time_ms[0])
+    nccl = float(_nccl_host().predict([call], spec).time_ms[0])
+    return min(fitted, nccl), max(fitted, nccl)
+
+
+def _nccl_host() -> CollectivePredictor:
+    """The shipped constants with the host ones at NCCL's values."""
+    shipped = _shipped()
+    out = CollectivePredictor(**shipped.get_params())
+    prior = _inverse_prior()
+    out.raw_ = {k: prior[k] if k in HOST_CONSTANTS else v for k, v in shipped.raw_.items()}
+    return out
