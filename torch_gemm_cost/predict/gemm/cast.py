@@ -7,19 +7,15 @@ threads per token row, each thread converting one 16-byte vector (8 elements) pe
 of K elements takes ⌈K / 2048⌉ passes, each a dependent DRAM round trip.
 
 - **CTAs resident per SM.** The SMs work through the rows ⌈rows / (SMs · resident)⌉ deep. By its
-  256 threads an SM could hold 8 such CTAs (6 on Ada, whose SMs take 1,536 threads), but the
-  measured rows show one: at K ≤ 2048, where a row is one pass, the time at N → 0 grows by
-  0.93-0.94 µs per ⌈M / SMs⌉ on the H200 (M = 1,024 to 32,768), the same on the B200 and
-  L40S (``benchmarks/results/fp8_cast.md``). That is one row's dependent chain (the scale, the
-  row, the store: about three memory round trips), with no overlap between the rows of an SM.
-  Were eight resident, each would need 7.5 µs, ten round trips more than it issues.
+  256 threads an SM could hold 8 such CTAs (6 on Ada), but this kernel's rows run one at a
+  time on an SM (``CTAS_PER_SM``): each is a chain of dependent memory round trips (the scale,
+  the row, the store), and the rows of one SM do not overlap. docs/how-it-works.md gives the
+  measurements that say so.
 - **Latency.** A row costs ``CTA_US`` for its first pass and ``PASS_US`` for each further one:
-  the medians of the measured per-row times on the H200 and B200 (1.11 and 1.04 µs at one
-  pass; 0.69 and 0.63 more per pass), less the bytes term below. They are latencies, in µs.
+  latencies, in µs, the same on every GPU.
 - **Bytes.** Every element is read (2 bytes) and written (1 byte) once at the sustained DRAM
-  bandwidth: on top of the latency, as the rows of a pass wait on the round trip before
-  streaming. On the L40S (GDDR6, 864 GB/s) this term is most of a pass: 142 rows of 6 KiB at
-  0.81 TB/s is 1.07 µs, against 1.87 µs measured per further pass.
+  bandwidth, on top of the latency: the rows of a pass wait on their round trip before they
+  stream.
 """
 
 from __future__ import annotations
