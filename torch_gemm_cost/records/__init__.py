@@ -1,6 +1,7 @@
 """GEMM records, the handlers that read them off ATen ops (one per op, in a registry that takes
 custom ops too) and the walk of a captured graph."""
 
+from .einsum import einsum_gemms, einsum_kernels
 from .extract import META_KEY, PHASES, extract
 from .handlers import (
     ForwardGemm,
@@ -8,7 +9,6 @@ from .handlers import (
     HandlerContext,
     active_groups,
     causal_kept_entries,
-    einsum_gemms,
     gemm_handler,
     matrix_layout,
     register_gemm_handler,
@@ -32,6 +32,7 @@ __all__ = [
     "alignment_bytes",
     "causal_kept_entries",
     "einsum_gemms",
+    "einsum_kernels",
     "extract",
     "gemm_handler",
     "matrix_layout",

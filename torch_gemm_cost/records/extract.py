@@ -4,8 +4,8 @@
 ``GemmSite`` and ``OtherOp`` records in execution order, storing each node's records in
 ``node.meta["torch_gemm_cost"]``. Every spelling counts: ``linear``, ``addmm`` (HF ``Conv1D``
 becomes ``conv1d``), ``mm``, ``bmm``, ``baddbmm``, ``addbmm``, ``mv``, ``dot``, ``matmul`` in
-every broadcast case, ``einsum`` (per pairwise contraction) and scaled-dot-product attention
-(see ``handlers``).
+every broadcast case, ``einsum`` (the bmm calls torch runs for it, ``records.einsum``),
+scaled-dot-product attention (see ``handlers``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..hardware.dtypes import ComputeDtype, resolve_dtype
 from ..suggest import check_choice
 from .backward import _backward_other, _backward_sites, _bias_grad, _gradient_sums
 from .copies import OPERAND_COPY, operand_copies
+from .einsum import einsum_other_ops
 from .forward import _other, _sdpa_softmax, _site
 from .handlers import ForwardGemm, HandlerContext, bind_arguments, gemm_handler, op_name
 from .nodes import _module_of, _tensors
@@ -126,6 +127,8 @@ class _Walk:
         if fwds:
             copies = [self._copy(node, arg, val, module, module_type)
                       for arg, val in operand_copies(node)]
+            if name == "einsum":  # the copies, products and sums its replay runs
+                copies += einsum_other_ops(node, self.ctx, module, module_type)
             self.fwd_others.extend(copies)
             records, back = self._gemms(node, fwds, out_tensors[0], module, module_type, ctx)
             records[:0] = copies
