@@ -14,6 +14,7 @@ from .handlers import (
     register_gemm_handler,
 )
 from .optimizer import OPTIMIZERS, adamw_ops, optimizer_ops
+from .rnn import RNN_GATES, rnn_shape
 from .types import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "META_KEY",
     "OPTIMIZERS",
     "PHASES",
+    "RNN_GATES",
     "ForwardGemm",
     "GemmBatch",
     "GemmHandler",
@@ -38,4 +40,5 @@ __all__ = [
     "matrix_layout",
     "optimizer_ops",
     "register_gemm_handler",
+    "rnn_shape",
 ]

@@ -5,7 +5,7 @@
 ``node.meta["torch_gemm_cost"]``. Every spelling counts: ``linear``, ``addmm`` (HF ``Conv1D``
 becomes ``conv1d``), ``mm``, ``bmm``, ``baddbmm``, ``addbmm``, ``mv``, ``dot``, ``matmul`` in
 every broadcast case, ``einsum`` (the bmm calls torch runs for it, ``records.einsum``),
-scaled-dot-product attention (see ``handlers``).
+scaled-dot-product attention (see ``handlers``) and recurrent layers (``records.rnn``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .forward import _other, _sdpa_softmax, _site
 from .handlers import ForwardGemm, HandlerContext, bind_arguments, gemm_handler, op_name
 from .nodes import _module_of, _tensors
 from .op_classes import _NO_GRAD
+from .rnn import RNN_GATES, rnn_other_ops
 from .sizing import _Ctx
 from .types import GemmSite, OtherOp
 
@@ -132,6 +133,10 @@ class _Walk:
             self.fwd_others.extend(copies)
             records, back = self._gemms(node, fwds, out_tensors[0], module, module_type, ctx)
             records[:0] = copies
+            if name in RNN_GATES:  # the cell kernel of every step
+                cells = rnn_other_ops(node, self.ctx, module, module_type, ctx)
+                self.fwd_others.extend(cells)
+                records += cells
         else:
             records, back = self._other(node, name, out_tensors, module, module_type)
         node.meta[META_KEY] = tuple(records) + tuple(back)
