@@ -8,8 +8,11 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from torch_gemm_cost import get_device
 from torch_gemm_cost.capture.core import capture
-from torch_gemm_cost.records import extract
+from torch_gemm_cost.predict import default_predictor
+from torch_gemm_cost.predict.base import predict_distinct
+from torch_gemm_cost.records import GemmBatch, extract
 
 
 def meta_lstm(*args, **kwargs) -> tuple[nn.Module, torch.Tensor]:
@@ -63,3 +66,16 @@ def test_kernelbench_sized_lstm_is_one_node_of_3072_steps() -> None:
     sites, others = extract(captured, torch.float32)
     assert sum(s.op == "rnn_hidden" for s in sites) == 6 * 512
     assert sum(o.op == "aten.lstm" for o in others) == 6 * 512
+
+
+def test_repeated_steps_predicted_once_give_every_step_its_time() -> None:
+    model, x = meta_lstm(8, 16, 2, batch_first=True)
+    sites, _ = extract(capture(model, (x,)), torch.float32)
+    batch, spec, predictor = GemmBatch.from_sites(sites), get_device("a100_sxm4_80gb"), \
+        default_predictor()
+    whole, distinct = predictor.predict(batch, spec), predict_distinct(predictor, batch, spec)
+    # 12 GEMMs, 3 distinct (two input projections, one recurrent step): the same answer
+    assert len(distinct) == 12 and distinct.bound == whole.bound
+    assert torch.equal(distinct.time_ms, whole.time_ms)
+    assert distinct.details.keys() == whole.details.keys()
+    assert all(torch.equal(distinct.details[k], whole.details[k]) for k in whole.details)
