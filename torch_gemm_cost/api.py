@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
-from .capture.core import CAPTURE_METHODS, Captured, capture
+from .capture.core import CAPTURE_METHODS, DEFAULT_REAL_BYTES_LIMIT, Captured, capture
 from .compiled.attention_rewrite import rewrite_attention
 from .compiled.fusion import fuse_kernels
 from .hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
@@ -56,6 +56,7 @@ def estimate(
     optimizer: Any = None,
     capture_method: str = "auto",
     compiled: bool = False,
+    real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> CostReport:
     """Predict the GPU time of ``model(*args, **kwargs)`` on ``device``, GEMM by GEMM.
 
@@ -67,9 +68,11 @@ def estimate(
     ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
     ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"`` or a torch.optim.AdamW or
     Adam) adds its update step.
-    ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then, for
-    a real model with real inputs only, an eager run), or one of ``"dispatch"``, ``"export"``,
-    ``"eager"`` (see ``capture``). The model is left as it was.
+    ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then an
+    eager run), or one of ``"dispatch"``, ``"export"``, ``"eager"`` (see ``capture``). The model
+    is left as it was. The eager run (code that reads tensor values: ``.item()``, a shape that
+    follows the data) runs a meta model on real CPU tensors of the same shapes, and stops with a
+    ``CaptureError`` once it would allocate more than ``real_bytes_limit`` bytes (4 GiB).
 
     ``compiled=True`` prices the model as ``torch.compile`` (inductor, default mode) runs it:
     the non-GEMM ops fused into kernels by inductor's scheduler rules (``compiled.fusion``), each
@@ -89,6 +92,7 @@ def estimate(
         optimizer=optimizer,
         capture_method=capture_method,
         compiled=compiled,
+        real_bytes_limit=real_bytes_limit,
     )[0]
 
 
@@ -101,11 +105,13 @@ def annotate(
     dtype: str | torch.dtype | ComputeDtype | None = None,
     mode: str = "inference",
     capture_method: str = "auto",
+    real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> torch.fx.GraphModule:
     """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
     ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
     plan = _plan(model, [device], [dtype], mode, capture_method)
-    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
+    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method,
+                       real_bytes_limit=real_bytes_limit)
     extract(captured, plan.dtypes[0], mode=mode, native_dtype=plan.native)
     return captured.graph_module
 
@@ -123,20 +129,21 @@ def compare(
     capture_method: str = "auto",
     progress: bool = False,
     compiled: bool = False,
+    real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> Comparison:
     """One report per (device, dtype), devices outer, from a single capture of the model.
 
     The result is a list of ``CostReport``; printing it shows totals and the top layers side by
     side. ``progress`` shows a progress bar on stderr (``tqdm``) once the work passes a second:
-    the capture, then each (device, dtype)'s pricing and padding advice. ``compiled``: as in
-    ``estimate``."""
+    the capture, then each (device, dtype)'s pricing and padding advice. ``compiled`` and
+    ``real_bytes_limit``: as in ``estimate``."""
     plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer)
     if not isinstance(compiled, bool):
         raise TypeError(f"compiled must be True or False, got {compiled!r}")
     bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
                unit="step", file=sys.stderr, delay=1.0, leave=False, disable=not progress)
     captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
-                                  method=capture_method))
+                                  method=capture_method, real_bytes_limit=real_bytes_limit))
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
     rewrite = compiled and mode == "inference"  # inductor's attention rewrite, inference only

@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .graph import NO_GRAD, Captured, causal_modules, tensor_leaves, type_name
+from .real import AllocationBudget
 
 __all__ = ["capture_dispatch"]
 
@@ -269,7 +270,8 @@ class _DispatchRecorder(TorchDispatchMode):
         return out
 
 
-def capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool) -> Captured:
+def capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool,
+                     budget: AllocationBudget | None = None) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # Fake tensors for every model, meta ones too: no real kernels run, and libraries that skip
@@ -292,6 +294,8 @@ def capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake:
     rec.track_grad_mode = rec.fake = fake
     try:
         with ExitStack() as stack:
+            if budget is not None:  # counts what the eager run allocates
+                stack.enter_context(budget)
             _record_into(rec, stack, fake_mode)
             out = torch.func.functional_call(
                 model, state, fake_args, fake_kwargs, tie_weights=True, strict=False
