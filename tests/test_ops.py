@@ -14,6 +14,7 @@ from torch import nn
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.api import estimate
+from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.hardware.host import host_cpu
 from torch_gemm_cost.predict.attention.sdpa import sdpa_times_ms
 from torch_gemm_cost.predict.ops import (
@@ -23,7 +24,6 @@ from torch_gemm_cost.predict.ops import (
     load_op_costs,
     memory_time_ms,
 )
-from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.records import OtherOp, adamw_ops, extract, optimizer_ops
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec, shared_eta
 
