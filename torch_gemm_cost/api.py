@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
 from .capture.core import CAPTURE_METHODS, DEFAULT_REAL_BYTES_LIMIT, Captured, capture
+from .capture.graph import tensor_leaves
 from .compiled.attention_rewrite import rewrite_attention
 from .compiled.fusion import fuse_kernels
 from .hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
@@ -65,7 +66,8 @@ def estimate(
     of a calibration profile (``torch-gemm-cost calibrate``), whose fitted predictor is used
     unless ``predictor`` is given. A file's content says which it is.
 
-    ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
+    ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype,
+    or its inputs' for a model without parameters).
     ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"`` or a torch.optim.AdamW or
     Adam) adds its update step.
     ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then an
@@ -109,7 +111,7 @@ def annotate(
 ) -> torch.fx.GraphModule:
     """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
     ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
-    plan = _plan(model, [device], [dtype], mode, capture_method)
+    plan = _plan(model, [device], [dtype], mode, capture_method, inputs=(args, kwargs))
     captured = capture(model, args, kwargs, train=mode == "train", method=capture_method,
                        real_bytes_limit=real_bytes_limit)
     extract(captured, plan.dtypes[0], mode=mode, native_dtype=plan.native)
@@ -137,7 +139,8 @@ def compare(
     side. ``progress`` shows a progress bar on stderr (``tqdm``) once the work passes a second:
     the capture, then each (device, dtype)'s pricing and padding advice. ``compiled`` and
     ``real_bytes_limit``: as in ``estimate``."""
-    plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer)
+    plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer,
+                 inputs=(args, kwargs))
     if not isinstance(compiled, bool):
         raise TypeError(f"compiled must be True or False, got {compiled!r}")
     bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
@@ -203,13 +206,13 @@ class _Run:
 def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
           dtypes: Iterable[str | torch.dtype | ComputeDtype | None], mode: str,
           capture_method: str, predictor: Predictor | None = None,
-          optimizer: Any = None) -> _Plan:
+          optimizer: Any = None, inputs: Any = None) -> _Plan:
     """Check every argument once, before anything is traced. A device is a catalog id, a
     driver name, a DeviceSpec, a spec file's path (a datasheet record: the device with no
     predictor of its own) or a calibration profile's path, which brings its own predictor
     (``predictor``, when given, replaces it)."""
     targets = [resolve_target(d) for d in _as_list(devices, "devices")]
-    native = _model_dtype(model)
+    native = _model_dtype(model, inputs)
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
     check_choice("mode", mode, MODES)
     check_choice("capture_method", capture_method, CAPTURE_METHODS)
@@ -286,14 +289,19 @@ def _warn_fp8_off_16(model: str, dtype: str, sites: Sequence[GemmSite]) -> None:
     )
 
 
-def _model_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The most common floating dtype among the parameters (float32 when there are none)."""
+def _model_dtype(model: torch.nn.Module, inputs: Any = None) -> torch.dtype:
+    """The most common floating dtype among the parameters; for a model without any (a bare
+    attention call), among the floating inputs; else float32."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     counts: dict[torch.dtype, int] = {}
     for p in model.parameters():  # a torch.compile wrapper's are those of the model it holds
         if p.dtype.is_floating_point:
             counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    if not counts:
+        for t in tensor_leaves(inputs):
+            if t.dtype.is_floating_point:
+                counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
     return max(counts, key=counts.__getitem__) if counts else torch.float32
 
 
