@@ -66,3 +66,16 @@ def test_a_model_without_parameters_takes_its_inputs_dtype() -> None:
     with torch.device("meta"):
         qkv = [torch.ones(2, 4, 64, 32, dtype=torch.float16) for _ in range(3)]
     assert tgc.estimate(Attention(), tuple(qkv), device="a100_sxm4_80gb").dtype == "float16"
+
+
+def test_every_kernelbench_gpu_resolves_by_its_driver_name(problems: Path) -> None:
+    import csv
+    import gzip
+
+    with gzip.open(problems.parent / "timings.csv.gz", "rt") as f:
+        pairs = {(row["gpu"], row["gpu_name"]) for row in csv.DictReader(f)}
+    resolved = {name: tgc.get_device(name).id for _, name in pairs}
+    # where the data names the catalog id, the driver's name resolves to it
+    assert all(resolved[name] == gpu for gpu, name in pairs if gpu), pairs
+    # the boards the catalog gained for KernelBench (the data leaves their id empty)
+    assert resolved["NVIDIA A10G"] == "a10g" and resolved["NVIDIA RTX A6000"] == "rtx_a6000"
