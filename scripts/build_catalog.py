@@ -117,6 +117,7 @@ DGX_NDR_NET = ("8x 400 Gb/s NDR InfiniBand per 8 GPUs (DGX H100/H200)", 50)
 DGX_B200_NET = ("8x 400 Gb/s InfiniBand (ConnectX-7) per 8 GPUs (DGX B200)", 50)
 PCIE_BOARD = ("node_gpus", "pcie_generation")
 NOT_CATALOGUED_IF = "peer_link: Infinity Fabric links not catalogued"
+A10G_LINK = "peer_link: not cross-checked against a stored source"
 INTERCONNECT: dict[str, Interconnect] = {
     "tesla_p4": Interconnect("pcie", 8, 3, ("N13", "N14"), uncertain=PCIE_BOARD),
     "tesla_p100_pcie_16gb": Interconnect("pcie", 8, 3, ("N13", "N14"), uncertain=PCIE_BOARD),
@@ -163,9 +164,7 @@ INTERCONNECT: dict[str, Interconnect] = {
     "mi250_gcd": Interconnect("pcie", 8, 4, ("N15", "N14"), uncertain=(NOT_CATALOGUED_IF,)),
     "rtx_a6000": Interconnect("nvlink_pairs", 4, 4, ("N6", "N14"), "NVLink 3 (GA102 bridge)", 4,
                               56.25, uncertain=("node_gpus",)),
-    "a10g": Interconnect("pcie", 8, 4, ("N19", "N14"),
-                         uncertain=(*PCIE_BOARD, "peer_link: not cross-checked against a "
-                                    "stored source")),
+    "a10g": Interconnect("pcie", 8, 4, ("N19", "N14"), uncertain=(*PCIE_BOARD, A10G_LINK)),
 }
 INTERCONNECT_SOURCES: dict[str, Citation] = {
     "N1": Citation(

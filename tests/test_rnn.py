@@ -79,3 +79,15 @@ def test_repeated_steps_predicted_once_give_every_step_its_time() -> None:
     assert torch.equal(distinct.time_ms, whole.time_ms)
     assert distinct.details.keys() == whole.details.keys()
     assert all(torch.equal(distinct.details[k], whole.details[k]) for k in whole.details)
+
+
+def test_a_training_step_adds_each_cell_backward() -> None:
+    model, x = meta_lstm(8, 16, 2, batch_first=True)
+    sites, others = extract(capture(model, (x,), train=True), torch.float32, mode="train")
+    cells = [o for o in others if o.op == "aten.lstm"]
+    # 10 cells forward (2,112 B each), then 10 backward, recorded at extract's 2x rule of thumb
+    assert [(o.phase, o.dram_bytes) for o in cells] == [("forward", 2112)] * 10 + [
+        ("backward", 4224)] * 10
+    # the weights need grad: per GEMM a dW, and a dx wherever its input needs grad (not x)
+    assert sum(s.phase == "backward_dw" for s in sites) == 12
+    assert sum(s.phase == "backward_dx" for s in sites) == 11  # all but layer 0's projection

@@ -133,10 +133,12 @@ class _Walk:
             self.fwd_others.extend(copies)
             records, back = self._gemms(node, fwds, out_tensors[0], module, module_type, ctx)
             records[:0] = copies
-            if name in RNN_GATES:  # the cell kernel of every step
+            if name in RNN_GATES:  # the cell kernel of every step, and its backward
                 cells = rnn_other_ops(node, self.ctx, module, module_type, ctx)
                 self.fwd_others.extend(cells)
                 records += cells
+                if self.train and self.requires[node]:
+                    back[:0] = [_backward_other(c) for c in cells]
         else:
             records, back = self._other(node, name, out_tensors, module, module_type)
         node.meta[META_KEY] = tuple(records) + tuple(back)

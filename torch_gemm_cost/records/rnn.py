@@ -16,8 +16,8 @@ of T·B rows: their launches add up, which is what makes a long recurrence slow.
 
 NB: cuDNN's persistent kernels (small hidden sizes, fp16) keep W_hh on chip across steps and
 run faster than T launches; not modelled. In training, the weight gradients are recorded per
-step as autograd's formulas give them (cuDNN sums them in one GEMM per layer); dropout between
-layers is not recorded.
+step as autograd's formulas give them (cuDNN sums them in one GEMM per layer), each cell's
+backward as one kernel of its forward bytes; dropout between layers is not recorded.
 """
 
 from __future__ import annotations
