@@ -55,8 +55,9 @@ def format_bytes(n: int) -> str:
 def check_real_bytes_limit(limit: Any) -> int:
     """``limit`` as a positive int of bytes, or a ValueError naming it."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        default = DEFAULT_REAL_BYTES_LIMIT
         raise ValueError(f"real_bytes_limit must be a positive number of bytes, got {limit!r}; "
-                         f"the default is {DEFAULT_REAL_BYTES_LIMIT} ({format_bytes(DEFAULT_REAL_BYTES_LIMIT)})")
+                         f"the default is {default} ({format_bytes(default)})")
     return limit
 
 
