@@ -94,6 +94,31 @@ def test_meta_model_that_reads_values_runs_on_real_cpu_tensors() -> None:
     assert all(p.is_meta for p in model.parameters())  # the user's model is left meta
 
 
+class StateAttribute(nn.Module):
+    """KernelBench's RNNs keep their initial state as a plain tensor attribute, moved in forward;
+    a count read off the input picks how many rows run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 4)
+        self.h0 = torch.randn(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.h0 = self.h0.to(x.device)
+        rows = int((x[:, 0] > -1e9).sum().item())  # every row: 3 with any values
+        return self.proj(x[:rows]) + self.h0
+
+
+def test_meta_tensor_attributes_are_made_real_too() -> None:
+    with torch.device("meta"):
+        model, x = StateAttribute(), torch.ones(3, 8)
+    captured = capture(model, (x,))
+    assert captured.method == "eager"
+    add = next(n for n in call_nodes(captured.graph_module) if str(n.target) == "aten.add.Tensor")
+    assert tuple(add.meta["val"].shape) == (3, 4)
+    assert model.h0.is_meta  # the user's model keeps its own
+
+
 def test_error_names_stage_node_and_what_to_try() -> None:
     with torch.device("meta"):
         model = ValueDependent()
