@@ -2,8 +2,9 @@
 
     python scripts/build_catalog.py [--data ../shared/data]
 
-Reads ``devices/gpus.json`` and writes ``torch_gemm_cost/data/devices.json``. This script adds
-only facts: the tables below (driver names, board power where the form factor names none, base
+Reads ``devices/gpus.json`` and the boards it lacks that the measured data was timed on
+(``scripts/extra_gpus.json``: its records in gpus.json's schema, their sources beside them), and
+writes ``torch_gemm_cost/data/devices.json``. This script adds only facts: the tables below (driver names, board power where the form factor names none, base
 clocks, interconnect with its sources), as the extension fields a spec file may carry too. The
 conversion to the catalog's SI record, its checks and its fallbacks are the package's
 ``torch_gemm_cost.hardware.datasheet.catalog_record``, the one a spec file goes through, so a catalog GPU
@@ -45,11 +46,15 @@ ALIASES: dict[str, list[str]] = {
     "rtx_4090": ["NVIDIA GeForce RTX 4090"],
     "mi100": ["AMD Instinct MI100"],
     "mi210": ["AMD Instinct MI210", "MI210"],
-    "mi250": ["AMD Instinct MI250X / MI250", "AMD Instinct MI250"],
-    "mi250_gcd": [],
+    # torch sees an MI250 (or MI250X) as two devices, one per GCD, each named
+    # "AMD Instinct MI250X/MI250": that name is one GCD; the product name is the module
+    "mi250": ["AMD Instinct MI250"],
+    "mi250_gcd": ["AMD Instinct MI250X/MI250", "AMD Instinct MI250X / MI250"],
     "mi300x": ["AMD Instinct MI300X", "gfx942(MI300-class)", "MI300X"],
     "mi355x": ["AMD Instinct MI355X"],
     "a40": ["NVIDIA A40", "A40"],
+    "rtx_a6000": ["NVIDIA RTX A6000", "RTX A6000", "A6000"],
+    "a10g": ["NVIDIA A10G", "A10G"],
 }
 
 # Board power where the form factor names none: one MI250 GCD is half of the 560 W OAM module.
@@ -64,14 +69,15 @@ TDP_W: dict[str, float] = {"mi250_gcd": 280.0}
 #      appendix for RTX 3090 (1395/1695), Ada whitepaper for RTX 4090 (2235/2520);
 #   B2 TechPowerUp's GPU database (no vendor figure published for these boards): V100 PCIe 32GB
 #      1230, V100 SXM2 1290, A100 SXM4 40GB 1095 and 80GB 1275, H100 PCIe 1095, H100 SXM5 1590;
-#      B200 1665 (technical.city). The H200 takes the H100 SXM5's (the same GH100 at 700 W).
+#      B200 1665 (technical.city); RTX A6000 1410 (extra_gpus.json E2, a TechPowerUp copy).
+#      The H200 takes the H100 SXM5's (the same GH100 at 700 W). The A10G has none published.
 # AMD publishes a peak engine clock only, so its parts have none.
 BASE_CLOCK_MHZ: dict[str, float] = {
     "tesla_p4": 810, "tesla_p100_pcie_16gb": 1126, "tesla_v100_pcie_32gb": 1230,
     "tesla_v100_sxm2": 1290, "tesla_t4": 585, "a10": 885, "a40": 1305, "a100_pcie_40gb": 765,
     "a100_sxm4_40gb": 1095, "a100_sxm4_80gb": 1275, "a100_pcie_80gb": 1065, "l4": 795,
     "l40s": 1110, "h100_pcie": 1095, "h100_sxm5_80gb": 1590, "h200_sxm_141gb": 1590,
-    "b200": 1665, "rtx_3090": 1395, "rtx_4090": 2235,
+    "b200": 1665, "rtx_3090": 1395, "rtx_4090": 2235, "rtx_a6000": 1410,
 }
 
 # The SM's issue width (schedulers x dispatch units x 32) comes from the chip, by the table
@@ -111,6 +117,7 @@ DGX_NDR_NET = ("8x 400 Gb/s NDR InfiniBand per 8 GPUs (DGX H100/H200)", 50)
 DGX_B200_NET = ("8x 400 Gb/s InfiniBand (ConnectX-7) per 8 GPUs (DGX B200)", 50)
 PCIE_BOARD = ("node_gpus", "pcie_generation")
 NOT_CATALOGUED_IF = "peer_link: Infinity Fabric links not catalogued"
+A10G_LINK = "peer_link: not cross-checked against a stored source"
 INTERCONNECT: dict[str, Interconnect] = {
     "tesla_p4": Interconnect("pcie", 8, 3, ("N13", "N14"), uncertain=PCIE_BOARD),
     "tesla_p100_pcie_16gb": Interconnect("pcie", 8, 3, ("N13", "N14"), uncertain=PCIE_BOARD),
@@ -155,6 +162,9 @@ INTERCONNECT: dict[str, Interconnect] = {
                            ("8x 400 Gb/s per 8 GPUs (typical MI355X platform)", 50),
                            ("all interconnect values: not cross-checked against a stored source",)),
     "mi250_gcd": Interconnect("pcie", 8, 4, ("N15", "N14"), uncertain=(NOT_CATALOGUED_IF,)),
+    "rtx_a6000": Interconnect("nvlink_pairs", 4, 4, ("N6", "N14"), "NVLink 3 (GA102 bridge)", 4,
+                              56.25, uncertain=("node_gpus",)),
+    "a10g": Interconnect("pcie", 8, 4, ("N19", "N14"), uncertain=(*PCIE_BOARD, A10G_LINK)),
 }
 INTERCONNECT_SOURCES: dict[str, Citation] = {
     "N1": Citation(
@@ -247,6 +257,11 @@ INTERCONNECT_SOURCES: dict[str, Citation] = {
         "l40s.yaml",
         "the L40S node it measured: 8 GPUs, PCIe 4.0 at 32 GB/s one direction",
     ),
+    "N19": Citation(
+        "AWS EC2 G5 instance types (aws.amazon.com/ec2/instance-types/g5); not re-read for "
+        "this table",
+        "A10G boards on PCIe Gen4, up to 8 per instance (g5.48xlarge), no NVLink",
+    ),
 }
 
 
@@ -280,6 +295,19 @@ def spec_file_record(rec: dict) -> dict:
     }
 
 
+EXTRA_GPUS = ROOT / "scripts" / "extra_gpus.json"
+
+
+def extra_records() -> list[dict]:
+    """The records of ``extra_gpus.json``, each of its source ids checked to be listed there."""
+    doc = json.loads(EXTRA_GPUS.read_text())
+    for rec in doc["gpus"]:
+        unknown = sorted(set(rec["sources"]) - set(doc["sources"]))
+        if unknown:
+            raise ValueError(f"{EXTRA_GPUS.name}: {rec['id']} cites unknown sources {unknown}")
+    return list(doc["gpus"])
+
+
 def convert(rec: dict) -> tuple[dict, list[str]]:
     """The catalog record of a gpus.json record, and the fallbacks its conversion used."""
     return catalog_record(spec_file_record(rec), f"gpus.json {rec.get('id')!r}")
@@ -289,11 +317,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data", type=Path)
     args = parser.parse_args()
-    records = json.loads((args.data / "devices" / "gpus.json").read_text())
+    records = json.loads((args.data / "devices" / "gpus.json").read_text()) + extra_records()
     converted = [convert(r) for r in records]
     out = {
         "provenance": "Built by scripts/build_catalog.py from devices/gpus.json of the measured-data "
-        "bundle; every figure traces to a vendor datasheet or whitepaper listed in its sources.md.",
+        "bundle and scripts/extra_gpus.json; every figure traces to a vendor datasheet or "
+        "whitepaper listed in its sources.md, or to the sources extra_gpus.json lists.",
         "devices": [record for record, _ in converted],
     }
     path = ROOT / "torch_gemm_cost" / "data" / "devices.json"

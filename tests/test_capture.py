@@ -83,21 +83,66 @@ class ValueDependent(nn.Module):
         return h * 2 if h.sum().item() > 0 else h
 
 
+def test_meta_model_that_reads_values_runs_on_real_cpu_tensors() -> None:
+    with torch.device("meta"):
+        model, x = ValueDependent(), torch.ones(2, 8)
+    captured = capture(model, (x,))  # .item() on meta: both fake-tensor paths fail
+    assert captured.method == "eager"
+    linear = next(n for n in call_nodes(captured.graph_module) if "linear" in str(n.target))
+    assert list(linear.meta["nn_module_stack"].values())[-1][0] == "block.proj"
+    assert tuple(linear.meta["val"].shape) == (2, 4) and not linear.meta["val"].is_meta
+    assert all(p.is_meta for p in model.parameters())  # the user's model is left meta
+
+
+class StateAttribute(nn.Module):
+    """KernelBench's RNNs keep their initial state as a plain tensor attribute, moved in forward;
+    a count read off the input picks how many rows run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 4)
+        self.h0 = torch.randn(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.h0 = self.h0.to(x.device)
+        rows = int((x[:, 0] > -1e9).sum().item())  # every row: 3 with any values
+        return self.proj(x[:rows]) + self.h0
+
+
+def test_meta_tensor_attributes_are_made_real_too() -> None:
+    with torch.device("meta"):
+        model, x = StateAttribute(), torch.ones(3, 8)
+    captured = capture(model, (x,))
+    assert captured.method == "eager"
+    add = next(n for n in call_nodes(captured.graph_module) if str(n.target) == "aten.add.Tensor")
+    assert tuple(add.meta["val"].shape) == (3, 4)
+    assert model.h0.is_meta  # the user's model keeps its own
+
+
 def test_error_names_stage_node_and_what_to_try() -> None:
     with torch.device("meta"):
         model = ValueDependent()
+    # Linear(8, 4) made real: (32 + 4) fp32 = 144 B; its (2, 4) output then takes 32 B more
     with pytest.raises(CaptureError) as info:
-        capture(model, (torch.ones(2, 8),))
+        capture(model, (torch.ones(2, 8),), real_bytes_limit=150)
     text = str(info.value)
     # the recorder names the ATen op and the module; both name the line of the model's code
     assert "'dispatch' failed at node aten._local_scalar_dense.default in module '(top)'" in text
     assert "(forward at " in text and "'export' failed in forward at " in text
-    assert "Try:" in text and "real (non-meta) model" in text and "ValueDependent" in text
+    assert ("'eager' failed at node aten.linear.default in module 'block.proj'" in text
+            and "to 176 B, past real_bytes_limit = 150 B" in text)
+    assert "Try: a larger real_bytes_limit" in text and "ValueDependent" in text
     assert isinstance(info.value.__cause__, Exception)
+    # over the limit before anything runs: nothing is allocated
+    with pytest.raises(CaptureError, match=r"'eager' failed before running: RealBytesLimitError: "
+                       r"the model's 2 parameters and buffers and its inputs would take the "
+                       r"real-tensor capture to 144 B, past real_bytes_limit = 100 B"):
+        capture(model, (torch.ones(2, 8),), real_bytes_limit=100)
     with pytest.raises(CaptureError, match="capture_method='export'"):
         capture(model, (torch.ones(2, 8),), method="dispatch")
-    with pytest.raises(ValueError, match="not on the meta device"):
-        capture(model, (torch.ones(2, 8),), method="eager")
+    with pytest.raises(ValueError, match="real_bytes_limit must be a positive number of bytes, "
+                       "got 0; the default is 4294967296"):
+        capture(model, (torch.ones(2, 8),), real_bytes_limit=0)
 
 
 def test_value_dependent_real_model_is_captured_eagerly() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,10 +11,15 @@ import torch
 import torch_gemm_cost as tgc
 from torch_gemm_cost.hardware.catalog import DeviceSpec
 
+EXTRA_GPUS = Path(__file__).resolve().parents[1] / "scripts" / "extra_gpus.json"
+
 
 def test_every_shared_device_is_in_the_catalog(data_dir):
     ids = {d["id"] for d in json.loads((data_dir / "devices" / "gpus.json").read_text())}
-    assert ids == {d.id for d in tgc.list_devices()}
+    # and the boards gpus.json lacks that the data was timed on (KernelBench's A10G, A6000)
+    extra = {d["id"] for d in json.loads(EXTRA_GPUS.read_text())["gpus"]}
+    assert extra == {"a10g", "rtx_a6000"} and not extra & ids
+    assert ids | extra == {d.id for d in tgc.list_devices()}
 
 
 def test_every_measured_gpu_resolves_by_the_name_the_source_recorded(data_dir):
@@ -34,7 +40,12 @@ def test_every_measured_gpu_resolves_by_the_name_the_source_recorded(data_dir):
         ("h100_sxm5_80gb", "h100_sxm5_80gb"),
         ("NVIDIA H100 80GB HBM3", "h100_sxm5_80gb"),
         ("Tesla T4", "tesla_t4"),
-        ("AMD Instinct MI250X / MI250", "mi250"),
+        # torch names each of an MI250's two GCDs so: a torch device is one GCD
+        ("AMD Instinct MI250X/MI250", "mi250_gcd"),
+        ("AMD Instinct MI250X / MI250", "mi250_gcd"),
+        ("AMD Instinct MI250", "mi250"),  # the product: the two-GCD module
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA RTX A6000", "rtx_a6000"),
         ("NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"),
         ("nvidia a100 80gb pcie", "a100_pcie_80gb"),
     ],
@@ -88,3 +99,22 @@ def test_board_power_comes_from_the_form_factor():
     assert tgc.get_device("tesla_t4").tdp_w == 70.0  # "PCIe LP 70W"
     assert tgc.get_device("h100_sxm5_80gb").tdp_w == 700.0  # "SXM5 700W"
     assert tgc.get_device("mi250_gcd").tdp_w == 280.0  # half the 560 W module
+
+
+def test_an_mi250_torch_device_is_one_gcd_half_the_module(monkeypatch):
+    module, gcd = tgc.get_device("mi250"), tgc.get_device("AMD Instinct MI250X/MI250")
+    assert gcd.id == "mi250_gcd"
+    # 208 CUs, 3276.8 GB/s, 128 GB and 362.1 TFLOP/s fp16 on the module: 104, 1638.4, 64, 181
+    assert (module.sm_count, gcd.sm_count) == (208, 104)
+    assert gcd.dram_bw_bytes_per_s * 2 == module.dram_bw_bytes_per_s == 3276.8e9
+    assert gcd.mem_bytes is not None and module.mem_bytes == 2 * gcd.mem_bytes
+    assert gcd.peak("fp16") == pytest.approx(module.peak("fp16") / 2, rel=1e-3)
+
+    # the local GPU as torch describes it on an MI250: one GCD, its CUs as the driver counts
+    class Props:
+        name, multi_processor_count = "AMD Instinct MI250X/MI250", 104
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
+    local = tgc.get_device("cuda:1")
+    assert local.id == "mi250_gcd" and local.sm_count == 104

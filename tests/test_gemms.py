@@ -141,8 +141,47 @@ def test_einsum_decomposition_by_hand() -> None:
     assert einsum_gemms("...ij,...jk", [(7, 2, 3), (7, 3, 4)]) == [(7, 2, 4, 3)]
     # a letter only in A and not kept is summed away before the GEMM: m = i only
     assert einsum_gemms("ijx,jk->ik", [(2, 3, 9), (3, 4)]) == [(1, 2, 4, 3)]
-    # outer product: no reduction letter, k = 1
-    assert einsum_gemms("i,j->ij", [(3,), (5,)]) == [(1, 3, 5, 1)]
+    # outer product: no letter is summed, so torch multiplies (a broadcast mul), no GEMM
+    assert einsum_gemms("i,j->ij", [(3,), (5,)]) == []
+
+
+class Mamba2Diagonal(nn.Module):
+    """The diagonal-block einsum of Mamba-2's SSD (KernelBench level 3, 48_Mamba2ReturnY)."""
+
+    def forward(self, c, b, decay, x):
+        return torch.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", c, b, decay, x)
+
+
+@pytest.mark.parametrize("opt_einsum", [False, True])
+def test_einsum_is_the_bmm_calls_torch_runs(opt_einsum: bool) -> None:
+    if opt_einsum and not torch.backends.opt_einsum.is_available():
+        pytest.skip("opt_einsum is not installed: torch contracts left to right")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    b, c, l, h, n, p = 2, 4, 8, 3, 5, 6  # s (the source position) runs over l too
+    with torch.device("meta"):
+        inputs = (torch.ones(b, c, l, h, n), torch.ones(b, c, l, h, n),
+                  torch.ones(b, h, c, l, l), torch.ones(b, c, l, h, p))
+    model = Mamba2Diagonal()
+    with torch.backends.opt_einsum.flags(enabled=opt_einsum):
+        sites, others = extract(capture(model, inputs), torch.float32)
+        with FlopCounterMode(display=False) as counter:
+            model(*inputs)
+    # the oracle: FLOPs of the bmm calls torch.einsum makes, as FlopCounterMode counts them
+    assert sum(s.flops for s in sites) == counter.get_total_flops() > 0
+    if opt_einsum:
+        return
+    # left to right: C·B over n, batch (b, c, h) = 24, m = l = 8, n = s = 8, k = n = 5; the
+    # decay joins by an elementwise mul (nothing to sum); then ·X over s: m = l, n = p, k = s.
+    # NB: contracting pair by pair as written would give a 1×1×1 GEMM of batch b·c·h·l·s
+    assert [(s.op, s.batch, s.m, s.n, s.k) for s in sites] == [
+        ("einsum", 24, 8, 8, 5), ("einsum", 24, 8, 6, 8)]
+    kernels = [o for o in others if ".einsum_kernel." in o.node]
+    assert {o.op for o in kernels} == {"aten.clone", "aten.mul"}
+    (mul,) = [o for o in kernels if o.op == "aten.mul"]
+    # the (b, c, l, h, s) scores times the decay: 2·4·8·3·8 = 1536 fp32 elements each,
+    # two read and one written: 3·1536·4 B
+    assert (mul.op_class, mul.numel, mul.dram_bytes) == ("elementwise", 1536, 18_432)
 
 
 def test_causal_kept_entries() -> None:

@@ -14,6 +14,7 @@ from torch import nn
 
 from torch_gemm_cost import get_device
 from torch_gemm_cost.api import estimate
+from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.hardware.host import host_cpu
 from torch_gemm_cost.predict.attention.sdpa import sdpa_times_ms
 from torch_gemm_cost.predict.ops import (
@@ -23,7 +24,7 @@ from torch_gemm_cost.predict.ops import (
     load_op_costs,
     memory_time_ms,
 )
-from torch_gemm_cost.records import OtherOp, adamw_ops, optimizer_ops
+from torch_gemm_cost.records import OtherOp, adamw_ops, extract, optimizer_ops
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec, shared_eta
 
 V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
@@ -438,3 +439,35 @@ def test_fused_ops_refuse_a_table_with_a_share_per_op():
                "gelu": {"eta": 0.8, "sm_bytes_per_cycle": 6.0, "floor_ms": 0.003}}}}
     with pytest.raises(ValueError, match="fused_ops lack 'eta'.*train.ops"):
         OpCostModel.from_dict(old)
+
+
+class KernelBenchOps(nn.Module):
+    """Ops KernelBench's programs run that had no cost model: HardSwish, HuberLoss, torch.diag
+    of a vector, ViT's patch unfold and an RNN cell's unsafe_split."""
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, d: torch.Tensor) -> tuple:
+        return (F.hardswish(x), F.smooth_l1_loss(x, t), torch.diag(d), x.unfold(1, 4, 4),
+                x.unsafe_split(4096, dim=1))
+
+
+def test_kernelbench_ops_hand_worked():
+    with torch.device("meta"):
+        inputs = (torch.ones(128, 16384), torch.ones(128, 16384), torch.ones(4096))
+    others = extract(capture(KernelBenchOps(), inputs), torch.float32)[1]
+    got = {o.op: (o.op_class, o.dram_bytes) for o in others}
+    # x is 128·16384 = 2,097,152 fp32 elements = 8,388,608 B
+    assert got == {
+        "aten.hardswish": ("elementwise", 16_777_216),  # x read, y written: 2·8,388,608 B
+        "aten.smooth_l1_loss": ("reduction", 16_777_220),  # x and t read, the mean written: + 4 B
+        "aten.diag_embed": ("copy", 67_125_248),  # 4096·4 B read, the 4096² matrix written
+        "aten.unfold": ("view", 0),  # a strided window over x: a view moves nothing
+        "aten.unsafe_split": ("view", 0),  # split without alias checks: views of x
+    }
+    # 16,777,216 / (0.9 · 900e9) = 20.7126 µs + 5 µs launch -> 0.0257126 ms
+    # 16,777,220 / 810e9 = 20.7126 µs + 5 µs -> 0.0257126 ms (4 B more: 5e-12 ms)
+    # 67,125,248 / 810e9 = 82.8707 µs + 5 µs -> 0.0878707 ms; views: 0
+    times = dict(zip(got, op_times(list(others), TABLE)))
+    assert times["aten.hardswish"] == pytest.approx(0.0257126, rel=1e-5)
+    assert times["aten.smooth_l1_loss"] == pytest.approx(0.0257126, rel=1e-5)
+    assert times["aten.diag_embed"] == pytest.approx(0.0878707, rel=1e-5)
+    assert times["aten.unfold"] == 0.0 and times["aten.unsafe_split"] == 0.0

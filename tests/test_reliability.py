@@ -200,8 +200,8 @@ def test_unknown_op_names_the_nearest() -> None:
 def test_untraceable_model_names_stage_and_node_and_suggests_the_way_out(capfd) -> None:
     with torch.device("meta"):
         model = ValueBranch()
-    with pytest.raises(CaptureError) as info:
-        tgc.estimate(model, (torch.randn(4, 8),), device="t4")
+    with pytest.raises(CaptureError) as info:  # Linear(8, 8): 288 B made real, over 64 B
+        tgc.estimate(model, (torch.randn(4, 8),), device="t4", real_bytes_limit=64)
     text = str(info.value)
     # both fake-tensor stages, the ATen node and the line of the model's own code
     assert (
@@ -209,8 +209,8 @@ def test_untraceable_model_names_stage_and_node_and_suggests_the_way_out(capfd) 
     )
     assert "stage 'export' failed" in text
     assert re.search(r"forward at .*test_reliability\.py:\d+", text)
-    assert "needs a real (non-meta) model and example inputs" in text
-    assert "capture_method='eager'" in text
+    assert "stage 'eager' failed before running: RealBytesLimitError" in text
+    assert "past real_bytes_limit = 64 B" in text and "Try: a larger real_bytes_limit" in text
     assert info.value.__cause__ is not None  # the original error is chained
     # export prints a partial graph on this failure; it goes to the debug log, not the terminal
     out, err = capfd.readouterr()
@@ -222,8 +222,9 @@ def test_untraceable_model_names_stage_and_node_and_suggests_the_way_out(capfd) 
         r" runs value-dependent code for real; capture_method='export'",
     ):
         tgc.estimate(ValueBranch(), (torch.randn(4, 8),), device="t4", capture_method="dispatch")
-    # and auto mode on the real model succeeds by running it
+    # and auto mode succeeds by running it: the real model, and the meta one on CPU tensors
     assert tgc.estimate(ValueBranch(), (torch.randn(4, 8),), device="t4").total_ms > 0
+    assert tgc.estimate(model, (torch.randn(4, 8),), device="t4").total_ms > 0
 
 
 # ----------------------------------------------------------------------------- side effects
@@ -643,9 +644,11 @@ MODELS_PY = textwrap.dedent(
                 torch.empty(batch, 64, device="meta"),)
 
 
-    def untraceable():
+    def untraceable():  # reads a value, and is too large to run for real: 8 GiB over 4 GiB
         with torch.device("meta"):
-            return ValueBranch(), (torch.empty(4, 8, device="meta"),)
+            model = ValueBranch()
+            model.unused = nn.Linear(32768, 65536, bias=False)
+            return model, (torch.empty(4, 8, device="meta"),)
     """
 )
 

@@ -35,7 +35,7 @@ import torch
 from .capture.core import module_template
 from .hardware.catalog import DeviceSpec
 from .hardware.dtypes import DTYPES, FP8_MULTIPLE
-from .predict.base import Prediction, Predictor
+from .predict.base import Prediction, Predictor, predict_distinct
 from .predict.price import GemmEstimate
 from .records.types import DTYPE_NAMES, GemmBatch, GemmSite, alignment_bytes
 
@@ -326,7 +326,7 @@ def padding_advice(
     if not blocks:
         return []
     batch = GemmBatch.concat(parts)
-    pred = predictor.predict(batch, device)
+    pred = predict_distinct(predictor, batch, device)
     return _best(run, blocks, batch, pred, model_ms, min_saving_pct)
 
 

@@ -21,7 +21,8 @@ import torch
 from tqdm import tqdm
 
 from .advise import PaddingAdvice, padding_advice
-from .capture.core import CAPTURE_METHODS, Captured, capture, unwrap_model
+from .capture.core import CAPTURE_METHODS, DEFAULT_REAL_BYTES_LIMIT, Captured, capture, unwrap_model
+from .capture.graph import tensor_leaves
 from .compiled.attention_rewrite import rewrite_attention
 from .compiled.fusion import fuse_kernels
 from .hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
@@ -59,6 +60,7 @@ def estimate(
     optimizer: Any = None,
     capture_method: str = "auto",
     compiled: bool = False,
+    real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> CostReport:
     """Predict the GPU time of ``model(*args, **kwargs)`` on ``device``, GEMM by GEMM.
 
@@ -67,7 +69,8 @@ def estimate(
     of a calibration profile (``torch-gemm-cost calibrate``), whose fitted predictor is used
     unless ``predictor`` is given. A file's content says which it is.
 
-    ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype).
+    ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype,
+    or its inputs' for a model without parameters).
     ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"``, ``"adam"``, ``"sgd"``,
     ``"none"`` or a torch.optim.AdamW, Adam or SGD) adds its update step and its states.
 
@@ -77,9 +80,11 @@ def estimate(
     KV cache of a generating model, the peak, whether it fits and the largest batch that does;
     a run that does not fit is warned of.
 
-    ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then, for
-    a real model with real inputs only, an eager run), or one of ``"dispatch"``, ``"export"``,
-    ``"eager"`` (see ``capture``). The model is left as it was.
+    ``capture_method`` is ``"auto"`` (the fake-tensor recorder, then ``torch.export``, then an
+    eager run), or one of ``"dispatch"``, ``"export"``, ``"eager"`` (see ``capture``). The model
+    is left as it was. The eager run (code that reads tensor values: ``.item()``, a shape that
+    follows the data) runs a meta model on real CPU tensors of the same shapes, and stops with a
+    ``CaptureError`` once it would allocate more than ``real_bytes_limit`` bytes (4 GiB).
 
     ``compiled=True`` prices the model as ``torch.compile`` (inductor, default mode) runs it:
     the non-GEMM ops fused into kernels by inductor's scheduler rules (``compiled.fusion``), each
@@ -99,6 +104,7 @@ def estimate(
         optimizer=optimizer,
         capture_method=capture_method,
         compiled=compiled,
+        real_bytes_limit=real_bytes_limit,
     )[0]
 
 
@@ -111,11 +117,13 @@ def annotate(
     dtype: str | torch.dtype | ComputeDtype | None = None,
     mode: str = "inference",
     capture_method: str = "auto",
+    real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> torch.fx.GraphModule:
     """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
     ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
-    plan = _plan(model, [device], [dtype], mode, capture_method)
-    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method)
+    plan = _plan(model, [device], [dtype], mode, capture_method, inputs=(args, kwargs))
+    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method,
+                       real_bytes_limit=real_bytes_limit)
     extract(captured, plan.dtypes[0], mode=mode, native_dtype=plan.native)
     return captured.graph_module
 
@@ -133,21 +141,23 @@ def compare(
     capture_method: str = "auto",
     progress: bool = False,
     compiled: bool = False,
+    real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> Comparison:
     """One report per (device, dtype), devices outer, from a single capture of the model.
 
     The result is a list of ``CostReport``; printing it shows totals and the top layers side by
     side. ``progress`` shows a progress bar on stderr (``tqdm``) once the work passes a second:
-    the capture, then each (device, dtype)'s pricing and padding advice. ``compiled``: as in
-    ``estimate``."""
-    plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer)
+    the capture, then each (device, dtype)'s pricing and padding advice. ``compiled`` and
+    ``real_bytes_limit``: as in ``estimate``."""
+    plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer,
+                 inputs=(args, kwargs))
     if not isinstance(compiled, bool):
         raise TypeError(f"compiled must be True or False, got {compiled!r}")
     bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
                unit="step", file=sys.stderr, delay=1.0, leave=False, disable=not progress)
     inner = unwrap_model(model)  # what capture traces (a torch.compile wrapper's module)
     captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
-                                  method=capture_method))
+                                  method=capture_method, real_bytes_limit=real_bytes_limit))
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
     rewrite = compiled and mode == "inference"  # inductor's attention rewrite, inference only
@@ -228,13 +238,13 @@ class _Run:
 def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
           dtypes: Iterable[str | torch.dtype | ComputeDtype | None], mode: str,
           capture_method: str, predictor: Predictor | None = None,
-          optimizer: Any = None) -> _Plan:
+          optimizer: Any = None, inputs: Any = None) -> _Plan:
     """Check every argument once, before anything is traced. A device is a catalog id, a
     driver name, a DeviceSpec, a spec file's path (a datasheet record: the device with no
     predictor of its own) or a calibration profile's path, which brings its own predictor
     (``predictor``, when given, replaces it)."""
     targets = [resolve_target(d) for d in _as_list(devices, "devices")]
-    native = _model_dtype(model)
+    native = _model_dtype(model, inputs)
     cds = [resolve_dtype(d if d is not None else native) for d in _as_list(dtypes, "dtypes")]
     check_choice("mode", mode, MODES)
     check_choice("capture_method", capture_method, CAPTURE_METHODS)
@@ -346,14 +356,19 @@ def _warn_fp8_off_16(model: str, dtype: str, sites: Sequence[GemmSite]) -> None:
     )
 
 
-def _model_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The most common floating dtype among the parameters (float32 when there are none)."""
+def _model_dtype(model: torch.nn.Module, inputs: Any = None) -> torch.dtype:
+    """The most common floating dtype among the parameters; for a model without any (a bare
+    attention call), among the floating inputs; else float32."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     counts: dict[torch.dtype, int] = {}
     for p in model.parameters():  # a torch.compile wrapper's are those of the model it holds
         if p.dtype.is_floating_point:
             counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    if not counts:
+        for t in tensor_leaves(inputs):
+            if t.dtype.is_floating_point:
+                counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
     return max(counts, key=counts.__getitem__) if counts else torch.float32
 
 

@@ -12,14 +12,17 @@ whole, so the next stage sees every spelling as written.
   the module paths, removed on exit.
 - ``"export"``: ``torch.export.export(..., strict=False)``, which records ``nn_module_stack``
   itself and takes code paths that check ``torch.compiler.is_exporting()``.
-- ``"eager"``: the recorder without fake tensors, for a real model and real inputs only. It
-  runs the model's kernels on their own device (under ``no_grad``, on cloned buffers and
-  inputs), so value-dependent code such as mixture-of-experts routing can be captured.
+- ``"eager"``: the recorder without fake tensors. It runs the model's kernels on their own
+  device (under ``no_grad``, on cloned buffers and inputs), so value-dependent code such as
+  mixture-of-experts routing, ``.item()`` or a data-dependent shape can be captured. A meta
+  model or meta inputs run as a copy made of real CPU tensors of the same shapes (``real``:
+  made-up values). Either way the run may allocate at most ``real_bytes_limit`` bytes
+  (``DEFAULT_REAL_BYTES_LIMIT``, 4 GiB), the copy included; past it the run stops and the
+  ``CaptureError`` says so.
 
-``"auto"`` tries the recorder, then export, then (real model and inputs only) eager. The
-recorder comes first because it is the faster of the two, with the same GEMMs, and takes more
-models: it accepts outputs export refuses (transformers' KV-cache objects when ``use_cache`` is
-left on).
+``"auto"`` tries the recorder, then export, then eager. The recorder comes first because it is
+the faster of the two, with the same GEMMs, and takes more models: it accepts outputs export
+refuses (transformers' KV-cache objects when ``use_cache`` is left on).
 
 No weights are allocated (a meta model stays meta). The model is left as it was: per-module
 training flags are set for the capture and restored, also on failure.
@@ -52,10 +55,19 @@ from ..suggest import check_choice
 from .export import capture_export
 from .graph import Captured, tensor_leaves
 from .hf_config import config_dims
+from .real import (
+    DEFAULT_REAL_BYTES_LIMIT,
+    AllocationBudget,
+    RealBytesLimitError,
+    check_real_bytes_limit,
+    format_bytes,
+    materialize,
+)
 from .recorder import capture_dispatch
 
 __all__ = [
     "CAPTURE_METHODS",
+    "DEFAULT_REAL_BYTES_LIMIT",
     "CaptureError",
     "Captured",
     "api_option",
@@ -112,9 +124,11 @@ def capture(
     *,
     train: bool = False,
     method: str = "auto",
+    real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> Captured:
     """Trace ``model(*args, **kwargs)`` into an FX graph; only ``method="eager"`` (or ``"auto"``
-    once both fake-tensor paths failed on a real model) runs real kernels.
+    once both fake-tensor paths failed) runs real kernels, on real CPU tensors of the same
+    shapes where the model or inputs are meta, allocating at most ``real_bytes_limit`` bytes.
 
     ``train`` sets every module's training flag for the trace (dropout appears, for instance);
     the flags are restored afterwards.
@@ -122,12 +136,13 @@ def capture(
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_choice("capture method", method, CAPTURE_METHODS)
+    check_real_bytes_limit(real_bytes_limit)
     model = unwrap_model(model)
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)
     kw: dict[str, Any] = dict(kwargs or {})
     with _LOCK:
-        captured = _capture_locked(model, args, kw, train, method)
+        captured = _capture_locked(model, args, kw, train, method, real_bytes_limit)
     return replace(captured, module_types=module_types_of(model),
                    config=config_dims(getattr(model, "config", None)))
 
@@ -153,19 +168,15 @@ def module_template(path: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _capture_locked(
-    model: torch.nn.Module, args: tuple[Any, ...], kw: dict[str, Any], train: bool, method: str
+    model: torch.nn.Module, args: tuple[Any, ...], kw: dict[str, Any], train: bool, method: str,
+    real_bytes_limit: int,
 ) -> Captured:
+    given = (args, kw)  # a real input stays real where eager runs a meta model for real
     if _all_meta(model):
         args, kw = _to_meta((args, kw))
-
-    if method != "auto":
-        methods: tuple[str, ...] = (method,)
-    elif _has_meta(model, (args, kw)):
-        methods = ("dispatch", "export")
-    else:
-        methods = ("dispatch", "export", "eager")
+    methods = (method,) if method != "auto" else ("dispatch", "export", "eager")
     with _quiet_torch_logs():
-        return _try_methods(model, args, kw, train, methods)
+        return _try_methods(model, args, kw, train, methods, given, real_bytes_limit)
 
 
 # torch loggers that report a failed trace (with a traceback) that capture handles itself
@@ -192,35 +203,48 @@ def _try_methods(
     kw: dict[str, Any],
     train: bool,
     methods: tuple[str, ...],
+    given: tuple[tuple[Any, ...], dict[str, Any]],
+    real_bytes_limit: int,
 ) -> Captured:
     failures: list[tuple[str, str, BaseException]] = []
     for name in methods:
-        if name == "eager":
-            if _has_meta(model, (args, kw)):
-                raise ValueError(
-                    "capture_method='eager' runs the model for real: it needs a "
-                    "model and example inputs that are not on the meta device"
-                )
-            if failures:  # a fallback, not the method asked for
-                log.warning(
-                    "fake-tensor capture failed; running %s eagerly on its own device",
-                    type(model).__name__,
-                )
         try:
             grad = train or torch.is_grad_enabled()  # backward follows autograd's view
+            if name == "eager":
+                return _capture_eager(model, given, train, grad, bool(failures),
+                                      real_bytes_limit)
             with _training_flags(model, train), torch.set_grad_enabled(grad):
                 if name == "export":
                     return capture_export(model, args, kw)
-                return capture_dispatch(model, args, kw, fake=name != "eager")
+                return capture_dispatch(model, args, kw, fake=True)
         except Exception as e:  # noqa: BLE001 - reported below, chained
             op, frame = getattr(e, "_tgc_node", None), _user_frame(e)
             if op:
                 node = f"at node {op}" + (f" ({frame})" if frame else "")
+            elif isinstance(e, RealBytesLimitError):
+                node = "before running"
             else:
                 node = f"in {frame}" if frame else "at an unknown node"
             failures.append((name, node, e))
             log.info("capture via %s failed %s: %s", name, node, _first_line(e))
-    raise _capture_error(failures, model, (args, kw)) from failures[-1][2]
+    raise _capture_error(failures, model) from failures[-1][2]
+
+
+def _capture_eager(model: torch.nn.Module, given: tuple[tuple[Any, ...], dict[str, Any]],
+                   train: bool, grad: bool, fallback: bool, limit: int) -> Captured:
+    """The eager path: the model run for real, on a copy made of real CPU tensors where the
+    model or its inputs are meta (``real.materialize``), allocating at most ``limit`` bytes."""
+    args, kw = given
+    spent = 0
+    if _has_meta(model, given):
+        model, (args, kw), spent = materialize(model, given, limit)
+    if fallback:  # a fallback, not the method asked for
+        log.warning("fake-tensor capture failed; running %s for real%s (at most %s)",
+                    type(model).__name__, " on CPU tensors of the same shapes" if spent else "",
+                    format_bytes(limit))
+    with _training_flags(model, train), torch.set_grad_enabled(grad):
+        return capture_dispatch(model, args, kw, fake=False,
+                                budget=AllocationBudget(limit, spent))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -250,15 +274,13 @@ def _user_frame(e: BaseException) -> str | None:
 
 
 def _capture_error(
-    failures: list[tuple[str, str, BaseException]], model: torch.nn.Module, inputs: Any
+    failures: list[tuple[str, str, BaseException]], model: torch.nn.Module
 ) -> CaptureError:
     parts = [f"stage {name!r} failed {node}: {_first_line(e)}" for name, node, e in failures]
     tried = {name for name, _, _ in failures}
     hints: list[tuple[str, str | None]] = []
-    if _has_meta(model, inputs):
-        real = ("code that reads tensor values needs a real (non-meta) model and example "
-                "inputs, which {} runs for real")
-        hints.append((real, "eager"))
+    if any(isinstance(e, RealBytesLimitError) for _, _, e in failures):
+        hints.append(("a larger real_bytes_limit (bytes), if the host has the memory", None))
     elif "eager" not in tried:
         hints.append(("{} runs value-dependent code for real", "eager"))
     else:

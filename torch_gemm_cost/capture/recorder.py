@@ -1,6 +1,10 @@
 """The ``"dispatch"`` and ``"eager"`` capture paths: a recorder made of a ``TorchFunctionMode``
 (the GEMM-like composites kept whole), a ``TorchDispatchMode`` (everything else) and global
-module hooks for the module paths, under ``FakeTensorMode`` or on real tensors."""
+module hooks for the module paths, under ``FakeTensorMode`` or on real tensors.
+
+Recurrent layers (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``) are kept whole too, as the one cuDNN call
+a GPU runs (``aten.lstm`` ...); under fake tensors their outputs are made from the shapes, since
+tracing the call would record every step of every layer (``records.rnn`` prices them)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .graph import NO_GRAD, Captured, causal_modules, tensor_leaves, type_name
+from .real import AllocationBudget
 
 __all__ = ["capture_dispatch"]
 
@@ -59,6 +64,31 @@ def _bind_sdpa(args: tuple, kwargs: dict) -> tuple:
     return tuple(vals)
 
 
+def _bind_rnn(args: tuple, kwargs: dict) -> tuple:
+    return tuple(args)
+
+
+def _rnn_outputs(op: Any, args: tuple) -> tuple[torch.Tensor, ...]:
+    """What a recurrent call returns, made by shape alone: (output, h_n[, c_n]); output is the
+    input with its last dim D·H_out (D directions), the states have the initial states' shapes.
+    Tracing the call itself would unroll every step of every layer, op by op."""
+    x, hx, bidirectional = args[0], args[1], args[7]
+    states = tuple(hx) if isinstance(hx, (list, tuple)) else (hx,)
+    directions = 2 if bidirectional else 1
+    output = x.new_empty((*x.shape[:-1], directions * int(states[0].shape[-1])))
+    return (output, *(h.new_empty(h.shape) for h in states))
+
+
+_VF = torch._C._VariableFunctions
+# recurrent layers: fn -> the ATen op recorded whole (the ``.input`` overload only: a packed
+# sequence's ``.data`` overload is traced op by op)
+_RNNS: dict[Callable[..., Any], Any] = {
+    _VF.lstm: _aten.lstm.input,
+    _VF.gru: _aten.gru.input,
+    _VF.rnn_tanh: _aten.rnn_tanh.input,
+    _VF.rnn_relu: _aten.rnn_relu.input,
+}
+
 _COMPOSITES: dict[Callable[..., Any], tuple[Any, Callable[[tuple, dict], tuple]]] = {
     F.linear: (_aten.linear.default, _bind_linear),
     torch.matmul: (_aten.matmul.default, _bind_matmul),
@@ -67,7 +97,13 @@ _COMPOSITES: dict[Callable[..., Any], tuple[Any, Callable[[tuple, dict], tuple]]
     torch.Tensor.__rmatmul__: (_aten.matmul.default, _bind_rmatmul),
     torch.einsum: (_aten.einsum.default, _bind_einsum),
     F.scaled_dot_product_attention: (_aten.scaled_dot_product_attention.default, _bind_sdpa),
+    **{fn: (op, _bind_rnn) for fn, op in _RNNS.items()},
 }
+
+
+def _is_rnn_input_overload(func: Any, args: tuple) -> bool:
+    """Whether a recurrent call is the ``.input`` overload (its params, third, a list)."""
+    return func in _RNNS and len(args) > 2 and isinstance(args[2], (list, tuple))
 
 
 class _Recorder:
@@ -89,6 +125,7 @@ class _Recorder:
         self.stack: list[tuple[str, str]] = [("", type_name(type(model)))]
         self.suppress = 0
         self.track_grad_mode = True  # off for eager capture, which runs under no_grad
+        self.fake = True  # fake tensors (no values); False for the eager capture
         self.names: dict[str, int] = {}
         self.current = "?"
 
@@ -183,6 +220,8 @@ class _FunctionRecorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
         entry = _COMPOSITES.get(func) if self.rec.suppress == 0 else None
+        if func in _RNNS and not _is_rnn_input_overload(func, args):
+            entry = None
         if entry is None:
             # NB: the mode is off inside its handler, so composites that a Python-level torch
             # function calls (F.multi_head_attention_forward) reach the dispatch recorder in
@@ -192,7 +231,9 @@ class _FunctionRecorder(TorchFunctionMode):
         self.rec.current = self.rec.where(op)
         self.rec.suppress += 1
         try:
-            out = func(*args, **kwargs)
+            # a fake recurrent call's outputs by shape: running it would trace every step
+            out = (_rnn_outputs(op, args) if func in _RNNS and self.rec.fake
+                   else func(*args, **kwargs))
         finally:
             self.rec.suppress -= 1
         self.rec.record(op, binder(args, kwargs), {}, out)
@@ -229,7 +270,8 @@ class _DispatchRecorder(TorchDispatchMode):
         return out
 
 
-def capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool) -> Captured:
+def capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake: bool,
+                     budget: AllocationBudget | None = None) -> Captured:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # Fake tensors for every model, meta ones too: no real kernels run, and libraries that skip
@@ -249,9 +291,11 @@ def capture_dispatch(model: torch.nn.Module, args: tuple, kwargs: dict, *, fake:
         params={id(state[n]): (n, p.requires_grad) for n, p in params.items()},
         buffers={id(state[n]): n for n in buffers},
     )
-    rec.track_grad_mode = fake
+    rec.track_grad_mode = rec.fake = fake
     try:
         with ExitStack() as stack:
+            if budget is not None:  # counts what the eager run allocates
+                stack.enter_context(budget)
             _record_into(rec, stack, fake_mode)
             out = torch.func.functional_call(
                 model, state, fake_args, fake_kwargs, tie_weights=True, strict=False

@@ -20,7 +20,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -39,6 +39,7 @@ __all__ = [
     "Predictor",
     "bound_of",
     "inv_softplus",
+    "predict_distinct",
 ]
 
 if TYPE_CHECKING:
@@ -90,6 +91,18 @@ class Prediction:
     def __len__(self) -> int:
         return len(self.time_ms)
 
+    def select(self, index: torch.Tensor) -> Prediction:
+        """The items at ``index`` (integer positions, repeats allowed), in that order."""
+        idx = index.tolist()
+        return Prediction(
+            time_ms=self.time_ms[index],
+            lo_ms=None if self.lo_ms is None else self.lo_ms[index],
+            hi_ms=None if self.hi_ms is None else self.hi_ms[index],
+            bound=tuple(self.bound[i] for i in idx) if self.bound else (),
+            kernel=tuple(self.kernel[i] for i in idx) if self.kernel else (),
+            details={k: v[index] for k, v in self.details.items()},
+        )
+
     def times_or_none(self) -> list[float | None]:
         """Each item's time in ms, None where the model prices none (NaN: an op it does not
         model)."""
@@ -124,6 +137,26 @@ class Predictor(Model[GemmBatch], Protocol):
     version: str
 
     def predict(self, gemms: GemmBatch, device: DeviceSpec) -> Prediction: ...
+
+
+def predict_distinct(predictor: Model[GemmBatch], gemms: GemmBatch, device: DeviceSpec
+                     ) -> Prediction:
+    """``predictor.predict(gemms, device)``, each distinct GEMM predicted once: a predictor
+    prices every GEMM on its own, so repeats (an RNN's steps, a model's identical layers) take
+    the first one's prediction. The result has one item per GEMM of ``gemms``, in order."""
+    if len(gemms) < 2:
+        return predictor.predict(gemms, device)
+    rows = torch.stack([getattr(gemms, f.name).to(torch.float64)
+                        for f in fields(GemmBatch)], dim=1)  # (N, fields)
+    seen: dict[tuple[float, ...], int] = {}
+    inverse = [seen.setdefault(row, len(seen)) for row in map(tuple, rows.tolist())]
+    if len(seen) == len(gemms):
+        return predictor.predict(gemms, device)
+    first = [0] * len(seen)
+    for i, j in reversed(list(enumerate(inverse))):
+        first[j] = i
+    return predictor.predict(gemms.select(torch.tensor(first)), device).select(
+        torch.tensor(inverse))
 
 
 class Estimator:

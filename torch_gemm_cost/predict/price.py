@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from ..hardware.catalog import DeviceSpec
 from ..records.types import FusedKernel, GemmBatch, GemmSite, OtherOp
 from .attention.sdpa import runs_fused_attention, sdpa_times_ms, shipped_attention
-from .base import Predictor
+from .base import Predictor, predict_distinct
 from .intervals import ReportUncertainty, uncertainty_of
 from .ops import OpBatch, OpCostModel, load_op_costs
 
@@ -72,7 +72,7 @@ def price_gemms(sites: Sequence[GemmSite], device: DeviceSpec, predictor: Predic
     if not sites:
         return (), None
     batch = GemmBatch.from_sites(sites)
-    pred = predictor.predict(batch, device)
+    pred = predict_distinct(predictor, batch, device)
     details = {name: values.tolist() for name, values in pred.details.items()}  # name -> (N,)
     fused = runs_fused_attention(device)
     unc = uncertainty_of(batch, device, predictor)

@@ -1,6 +1,7 @@
 """GEMM records, the handlers that read them off ATen ops (one per op, in a registry that takes
 custom ops too) and the walk of a captured graph."""
 
+from .einsum import einsum_gemms, einsum_kernels
 from .extract import META_KEY, PHASES, extract
 from .handlers import (
     ForwardGemm,
@@ -8,12 +9,12 @@ from .handlers import (
     HandlerContext,
     active_groups,
     causal_kept_entries,
-    einsum_gemms,
     gemm_handler,
     matrix_layout,
     register_gemm_handler,
 )
 from .optimizer import OPTIMIZERS, adamw_ops, optimizer_ops, sgd_ops
+from .rnn import RNN_GATES, rnn_shape
 from .types import DTYPE_NAMES, GemmBatch, GemmSite, OtherOp, alignment_bytes
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "META_KEY",
     "OPTIMIZERS",
     "PHASES",
+    "RNN_GATES",
     "ForwardGemm",
     "GemmBatch",
     "GemmHandler",
@@ -32,10 +34,12 @@ __all__ = [
     "alignment_bytes",
     "causal_kept_entries",
     "einsum_gemms",
+    "einsum_kernels",
     "extract",
     "gemm_handler",
     "matrix_layout",
     "optimizer_ops",
     "register_gemm_handler",
+    "rnn_shape",
     "sgd_ops",
 ]

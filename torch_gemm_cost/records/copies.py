@@ -11,8 +11,9 @@ from .handlers import op_name
 
 OPERAND_COPY = "operand_copy"  # an OtherOp node name "<gemm node>.operand_copy.<operand node>"
 # GEMM ops whose library call reshapes its operands to one batch dim (aten.matmul's
-# ``expand(...).reshape(...)``, einsum's and linear's reshapes, bmm's contiguity check)
-RESHAPING_GEMMS = frozenset({"matmul", "bmm", "baddbmm", "linear", "einsum"})
+# ``expand(...).reshape(...)``, linear's reshape, bmm's contiguity check); an einsum's copies
+# are the ones its replay runs (``records.einsum``)
+RESHAPING_GEMMS = frozenset({"matmul", "bmm", "baddbmm", "linear"})
 
 
 def batch_flattens(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:

@@ -4,8 +4,8 @@
 ``GemmSite`` and ``OtherOp`` records in execution order, storing each node's records in
 ``node.meta["torch_gemm_cost"]``. Every spelling counts: ``linear``, ``addmm`` (HF ``Conv1D``
 becomes ``conv1d``), ``mm``, ``bmm``, ``baddbmm``, ``addbmm``, ``mv``, ``dot``, ``matmul`` in
-every broadcast case, ``einsum`` (per pairwise contraction) and scaled-dot-product attention
-(see ``handlers``).
+every broadcast case, ``einsum`` (the bmm calls torch runs for it, ``records.einsum``),
+scaled-dot-product attention (see ``handlers``) and recurrent layers (``records.rnn``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from ..hardware.dtypes import ComputeDtype, resolve_dtype
 from ..suggest import check_choice
 from .backward import _backward_other, _backward_sites, _bias_grad, _gradient_sums
 from .copies import OPERAND_COPY, operand_copies
+from .einsum import einsum_other_ops
 from .forward import _other, _sdpa_softmax, _site
 from .handlers import ForwardGemm, HandlerContext, bind_arguments, gemm_handler, op_name
 from .nodes import _module_of, _tensors
 from .op_classes import _NO_GRAD
+from .rnn import RNN_GATES, rnn_other_ops
 from .sizing import _Ctx
 from .types import GemmSite, OtherOp
 
@@ -126,9 +128,17 @@ class _Walk:
         if fwds:
             copies = [self._copy(node, arg, val, module, module_type)
                       for arg, val in operand_copies(node)]
+            if name == "einsum":  # the copies, products and sums its replay runs
+                copies += einsum_other_ops(node, self.ctx, module, module_type)
             self.fwd_others.extend(copies)
             records, back = self._gemms(node, fwds, out_tensors[0], module, module_type, ctx)
             records[:0] = copies
+            if name in RNN_GATES:  # the cell kernel of every step, and its backward
+                cells = rnn_other_ops(node, self.ctx, module, module_type, ctx)
+                self.fwd_others.extend(cells)
+                records += cells
+                if self.train and self.requires[node]:
+                    back[:0] = [_backward_other(c) for c in cells]
         else:
             records, back = self._other(node, name, out_tensors, module, module_type)
         node.meta[META_KEY] = tuple(records) + tuple(back)

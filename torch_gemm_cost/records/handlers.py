@@ -8,7 +8,7 @@ per op; ``register_gemm_handler`` adds one for a custom op.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,6 @@ __all__ = [
     "attention_shape",
     "bind_arguments",
     "causal_kept_entries",
-    "einsum_gemms",
     "gemm_handler",
     "matrix_layout",
     "op_name",
@@ -49,69 +48,6 @@ def causal_kept_entries(q_len: int, kv_len: int, *, bottom_right: bool = False) 
     if q_len <= kv_len:
         return q_len * (q_len + 1) // 2
     return kv_len * (kv_len + 1) // 2 + (q_len - kv_len) * kv_len
-
-
-def einsum_gemms(equation: str, shapes: Sequence[Sequence[int]]) -> list[tuple[int, int, int, int]]:
-    """The (batch, m, n, k) of each pairwise contraction of an einsum, left to right.
-
-    Letters in both operands and needed later are batch dims, in both and not needed are the
-    reduction (k), in one operand only and needed are m (first) or n (second). Letters needed
-    by nobody are summed away before the GEMM. NB: with more than two operands torch may pick
-    another contraction order (opt_einsum); FLOPs can then differ.
-
-    >>> einsum_gemms("bik,kj->bij", [(2, 4, 8), (8, 16)])
-    [(1, 8, 16, 8)]
-    >>> einsum_gemms("bhqd,bhkd->bhqk", [(2, 3, 5, 7), (2, 3, 6, 7)])
-    [(6, 5, 6, 7)]
-    """
-    eq = equation.replace(" ", "")
-    lhs, arrow, out = eq.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(shapes):
-        raise ValueError(f"einsum {equation!r} names {len(terms)} operands, got {len(shapes)}")
-    ell_ndim = max(
-        (len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes) if "..." in t), default=0
-    )
-    ell = [chr(0x100 + i) for i in range(ell_ndim)]  # stand-in letters for "..." dims
-    sizes: dict[str, int] = {}
-    letters: list[list[str]] = []
-    for term, shape in zip(terms, shapes):
-        n_ell = len(shape) - len(term.replace("...", ""))
-        names = [
-            x
-            for c in term.replace("...", "\0")
-            for x in (ell[ell_ndim - n_ell :] if c == "\0" else [c])
-        ]
-        if len(names) != len(shape):
-            raise ValueError(f"einsum term {term!r} does not match operand shape {tuple(shape)}")
-        for c, size in zip(names, shape):
-            sizes[c] = max(sizes.get(c, 1), int(size))
-        letters.append(names)
-    if arrow:
-        out_letters = [x for c in out.replace("...", "\0") for x in (ell if c == "\0" else [c])]
-    else:
-        counts: dict[str, int] = {}
-        for names in letters:
-            for c in names:
-                counts[c] = counts.get(c, 0) + 1
-        out_letters = ell + sorted(c for c, n in counts.items() if n == 1 and c not in ell)
-
-    def prod(cs: Iterable[str]) -> int:
-        return math.prod(sizes[c] for c in cs)
-
-    gemms = []
-    cur = letters[0]
-    for j in range(1, len(letters)):
-        nxt = letters[j]
-        needed = set(out_letters).union(*[set(x) for x in letters[j + 1 :]])
-        a, b = set(cur), set(nxt)
-        batch = [c for c in dict.fromkeys(cur + nxt) if c in a and c in b and c in needed]
-        k = [c for c in dict.fromkeys(cur) if c in b and c not in needed]
-        m = [c for c in dict.fromkeys(cur) if c not in b and c in needed]
-        n = [c for c in dict.fromkeys(nxt) if c not in a and c in needed]
-        gemms.append((prod(batch), prod(m), prod(n), prod(k)))
-        cur = batch + m + n
-    return gemms
 
 
 # --- operands: layout and bytes
@@ -313,22 +249,6 @@ def _gemm_matmul(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGe
             grad_b=rg(args["other"]),
         )
     ]
-
-
-def _gemm_einsum(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
-    val, rg, elem = ctx.tensor, ctx.requires_grad, ctx.elem_bytes
-    operands = list(args["tensors"])
-    shapes = [_ints(val(t).shape) for t in operands]
-    out = []
-    grad = rg(operands[0])
-    for j, (batch, m, n, k) in enumerate(einsum_gemms(args["equation"], shapes)):
-        # NB: torch permutes and reshapes einsum operands into contiguous bmm inputs
-        layout_a = _layout(m, k, k, 1, 0, elem)
-        layout_b = _layout(k, n, n, 1, 0, elem)
-        gb = rg(operands[j + 1])
-        out.append(ForwardGemm("einsum", batch, m, n, k, layout_a, layout_b, grad_a=grad, grad_b=gb))
-        grad = grad or gb
-    return out
 
 
 def _gemm_sdpa(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
@@ -629,7 +549,6 @@ for _name, _handler in (
     ("bmm", _gemm_2d("bmm", "self", "mat2", None)),
     ("baddbmm", _gemm_2d("baddbmm", "batch1", "batch2", "self")),
     ("matmul", _gemm_matmul),
-    ("einsum", _gemm_einsum),
     ("_grouped_mm", _gemm_grouped_mm),
     *((name, _gemm_convolution(False))
       for name in ("convolution", "_convolution", "conv1d", "conv2d", "conv3d")),

@@ -58,6 +58,13 @@ _CLASSES: dict[str, tuple[str, ...]] = {
         "set_grad_enabled",
         "view_as_complex",
         "view_as_real",
+        # views that move 0 bytes, as a view does, though their names say otherwise:
+        # unsafe_split/_chunk are split and chunk without the aliasing checks (an RNN cell's
+        # gates), Tensor.unfold is a strided window view (ViT's patches), not im2col
+        "unsafe_split",
+        "unsafe_split_with_sizes",
+        "unsafe_chunk",
+        "unfold",
     ),
     "copy": (
         "clone",
@@ -82,6 +89,8 @@ _CLASSES: dict[str, tuple[str, ...]] = {
         "scatter",
         "new_tensor",
         "tile",
+        "diag_embed",  # reads the (…, n) diagonal, writes the whole (…, n, n) matrix
+        "diag",
         # resampling reads the input and writes the resized output (a UNet's upsamplers)
         "upsample_nearest1d",
         "upsample_nearest2d",
@@ -113,6 +122,8 @@ _CLASSES: dict[str, tuple[str, ...]] = {
                     # torch.where(mask) and nonzero: one pass over the mask, indices out
                     "where", "nonzero",
                     "glu",  # one half of the input times the sigmoid of the other
+                    # pointwise, though not tagged so: x·relu6(x + 3)/6 (its backward too)
+                    "hardswish", "hardswish_backward",
                     # depthwise convolutions (the GEMM handler declines them): each output
                     # reads a few neighbours of one channel, a stencil at DRAM speed
                     "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
@@ -146,6 +157,9 @@ _CLASSES: dict[str, tuple[str, ...]] = {
         "histc",
         "bincount",
         "_is_all_true",  # torch._check on a tensor (LLaVA's image-token count)
+        # losses: one pass over input and target, the mean (or the elementwise loss) written
+        "smooth_l1_loss",
+        "huber_loss",
         "_is_any_true",
         # pooling reads its input once and writes the pooled output
         "max_pool1d",
