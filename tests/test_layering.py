@@ -27,7 +27,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # llm: serving plans, priced by the predict stage, their records holding CostReports, their
     # text rendered in llm.text; no stage before it imports it
     ("report", ("report", "llm")),
-    ("top", ("api", "calibrate", "cli", "train", "__main__", "")),
+    # serving: simulations under load, each step priced by llm's pipeline; sweep: many runs of
+    # the commands (estimate in api, plan_llm), so it sits with them at the top
+    ("serving", ("serving",)),
+    ("top", ("api", "calibrate", "cli", "sweep", "train", "__main__", "")),
 )
 STAGE_OF = {name: i for i, (_, names) in enumerate(STAGES) for name in names}
 

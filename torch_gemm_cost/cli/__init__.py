@@ -16,7 +16,8 @@ from typing import Any
 __all__ = ["UsageError", "main"]
 
 # module name in this package -> registered in this order
-SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "llm", "predict_csv", "train", "calibrate")
+SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "llm", "serve_sim", "sweep", "predict_csv",
+                                 "train", "calibrate")
 
 
 class UsageError(Exception):

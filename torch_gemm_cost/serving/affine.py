@@ -120,8 +120,9 @@ class StepFamily:
         if tokens < 2 or not self._records or tokens > max(self.max_tokens, BASE_TOKENS + 3):
             return self.capture(tokens, sampled)
         dt, ds = tokens - BASE_TOKENS, sampled - BASE_SAMPLED
-        return replace(self.base, **{name: tuple(p.at(dt, ds) for p in polys)
-                                     for name, polys in self._records.items()})
+        sites, others, kernels = (tuple(p.at(dt, ds) for p in self._records[name])
+                                  for name in ("sites", "others", "kernels"))
+        return replace(self.base, sites=sites, others=others, kernels=kernels)
 
 
 class _Poly:

@@ -13,6 +13,7 @@ a CUDA graph) and cached, so a simulation of thousands of steps prices a few hun
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import replace
 from typing import Any
@@ -43,10 +44,8 @@ def cuda_graph_tokens(tokens: int) -> int:
     >>> cuda_graph_tokens(3), cuda_graph_tokens(9), cuda_graph_tokens(512), cuda_graph_tokens(600)
     (4, 16, 512, 600)
     """
-    for size in CUDA_GRAPH_SIZES:
-        if size >= tokens:
-            return size
-    return tokens
+    i = bisect.bisect_left(CUDA_GRAPH_SIZES, tokens)
+    return CUDA_GRAPH_SIZES[i] if i < len(CUDA_GRAPH_SIZES) else tokens
 
 
 def grid_tokens(tokens: int) -> tuple[int, int]:
@@ -58,10 +57,8 @@ def grid_tokens(tokens: int) -> tuple[int, int]:
     """
     i = GRID_PER_OCTAVE * math.log2(tokens)
     lo, hi = (round(2 ** (j / GRID_PER_OCTAVE)) for j in (math.floor(i), math.ceil(i)))
-    if lo > tokens:
-        lo = tokens
-    if hi < tokens:
-        hi = tokens
+    lo = min(lo, tokens)
+    hi = max(hi, tokens)
     return lo, hi
 
 

@@ -223,17 +223,17 @@ def _check_int(name: str, value: Any, low: int) -> int:
 def assumptions(kernel: str, limits: EngineLimits, tp: int) -> tuple[str, ...]:
     """What a simulation assumes, beside what ``plan_llm`` assumes of each step."""
     return (
-        f"Scheduler: vLLM V1's (FCFS): chunked prefill mixed with decode under "
+        (f"Scheduler: vLLM V1's (FCFS): chunked prefill mixed with decode under "
         f"max_num_batched_tokens={limits.token_budget}, at most max_num_seqs="
         f"{limits.max_num_seqs} running requests, KV blocks of {limits.block_size} tokens "
         f"({limits.kv_blocks} blocks per GPU), preemption by recomputation of the newest "
-        "running request when the cache cannot hold a step.",
-        "Steps: each priced as plan_llm prices one (dense GEMMs and kernels, attention as "
+        "running request when the cache cannot hold a step."),
+        ("Steps: each priced as plan_llm prices one (dense GEMMs and kernels, attention as "
         f"{kernel}, tensor-parallel collectives{' over ' + str(tp) + ' GPUs' if tp > 1 else ''}"
         "); a step of at most 512 tokens runs padded to vLLM's next CUDA-graph size; larger "
         "ones are read between token counts priced 16 a doubling; decode attention as one call "
-        "of the decoding requests at their mean context.",
-        "Not modelled: the host (scheduling, sampling, detokenization, HTTP), prefix caching "
+        "of the decoding requests at their mean context."),
+        ("Not modelled: the host (scheduling, sampling, detokenization, HTTP), prefix caching "
         "(random prompts share no blocks), speculative decoding, sliding-window layers freeing "
-        "blocks outside their window.",
+        "blocks outside their window."),
     )

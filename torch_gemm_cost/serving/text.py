@@ -3,13 +3,13 @@ simulates nothing."""
 
 from __future__ import annotations
 
-from .result import ServingSim
+from typing import Any
 
 __all__ = ["format_serving"]
 
 
-def format_serving(sim: ServingSim) -> str:
-    """The latency percentiles (TTFT, TPOT, end to end), then throughput, the KV cache and
+def format_serving(sim: Any) -> str:
+    """A ``result.ServingSim``'s latency percentiles (TTFT, TPOT, end to end), then throughput, the KV cache and
     what the run is of."""
     from tabulate import tabulate
 

@@ -86,7 +86,7 @@ class Lengths:
         if len(nums) != want:
             raise ValueError(f"lengths {text!r}: {kind} takes {want} number(s), e.g. "
                              f"{_EXAMPLES[kind]}")
-        return cls(kind, *nums)
+        return cls(kind, nums[0], nums[1] if len(nums) > 1 else 0.0)
 
     @classmethod
     def read(cls, path: str) -> Lengths:
