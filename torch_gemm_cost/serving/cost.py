@@ -31,7 +31,7 @@ def context_grid(up_to: int) -> list[int]:
     first point at or above ``up_to``.
 
     >>> g = context_grid(100); g[62:], len(context_grid(4096))
-    ([63, 64, 67, 70, 73, 76, 79, 83, 86, 91, 95, 99, 103], 161)
+    ([63, 64, 67, 70, 73, 76, 79, 83, 87, 91, 95, 99, 103], 160)
     """
     out = list(range(1, EXACT_BELOW + 1))
     i = GRID_PER_OCTAVE * math.log2(EXACT_BELOW)

@@ -53,7 +53,7 @@ def grid_tokens(tokens: int) -> tuple[int, int]:
     rounded, the lower at most and the upper at least ``tokens`` (equal on a grid point).
 
     >>> grid_tokens(1024), grid_tokens(1000)
-    ((1024, 1024), (978, 1024))
+    ((1024, 1024), (981, 1024))
     """
     i = GRID_PER_OCTAVE * math.log2(tokens)
     lo, hi = (round(2 ** (j / GRID_PER_OCTAVE)) for j in (math.floor(i), math.ceil(i)))
