@@ -23,7 +23,7 @@ from torch_gemm_cost.llm.step import captured_step
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.predict.ops import load_op_costs
 from torch_gemm_cost.serving import Lengths, ServingEngine
-from torch_gemm_cost.serving.affine import StepFamily
+from torch_gemm_cost.llm.affine import StepFamily
 from torch_gemm_cost.serving.dense import grouped_dense_ms
 from torch_gemm_cost.serving.scheduler import EngineLimits, StepBatch, run_engine
 from torch_gemm_cost.serving.slo import max_rate_under_slo, metric_ms

@@ -2,8 +2,9 @@
 step priced as ``plan_llm`` prices one. One job a module, in the order a simulation runs them:
 
 - ``workload``: request lengths (a count or a distribution) and arrivals (Poisson, constant,
-  closed loop); ``affine``: a model's step at any token count from a few captures;
-- ``dense``: a step's GEMMs and kernels priced through ``llm.pricing``, cached by shape;
+  closed loop);
+- ``dense``: a step's GEMMs and kernels priced through ``llm.pricing``, cached by shape, the
+  model captured once (``llm.affine``);
   ``cost``: a step's time (dense, attention, collectives);
 - ``scheduler``: vLLM V1's scheduler (continuous batching, chunked prefill, preemption);
 - ``simulate``: ``simulate_serving`` and ``ServingEngine``; ``slo``: the largest rate that

@@ -21,13 +21,12 @@ from typing import Any
 from ..hardware.catalog import DeviceSpec
 from ..hardware.dtypes import ComputeDtype
 from ..llm.pricing import kernel_floors, serving_records
-from ..llm.step import Step, captured_step
+from ..llm.step import Step, step_family
 from ..predict import Predictor
 from ..predict.ops import OpCostModel
 from ..predict.price import price_records
 from ..records import GemmSite, OtherOp
 from ..records.types import FusedKernel
-from .affine import StepFamily
 
 __all__ = ["CUDA_GRAPH_SIZES", "GRID_PER_OCTAVE", "DenseCurve", "cuda_graph_tokens",
            "grid_tokens", "grouped_dense_ms"]
@@ -112,7 +111,7 @@ class DenseCurve:
     def __init__(self, key: str, cd: ComputeDtype, spec: DeviceSpec, predictor: Predictor,
                  fmt: str | None, kv: ComputeDtype, costs: OpCostModel, max_tokens: int) -> None:
         self.spec, self.predictor, self.fmt, self.kv, self.costs = spec, predictor, fmt, kv, costs
-        self.family = StepFamily(lambda t, s: captured_step(key, cd.name, t, s), max_tokens)
+        self.family = step_family(key, cd.name, max_tokens)
         self._step_ms: dict[tuple[int, int], float] = {}
         self._sampled_ms: dict[int, float] = {}
         self.priced = 0  # shapes priced so far

@@ -1,6 +1,6 @@
 """``simulate_serving``: a workload served by vLLM V1's scheduler (``serving.scheduler``), each
 step priced by the pipeline ``plan_llm`` prices with (``serving.cost``), the model captured
-once (``serving.affine``).
+once (``llm.affine``).
 
     sim = simulate_serving("llama3_8b.json", "h100_sxm5_80gb", rate_qps=4, prompt=1024,
                            gen=128, num_requests=200)

@@ -1,9 +1,9 @@
 """A serving step at any token count from a few captures, so that a model is captured once for
-every step shape a simulation prices.
+every step shape a simulation or a sweep prices.
 
-A step's records (``llm.step.Step``) are polynomials in its ``tokens`` T and ``sampled`` S: a
-GEMM's rows, an op's elements and bytes are affine in T and S, and the attention's scores
-(causal FLOPs, the score matrix's elements) are quadratic in T. Four captures, at (T0, S0),
+A step's records (``llm.step.Step``, read here without importing it) are polynomials in its
+``tokens`` T and ``sampled`` S: a GEMM's rows, an op's elements and bytes are affine in T and
+S, and the attention's scores (causal FLOPs, the score matrix's elements) are quadratic in T. Four captures, at (T0, S0),
 (T0 + 1, S0), (T0 + 2, S0) and (T0, S0 + 1), give every integer field as
 ``f0 + α·dT + γ·dT·(dT − 1)/2 + β·dS`` exactly (dT = T − T0, dS = S − S0).
 
@@ -22,7 +22,6 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..hardware.dtypes import DTYPES
-from ..llm.step import Step
 from ..records.types import AttentionShape, alignment_bytes
 
 __all__ = ["BASE_SAMPLED", "BASE_TOKENS", "StepFamily"]
@@ -39,7 +38,7 @@ class StepFamily:
     from four base captures for 2 ≤ T ≤ ``max_tokens``, captured (``capture(T, S)``) at T = 1
     or where the captures do not fit a polynomial (``derived`` is False then)."""
 
-    def __init__(self, capture: Callable[[int, int], Step], max_tokens: int) -> None:
+    def __init__(self, capture: Callable[[int, int], Any], max_tokens: int) -> None:
         self.capture, self.max_tokens = capture, max_tokens
         t0, s0 = BASE_TOKENS, BASE_SAMPLED
         self.reason = ""
@@ -67,7 +66,7 @@ class StepFamily:
         lm_head's rows, the logits), so that ``sampled_part`` prices the second apart."""
         return self._sampled is not None
 
-    def sampled_part(self, sampled: int) -> Step:
+    def sampled_part(self, sampled: int) -> Any:
         """The records of a step that depend on its sampled tokens (and not on its tokens),
         with the kernels that run them, at ``sampled``: a step of its own."""
         if self._sampled is None:
@@ -99,7 +98,7 @@ class StepFamily:
             return None
         return sites, sorted(ops), kernels
 
-    def _fit(self, steps: list[Step]) -> None:
+    def _fit(self, steps: list[Any]) -> None:
         base = steps[0]
         for name in ("model_name", "dropped", "module_types", "config", "lm_head", "experts"):
             if any(getattr(s, name) != getattr(base, name) for s in steps[1:]):
@@ -113,7 +112,7 @@ class StepFamily:
         for p in self._records["sites"]:
             p.fit_alignments()
 
-    def of(self, tokens: int, sampled: int) -> Step:
+    def of(self, tokens: int, sampled: int) -> Any:
         """The step of ``tokens`` tokens sampling ``sampled`` of them (1 ≤ S ≤ T)."""
         if not 1 <= sampled <= tokens:
             raise ValueError(f"a step samples 1 to its {tokens} tokens, got sampled={sampled}")
