@@ -16,6 +16,7 @@ Memory is in ``llm.memory``, the schedule of steps in ``llm.schedule``, what the
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -163,6 +164,11 @@ class Prefill:
     steps: int
 
 
+# priced dense steps, most recently used last; the predictor is kept so that its id stays its own
+_PRICED: OrderedDict[tuple[Any, ...], tuple[Predictor, PricedStep]] = OrderedDict()
+_PRICED_MAX = 128
+
+
 class StepPricer:
     """One plan's forward passes priced: each distinct (tokens, sampled) dense step captured and
     priced once, attention per layer kind, and the tensor-parallel collectives."""
@@ -174,15 +180,21 @@ class StepPricer:
         self.full, self.shape, self.predictor = full, shape, predictor
         self.costs: OpCostModel = load_op_costs()
         self.attention = ServingAttention(spec, shape, cd, kv)
-        self._priced: dict[tuple[int, int], PricedStep] = {}
 
     def dense(self, tokens: int, sampled: int) -> tuple[Step, PricedStep]:
-        """The step of ``tokens`` tokens sampling ``sampled``, and its price but attention."""
+        """The step of ``tokens`` tokens sampling ``sampled``, and its price but attention
+        (shared by the plans of one process: a sweep prices each shape once)."""
         step = captured_step(self.key, self.cd.name, tokens, sampled)
-        if (tokens, sampled) not in self._priced:
-            self._priced[(tokens, sampled)] = price_step(step, self.spec, self.predictor,
-                                                         self.fmt, self.kv, self.costs)
-        return step, self._priced[(tokens, sampled)]
+        key = (self.key, self.cd.name, self.spec, id(self.predictor), self.fmt, self.kv.name,
+               tokens, sampled)
+        if key in _PRICED:
+            _PRICED.move_to_end(key)
+        else:
+            _PRICED[key] = (self.predictor, price_step(step, self.spec, self.predictor,
+                                                       self.fmt, self.kv, self.costs))
+            if len(_PRICED) > _PRICED_MAX:
+                _PRICED.popitem(last=False)
+        return step, _PRICED[key][1]
 
     def comm_ms(self, tokens: int, sampled: int) -> float:
         """Two all-reduces a layer and one after the embedding, and the logits' all-gather."""
