@@ -16,7 +16,7 @@ Memory is in ``llm.memory``, the schedule of steps in ``llm.schedule``, what the
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -114,6 +114,12 @@ def plan_llm(
     usable = memory_utilization * float(spec.mem_bytes or 0.0)
     mid = prompt + gen // 2
     rows, reports = [], []
+    # every attention call of the plan predicted in one call of the attention model
+    pricer.attention.times([(n, q, k) for b in sizes
+                            for (_, _, chunks) in prefill_steps(b, prompt, token_budget)
+                            for (q, k), n in Counter(chunks).items()]
+                           + [(b, 1, ctx) for b in sizes for ctx, _ in decode_contexts(prompt,
+                                                                                     gen)])
     for b in sizes:
         pre = pricer.prefill(b, prompt, token_budget)
         step, p = pricer.dense(b, b)

@@ -66,8 +66,8 @@ def _on_ray(kind: str, calls: list[list[dict[str, Any]]], address: str | None
     try:
         import ray
     except ImportError:
-        raise ValueError("--ray needs Ray: pip install 'torch-gemm-cost[ray]' (or run without "
-                         "--ray on the local process pool)") from None
+        raise ValueError("--ray needs Ray: pip install 'torch-gemm-cost[ray]' (or leave --ray "
+                         "out: the local process pool)") from None
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)

@@ -65,8 +65,11 @@ def command_options(kind: str) -> dict[str, argparse.Action]:
 def read_sweep(path: str | Path) -> SweepSpec:
     """The sweep a YAML file describes; a ValueError names what is wrong and the nearest good
     spelling."""
-    import yaml
-
+    try:
+        import yaml
+    except ImportError:
+        raise ValueError("sweep files are YAML: pip install 'torch-gemm-cost[sweep]' (pyyaml)"
+                         ) from None
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"sweep file {str(path)!r}: no such file")
