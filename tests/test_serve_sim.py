@@ -17,13 +17,13 @@ import torch_gemm_cost as tgc
 from torch_gemm_cost.cli import main
 from torch_gemm_cost.hardware.catalog import get_device
 from torch_gemm_cost.hardware.dtypes import DTYPES
+from torch_gemm_cost.llm.affine import StepFamily
 from torch_gemm_cost.llm.model import config_key, config_of
 from torch_gemm_cost.llm.pricing import price_step
 from torch_gemm_cost.llm.step import captured_step
 from torch_gemm_cost.predict import default_predictor
 from torch_gemm_cost.predict.ops import load_op_costs
 from torch_gemm_cost.serving import Lengths, ServingEngine
-from torch_gemm_cost.llm.affine import StepFamily
 from torch_gemm_cost.serving.dense import grouped_dense_ms
 from torch_gemm_cost.serving.scheduler import EngineLimits, StepBatch, run_engine
 from torch_gemm_cost.serving.slo import max_rate_under_slo, metric_ms

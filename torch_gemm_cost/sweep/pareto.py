@@ -52,8 +52,11 @@ def plot_pareto(rows: Sequence[Mapping[str, Any]], x: str, y: str, path: str | P
     except ImportError:
         raise ValueError("the Pareto plot needs matplotlib: pip install "
                          "'torch-gemm-cost[plot]'") from None
-    pts = [(_number(r.get(x)), _number(r.get(y))) for r in rows if not r.get("error")]
-    pts = [(a, b) for a, b in pts if a is not None and b is not None]
+    pts: list[tuple[float, float]] = []
+    for r in rows:
+        a, b = _number(r.get(x)), _number(r.get(y))
+        if not r.get("error") and a is not None and b is not None:
+            pts.append((a, b))
     if not pts:
         raise ValueError(f"no row has both {x!r} and {y!r} (and no error) to plot")
     front = pareto_front(rows, x, y)

@@ -57,16 +57,27 @@ def run_group(kind: str, combos: Sequence[Mapping[str, Any]]) -> list[dict[str, 
     combination alone where the call fails, so that each row carries its own error."""
     try:
         return _run(kind, combos)
-    except Exception as e:
+    except _REFUSALS as e:
         if len(combos) == 1:
             return [{**combos[0], "error": _message(e)}]
     rows = []
     for combo in combos:
         try:
             rows += _run(kind, [combo])
-        except Exception as e:
+        except _REFUSALS as e:
             rows.append({**combo, "error": _message(e)})
     return rows
+
+
+def _refusals() -> tuple[type[BaseException], ...]:
+    from ..cli import UsageError
+
+    # what a command says of a combination it refuses (bad values, a model it cannot build or
+    # capture, a missing file); anything else is a fault of this program and stops the sweep
+    return (ValueError, TypeError, LookupError, RuntimeError, OSError, UsageError)
+
+
+_REFUSALS = _refusals()
 
 
 def _message(e: BaseException) -> str:

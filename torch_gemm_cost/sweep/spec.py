@@ -77,8 +77,8 @@ def read_sweep(path: str | Path) -> SweepSpec:
         doc = yaml.safe_load(file.read_text())
     except yaml.YAMLError as e:
         raise ValueError(f"sweep file {path}: not valid YAML ({e})") from e
-    if not isinstance(doc, dict):
-        raise ValueError(f"sweep file {path}: a mapping of options is expected, e.g. "
+    if not isinstance(doc, dict):  # the file's content: a ValueError, as for any bad value
+        raise ValueError(f"sweep file {path}: a mapping of options is expected, e.g. "  # noqa: TRY004
                          "'kind: llm' and 'batch: [1, 8]'")
     return parse_sweep(doc, str(path))
 
