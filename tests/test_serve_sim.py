@@ -201,3 +201,17 @@ def test_cli_serve_sim(tmp_path, capsys):
     assert len(json.loads(out.read_text())["requests"]) == 4
     assert main(["serve-sim", "--hf-config", str(config)]) == 2
     assert "give --rate QPS or --concurrency N" in capsys.readouterr().err
+
+
+def test_two_replicas_serve_two_clients_as_two_engines_of_one(engine):
+    # 2 clients dealt to 2 replicas: each engine serves one request at a time, as at
+    # concurrency 1 on one engine; 4 requests, 2 a replica, so the run lasts 2 latencies
+    one = engine.run(concurrency=1, prompt=256, gen=32, num_requests=1).requests[0]
+    sim = engine.run(concurrency=2, prompt=256, gen=32, num_requests=4, replicas=2)
+    assert sim.gpus == 2 and "over 2 replicas" in sim.workload
+    for r in sim.requests:
+        assert (r.ttft_ms, r.e2e_ms) == pytest.approx((one.ttft_ms, one.e2e_ms), rel=1e-12)
+    assert sim.duration_ms == pytest.approx(2 * one.e2e_ms, rel=1e-12)
+    # on one engine the two clients share each step: TTFT of a batch of two prompts
+    shared = engine.run(concurrency=2, prompt=256, gen=32, num_requests=4)
+    assert shared.ttft.p50 > one.ttft_ms

@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-requests", type=int, default=200, help="requests (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrivals")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="data-parallel engines of --tp GPUs behind one router that deals the "
+                        "requests out in turn (default 1)")
     p.add_argument("--weights", choices=WEIGHTS, default=None,
                    help="weight format of the linear layers (default: the dtype)")
     p.add_argument("--kv-dtype", choices=("fp8",), default=None,
@@ -91,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                            memory_utilization=args.memory_utilization, weights=args.weights,
                            kv_dtype=args.kv_dtype)
     workload = {"prompt": args.prompt, "gen": args.gen, "num_requests": args.num_requests,
-                "seed": args.seed, "arrival": args.arrival}
+                "seed": args.seed, "arrival": args.arrival, "replicas": args.replicas}
     if args.max_rate_under_slo:
         found = max_rate_under_slo(engine, slo, **workload)
         bounds = ", ".join(f"{k} <= {v:g} ms" for k, v in slo.items())

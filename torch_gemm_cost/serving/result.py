@@ -78,14 +78,16 @@ class RequestLatency:
 
 @dataclass(frozen=True)
 class ServingSim:
-    """A simulated serving run of one model on one device (per replica, ``tp`` GPUs each):
-    every request, their latency percentiles, the throughput, and the KV cache's occupancy
-    after each step (``kv_times_ms``, ``kv_used``: a share of ``kv_blocks``)."""
+    """A simulated serving run of one model on ``replicas`` copies of an engine of ``tp``
+    GPUs: every request, their latency percentiles, the throughput, and the KV cache's
+    occupancy after each step of the first copy (``kv_times_ms``, ``kv_used``: a share of its
+    ``kv_blocks``)."""
 
     model: str
     device: str
     dtype: str
     tp: int
+    replicas: int
     workload: str  # e.g. "poisson 10 QPS" or "concurrency 8"
     prompt: str  # the prompt lengths' distribution
     gen: str
@@ -110,6 +112,11 @@ class ServingSim:
     assumptions: tuple[str, ...] = field(default=(), repr=False)
 
     @property
+    def gpus(self) -> int:
+        """GPUs the run holds: tp a replica, every replica."""
+        return self.tp * self.replicas
+
+    @property
     def kv_peak(self) -> float:
         """The largest share of the KV cache in use after any step."""
         return max(self.kv_used, default=0.0)
@@ -121,6 +128,7 @@ class ServingSim:
             k: v for k, v in asdict(self).items()
             if k not in ("requests", "kv_times_ms", "kv_used", "assumptions")}
         out["kv_peak"] = self.kv_peak
+        out["gpus"] = self.gpus
         if requests:
             out["requests"] = [{**asdict(r), "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms,
                                 "e2e_ms": r.e2e_ms} for r in self.requests]

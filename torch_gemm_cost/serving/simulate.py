@@ -60,6 +60,7 @@ def simulate_serving(
     gen: int | str | Lengths = 256,
     num_requests: int = 200,
     tp: int = 1,
+    replicas: int = 1,
     seed: int = 0,
     arrival: str = "poisson",
     max_num_seqs: int = MAX_NUM_SEQS,
@@ -73,13 +74,14 @@ def simulate_serving(
     ``rate_qps`` (``arrival``: ``"poisson"`` or ``"constant"`` gaps), or from ``concurrency``
     clients in a closed loop (exactly one of the two). ``prompt`` and ``gen``: a token count or
     a distribution (``Lengths``, or a string ``Lengths.parse`` reads: ``"lognormal:512:256"``).
-    The other arguments as ``plan_llm``'s; ``max_num_seqs`` and ``token_budget``
-    (max_num_batched_tokens) are the scheduler's limits."""
+    ``replicas``: data-parallel copies of the engine (``tp`` GPUs each) behind one router that
+    deals the requests out in turn. The other arguments as ``plan_llm``'s; ``max_num_seqs``
+    and ``token_budget`` (max_num_batched_tokens) are the scheduler's limits."""
     engine = ServingEngine(config, device, dtype=dtype, tp=tp, max_num_seqs=max_num_seqs,
                            token_budget=token_budget, memory_utilization=memory_utilization,
                            weights=weights, kv_dtype=kv_dtype, predictor=predictor)
     return engine.run(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt, gen=gen,
-                      num_requests=num_requests, seed=seed, arrival=arrival)
+                      num_requests=num_requests, seed=seed, arrival=arrival, replicas=replicas)
 
 
 class ServingEngine:
@@ -170,8 +172,9 @@ class ServingEngine:
 
     def run(self, *, rate_qps: float | None = None, concurrency: int | None = None,
             prompt: Any = 2048, gen: Any = 256, num_requests: int = 200, seed: int = 0,
-            arrival: str = "poisson") -> ServingSim:
-        """Serve one workload (see ``simulate_serving``)."""
+            arrival: str = "poisson", replicas: int = 1) -> ServingSim:
+        """Serve one workload (see ``simulate_serving``): on ``replicas`` copies of the
+        engine, request i on copy i mod replicas (a closed loop's clients dealt out alike)."""
         if (rate_qps is None) == (concurrency is None):
             raise ValueError("give exactly one of rate_qps (open loop) and concurrency (closed "
                              "loop), e.g. rate_qps=4")
@@ -179,12 +182,21 @@ class ServingEngine:
                 rate_qps, (int, float)) or not 0 < rate_qps < math.inf):
             raise ValueError(f"rate_qps must be a positive number of requests a second, got "
                              f"{rate_qps!r}; e.g. 1")
+        _check_int("replicas", replicas, 1)
         if concurrency is not None:
-            _check_int("concurrency", concurrency, 1)
+            _check_int("concurrency", concurrency, replicas)
         reqs = self.requests(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt,
                              gen=gen, num_requests=num_requests, seed=seed, arrival=arrival)
         priced = self.cost.dense.priced
-        outcomes, trace = run_engine(reqs, self.limits, self.cost, concurrency)
+        outcomes, traces = [], []
+        for i in range(replicas):
+            share = None if concurrency is None else \
+                concurrency // replicas + (i < concurrency % replicas)
+            done, trace = run_engine(reqs[i::replicas], self.limits, self.cost, share)
+            outcomes += done
+            traces.append(trace)
+        outcomes.sort(key=lambda o: o.request.id)
+        trace = traces[0]
         served = tuple(RequestLatency(o.request.id, o.request.prompt, o.request.gen,
                                       o.request.arrival_ms, o.first_token_ms, o.finish_ms,
                                       o.preemptions) for o in outcomes)
@@ -195,8 +207,11 @@ class ServingEngine:
         per_s = 1e3 / duration if duration > 0 else math.nan
         load = f"{arrival} {rate_qps:g} QPS" if rate_qps is not None else \
             f"concurrency {concurrency}"
+        if replicas > 1:
+            load += f" over {replicas} replicas"
         return ServingSim(
             model=self.model_name, device=self.spec.id, dtype=self.cd.name, tp=self.tp,
+            replicas=replicas,
             workload=load, prompt=str(lengths_of(prompt, "prompt")),
             gen=str(lengths_of(gen, "gen")), seed=seed,
             token_budget=self.limits.token_budget, max_num_seqs=self.limits.max_num_seqs,
@@ -206,8 +221,8 @@ class ServingEngine:
             e2e=Percentiles.of([r.e2e_ms for r in served]), duration_ms=duration,
             output_tokens_per_s=out_tokens * per_s,
             total_tokens_per_s=(in_tokens + out_tokens) * per_s,
-            requests_per_s=len(served) * per_s, steps=len(trace.step_end_ms),
-            preemptions=trace.preemptions, priced_shapes=self.cost.dense.priced - priced,
+            requests_per_s=len(served) * per_s, steps=sum(len(t.step_end_ms) for t in traces),
+            preemptions=sum(t.preemptions for t in traces), priced_shapes=self.cost.dense.priced - priced,
             kv_times_ms=tuple(trace.step_end_ms),
             kv_used=tuple(b / self.limits.kv_blocks for b in trace.blocks_used),
             assumptions=assumptions(self.attention_kernel, self.limits, self.tp))

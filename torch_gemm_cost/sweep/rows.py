@@ -145,9 +145,9 @@ def _serve_sim(args: argparse.Namespace) -> dict[str, Any]:
                            kv_dtype=args.kv_dtype)
     sim = engine.run(rate_qps=args.rate, concurrency=args.concurrency, prompt=args.prompt,
                      gen=args.gen, num_requests=args.num_requests, seed=args.seed,
-                     arrival=args.arrival)
+                     arrival=args.arrival, replicas=args.replicas)
     return {"ttft_p50_ms": sim.ttft.p50, "ttft_p99_ms": sim.ttft.p99,
             "tpot_p50_ms": sim.tpot.p50, "tpot_p99_ms": sim.tpot.p99,
             "e2e_p50_ms": sim.e2e.p50, "e2e_p99_ms": sim.e2e.p99,
             "output_tokens_per_s": sim.output_tokens_per_s, "preemptions": sim.preemptions,
-            "gpus": sim.tp, "error": ""}
+            "gpus": sim.gpus, "error": ""}
