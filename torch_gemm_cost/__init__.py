@@ -16,6 +16,7 @@ from .predict.price import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
 from .records import GemmSite, OtherOp, register_gemm_handler
 from .report import CostReport, format_advice, format_comparison
+from .serving import ServingSim, simulate_serving
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,7 @@ __all__ = [
     "OpEstimate",
     "OtherOp",
     "PaddingAdvice",
+    "ServingSim",
     "annotate",
     "compare",
     "estimate",
@@ -45,4 +47,5 @@ __all__ = [
     "predict_gemm_ms",
     "register_gemm_handler",
     "resolve_dtype",
+    "simulate_serving",
 ]
