@@ -110,9 +110,11 @@ def test_the_cli_names_a_bad_output_format(tmp_path, config, capsys):
 
 
 def test_pareto_front_by_hand():
-    # (gpus, ms): (2, 7) loses to (2, 5); (4, 6) to (2, 5); the error row is left out
+    # (gpus, ms): (2, 7) loses to (2, 5); (4, 6) to (2, 5); the error row and the row whose
+    # memory does not fit are left out
     rows = [{"gpus": 1, "ms": 9.0}, {"gpus": 2, "ms": 7.0}, {"gpus": 2, "ms": 5.0},
-            {"gpus": 4, "ms": 6.0}, {"gpus": 8, "ms": 2.0}, {"gpus": 1, "ms": 1.0, "error": "x"}]
+            {"gpus": 4, "ms": 6.0}, {"gpus": 8, "ms": 2.0}, {"gpus": 1, "ms": 1.0, "error": "x"},
+            {"gpus": 1, "ms": 0.5, "fits": "False"}]
     assert [(r["gpus"], r["ms"]) for r in pareto_front(rows, "gpus", "ms")] == [
         (1, 9.0), (2, 5.0), (8, 2.0)]
 

@@ -21,16 +21,22 @@ def _number(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _feasible(row: Mapping[str, Any]) -> bool:
+    """A row without an error whose memory fits (where it says: a CSV holds "False")."""
+    return not row.get("error") and row.get("fits") not in (False, "False")
+
+
 def pareto_front(rows: Sequence[Mapping[str, Any]], x: str, y: str) -> list[Mapping[str, Any]]:
     """The rows no other row beats on both ``x`` and ``y`` (lower is better on both), by
-    ascending ``x``; rows with an error or without both figures are left out.
+    ascending ``x``; rows with an error, whose memory does not fit (``fits`` false), or
+    without both figures are left out.
 
     >>> rows = [{"gpus": 1, "ms": 9}, {"gpus": 2, "ms": 5}, {"gpus": 2, "ms": 7},
     ...         {"gpus": 4, "ms": 6}, {"gpus": 8, "ms": 2}]
     >>> [(r["gpus"], r["ms"]) for r in pareto_front(rows, "gpus", "ms")]
     [(1, 9), (2, 5), (8, 2)]
     """
-    points = [(_number(r.get(x)), _number(r.get(y)), r) for r in rows if not r.get("error")]
+    points = [(_number(r.get(x)), _number(r.get(y)), r) for r in rows if _feasible(r)]
     valid = sorted(((a, b, r) for a, b, r in points if a is not None and b is not None),
                    key=lambda p: (p[0], p[1]))
     front, best = [], math.inf
@@ -55,13 +61,14 @@ def plot_pareto(rows: Sequence[Mapping[str, Any]], x: str, y: str, path: str | P
     pts: list[tuple[float, float]] = []
     for r in rows:
         a, b = _number(r.get(x)), _number(r.get(y))
-        if not r.get("error") and a is not None and b is not None:
+        if _feasible(r) and a is not None and b is not None:
             pts.append((a, b))
     if not pts:
-        raise ValueError(f"no row has both {x!r} and {y!r} (and no error) to plot")
+        raise ValueError(f"no row that fits has both {x!r} and {y!r} (and no error) to plot")
     front = pareto_front(rows, x, y)
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter([a for a, _ in pts], [b for _, b in pts], s=12, color="0.7", label="runs")
+    ax.scatter([a for a, _ in pts], [b for _, b in pts], s=12, color="0.7",
+               label="runs that fit")
     ax.step([float(r[x]) for r in front], [float(r[y]) for r in front], where="post",
             color="C0", marker="o", label="Pareto front")
     ax.set_xlabel(x)
