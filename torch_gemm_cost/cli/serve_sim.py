@@ -85,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
            if (v := getattr(args, f"slo_{m}_p{q}_ms")) is not None}
     if args.max_rate_under_slo and not slo:
         raise UsageError("--max-rate-under-slo needs a bound, e.g. --slo-ttft-p99-ms 500")
+    if args.max_rate_under_slo and (args.rate is not None or args.concurrency is not None):
+        raise UsageError("--max-rate-under-slo searches the Poisson rate itself; leave out "
+                         "--rate and --concurrency")
     if slo and not args.max_rate_under_slo:
         raise UsageError("--slo-* bounds are for --max-rate-under-slo; add it")
     if not args.max_rate_under_slo and args.rate is None and args.concurrency is None:
