@@ -201,6 +201,13 @@ def test_cli_serve_sim(tmp_path, capsys):
     assert len(json.loads(out.read_text())["requests"]) == 4
     assert main(["serve-sim", "--hf-config", str(config)]) == 2
     assert "give --rate QPS or --concurrency N" in capsys.readouterr().err
+    slo = ["serve-sim", "--hf-config", str(config), "--prompt", "128", "--gen", "8",
+           "--num-requests", "10", "--max-num-batched-tokens", str(BUDGET),
+           "--max-rate-under-slo", "--slo-ttft-p99-ms", "50"]
+    assert main(slo) == 0
+    assert "max rate under SLO (ttft_p99 <= 50 ms)" in capsys.readouterr().out
+    assert main([*slo, "--rate", "3"]) == 2
+    assert "leave out --rate and --concurrency" in capsys.readouterr().err
 
 
 def test_two_replicas_serve_two_clients_as_two_engines_of_one(engine):
