@@ -174,20 +174,24 @@ arriving together. Only the end-to-end latency is published, so the 20% column j
 
 {chr(10).join(misses) if misses else "None."}
 
-What the misses share: they are the host's time, which the simulator leaves out (as the static
-planner does) and prices only the GPU's. On the L4 the TPOT is within a few percent at every
-concurrency, but the measured TTFT at concurrency 1 (27 ms) is about 19 ms above the GPU time
-of a 256-token prefill of a 0.5B model (the simulated 7.8 ms): the request's path through
-vLLM's API server (HTTP, tokenizing, the hand-off to the engine process, detokenizing the
-first token). Under load that path queues on the 4 vCPUs the source's g2-standard-4 has, so
-the gap grows with the concurrency. On the H200 the 8B model's simulated TPOT (about 5.2 ms at
+What the misses share, as far as these figures tell: time the simulator does not price. It
+prices the GPU's time only (as the static planner does), not the host's. On the L4 the TPOT is
+within a few percent at every concurrency, but the measured TTFT at concurrency 1 (27 ms) is
+about 19 ms above the simulated GPU time of a 256-token prefill of a 0.5B model (7.8 ms). The
+likely share is the request's path through vLLM's API server (HTTP, tokenizing, the hand-off
+to the engine process, detokenizing the first token), which the source did not break out; that
+the gap grows with the concurrency fits a path that queues on the source's 4 vCPUs
+(g2-standard-4), but nothing here measured it. On the H200 the 8B model's simulated TPOT (about 5.2 ms at
 batch 8) is under the measured mean step (833 ms / 128 tokens = 6.5 ms): the sampler and the
 scheduler's per-step host time, not priced here, are a share of a step this short.
 
 ## The static planner is unchanged
 
 Llama-3-8B, bf16, H100 SXM, prompt 2048, 256 generated, batch 1: the figures on main
-(benchmarks/results/llm.md), `plan_llm` on this tree, and the simulator at concurrency 1.
+(benchmarks/results/llm.md), `plan_llm` on this tree, and the simulator at concurrency 1. The
+whole plan is unchanged too: `torch-gemm-cost llm ... --json` writes byte-identical files from
+this tree and from the commit it branched from (3b966da) for Llama-3-8B on H100 at batches 1,
+8, 64; a tiny Llama at tp 2 on A100; GPT-2 with int4 weights on L4.
 
 {tabulate(planner, headers=["", "main", "plan_llm", "simulate_serving"], tablefmt="github")}
 
