@@ -130,3 +130,15 @@ def test_ray_local_mode(config):
     finally:
         ray.shutdown()
     assert [r["batch"] for r in rows] == [1, 2] and all(r["error"] == "" for r in rows)
+
+
+def test_parquet_output_reads_back(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed (the sweep "
+                                                       "extra); CSV output is tested")
+    from torch_gemm_cost.sweep import write_rows
+
+    rows = [{"batch": 1, "tpot_ms": 2.5, "error": ""}, {"batch": 9, "error": "too big"}]
+    out = write_rows(rows, tmp_path / "r.parquet", ["batch", "tpot_ms", "error"])
+    table = pq.read_table(out).to_pylist()
+    assert table == [{"batch": 1, "tpot_ms": 2.5, "error": None},
+                     {"batch": 9, "tpot_ms": None, "error": "too big"}]
