@@ -54,11 +54,13 @@ class Step:
 _DERIVE = [False]  # derive_steps' switch
 
 
-def derive_steps(on: bool = True) -> None:
+def derive_steps(on: bool = True) -> bool:
     """Whether ``captured_step`` derives a step of two or more tokens from its model's four
     base captures (``step_family``, ``llm.affine``) instead of capturing each shape: what a
-    sweep or a simulation of many shapes wants; a plan of a few shapes captures each."""
-    _DERIVE[0] = on
+    sweep or a simulation of many shapes wants; a plan of a few shapes captures each. Returns
+    the setting it replaces."""
+    before, _DERIVE[0] = _DERIVE[0], on
+    return before
 
 
 @functools.lru_cache(maxsize=64)

@@ -49,8 +49,13 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: bool = False,
     if ray or ray_address:
         results = _on_ray(spec.kind, calls, ray_address)
     elif (workers or os.cpu_count() or 1) == 1:
-        _init_worker()
-        results = [run_group(spec.kind, call) for call in calls]
+        from ..llm.step import derive_steps
+
+        before = derive_steps(True)
+        try:
+            results = [run_group(spec.kind, call) for call in calls]
+        finally:
+            derive_steps(before)
     else:
         with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker) as pool:
             results = list(pool.map(run_group, [spec.kind] * len(calls), calls))
