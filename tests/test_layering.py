@@ -28,7 +28,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # text rendered in llm.text; trainplan: training plans over many GPUs, priced the same way,
     # reading configs as llm does, their text in trainplan.text; no stage before imports them
     ("report", ("report", "llm", "trainplan")),
-    ("top", ("api", "calibrate", "cli", "train", "__main__", "")),
+    # serving: simulations under load, each step priced by llm's pipeline; sweep: many runs of
+    # the commands (estimate in api, plan_llm), so it sits with them at the top
+    ("serving", ("serving",)),
+    ("top", ("api", "calibrate", "cli", "sweep", "train", "__main__", "")),
 )
 STAGE_OF = {name: i for i, (_, names) in enumerate(STAGES) for name in names}
 

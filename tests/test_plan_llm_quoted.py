@@ -93,7 +93,13 @@ def test_cli_takes_max_num_seqs_and_flags_the_rows(tmp_path, capsys):
     assert [r["above_max_num_seqs"] for r in data["rows"]] == [False, True]
 
 
-def test_progress_shows_each_stage_on_a_terminal_only(tmp_path, capsys):
+def test_progress_shows_each_stage_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    from collections import OrderedDict
+
+    from torch_gemm_cost.llm import plan as plan_module
+
+    # a step priced by an earlier plan of this process is not captured again: start afresh
+    monkeypatch.setattr(plan_module, "_PRICED", OrderedDict())
     argv = ["llm", "--hf-config", _config(tmp_path), "--prompt", "256", "--gen", "16",
             "--batch", "2,8"]
     assert llm_cli.run(build_parser().parse_args(argv), stderr_tty=True) == 0

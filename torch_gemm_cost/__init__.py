@@ -16,6 +16,7 @@ from .predict.price import GemmEstimate, OpEstimate
 from .predict.query import explain, predict_gemm_ms
 from .records import GemmSite, OtherOp, register_gemm_handler
 from .report import CostReport, format_advice, format_comparison
+from .serving import ServingSim, simulate_serving
 from .trainplan import TrainingPlan, TrainingSearch, plan_training, search_training_plans
 
 __version__ = "0.1.0"
@@ -30,6 +31,7 @@ __all__ = [
     "OpEstimate",
     "OtherOp",
     "PaddingAdvice",
+    "ServingSim",
     "TrainingPlan",
     "TrainingSearch",
     "annotate",
@@ -50,4 +52,5 @@ __all__ = [
     "register_gemm_handler",
     "resolve_dtype",
     "search_training_plans",
+    "simulate_serving",
 ]

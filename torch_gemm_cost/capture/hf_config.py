@@ -22,8 +22,9 @@ class HfConfig:
 
     Each size reads the spellings of the common model families: ``hidden_size`` also GPT-2's
     ``n_embd`` and T5's ``d_model``; ``intermediate_size`` also GPT-2's ``n_inner`` (4·hidden
-    when unset), OPT's ``ffn_dim`` and T5's ``d_ff``; ``head_dim`` defaults to hidden_size /
-    num_attention_heads. ``sliding_windows`` holds each layer's window (0: full attention).
+    when unset), OPT's ``ffn_dim``, T5's ``d_ff`` and Falcon's ``ffn_hidden_size``;
+    ``num_key_value_heads`` also Falcon's ``num_kv_heads`` (one under its first architecture's
+    ``multi_query``); ``head_dim`` defaults to hidden_size / num_attention_heads. ``sliding_windows`` holds each layer's window (0: full attention).
     """
 
     model_type: str | None
@@ -81,7 +82,8 @@ def read_hf_config(config: Any) -> HfConfig:
     hidden = first("hidden_size", "n_embd", "d_model")
     heads = first("num_attention_heads", "n_head", "num_heads")
     model_type = get("model_type", None)
-    inter = first("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
+    inter = first("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim",
+                  "ffn_hidden_size")
     if inter is None and hidden is not None and model_type == "gpt2":
         inter = 4 * hidden
     layers = first("num_hidden_layers", "n_layer")
@@ -89,7 +91,7 @@ def read_hf_config(config: Any) -> HfConfig:
     return HfConfig(
         model_type=model_type if isinstance(model_type, str) else None,
         vocab_size=first("vocab_size"), hidden_size=hidden, num_attention_heads=heads,
-        num_key_value_heads=first("num_key_value_heads"),
+        num_key_value_heads=first("num_key_value_heads") or _falcon_kv_heads(get, model_type),
         head_dim=first("head_dim", "d_kv") or (hidden // heads if hidden and heads else None),
         intermediate_size=inter, num_hidden_layers=layers,
         max_position_embeddings=first("max_position_embeddings", "n_positions"),
@@ -115,6 +117,17 @@ def config_dims(config: Any) -> dict[str, int]:
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _falcon_kv_heads(get: Any, model_type: Any) -> int | None:
+    """Falcon's KV heads: ``num_kv_heads`` in its new decoder architecture, one where its
+    first one shares a KV head (``multi_query``), else None (one a query head)."""
+    if model_type != "falcon":
+        return None
+    if get("new_decoder_architecture", False):
+        value = get("num_kv_heads", None)
+        return int(value) if _positive_int(value) else None
+    return 1 if get("multi_query", True) else None
 
 
 def _windows(get: Any, layers: int | None) -> tuple[int, ...]:

@@ -23,8 +23,8 @@ from typing import Any
 __all__ = ["UsageError", "UserCodeError", "main", "raised_at", "version_text"]
 
 # module name in this package -> registered in this order
-SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "llm", "train_plan", "predict_csv", "train",
-                               "calibrate", "calibrate_comm")
+SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "llm", "serve_sim", "sweep", "train_plan",
+                               "predict_csv", "train", "calibrate", "calibrate_comm")
 
 
 class UsageError(Exception):

@@ -67,6 +67,14 @@ class ServingAttention:
         layer."""
         return self._sum([(batch, 1, context)])
 
+    def times(self, calls: Sequence[tuple[int, int, int]]) -> list[float]:
+        """Each (batch, q_len, kv_len) call's ms over every layer, the ones not yet priced
+        predicted together in one call of the attention model."""
+        keyed = [(b, q, k, w) for b, q, k in calls for w in self.layers]
+        self._calls(keyed)
+        return [sum(self.cache[(b, q, k, w)][0] * n for w, n in self.layers.items())
+                for b, q, k in calls]
+
     def per_layer_ms(self, batch: int, context: int, window: int) -> float:
         """One layer's decode attention (a layer of sliding window ``window``, 0: full)."""
         self._calls([(batch, 1, context, window)])

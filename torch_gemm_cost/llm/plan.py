@@ -16,6 +16,7 @@ Memory is in ``llm.memory``, the schedule of steps in ``llm.schedule``, what the
 
 from __future__ import annotations
 
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -52,7 +53,14 @@ from .model import config_key, config_of, meta_model
 from .pricing import PricedStep, comm_ms, price_step
 from .records import LlmPlanRow
 from .result import LlmPlan
-from .schedule import MAX_NUM_SEQS, TOKEN_BUDGET, PrefillStep, decode_contexts, prefill_order
+from .schedule import (
+    MAX_NUM_SEQS,
+    TOKEN_BUDGET,
+    PrefillStep,
+    decode_contexts,
+    prefill_order,
+    prefill_steps,
+)
 from .shape import ServingShape, padded_vocab
 from .shard import shard_config
 from .step import Step, captured_step
@@ -122,6 +130,12 @@ def plan_llm(
     usable = memory_utilization * float(spec.mem_bytes or 0.0)  # bytes, as the spec gives them
     mid = prompt + gen // 2
     rows, reports = [], []
+    # every attention call of the plan predicted in one call of the attention model
+    pricer.attention.times([(n, q, k) for b in sizes
+                            for (_, _, chunks) in prefill_steps(b, prompt, token_budget)
+                            for (q, k), n in Counter(chunks).items()]
+                           + [(b, 1, ctx) for b in sizes for ctx, _ in decode_contexts(prompt,
+                                                                                     gen)])
     for i, b in enumerate(sizes, 1):
         say(f"price: batch {b} ({i} of {len(sizes)}), prefill")
         pre = pricer.prefill(b, prompt, token_budget)
@@ -177,6 +191,11 @@ class Prefill:
     steps: int
 
 
+# priced dense steps, most recently used last; the predictor is kept so that its id stays its own
+_PRICED: OrderedDict[tuple[Any, ...], tuple[Predictor, PricedStep]] = OrderedDict()
+_PRICED_MAX = 128
+
+
 class StepPricer:
     """One plan's forward passes priced: each distinct (tokens, sampled) dense step captured and
     priced once, attention per layer kind, and the tensor-parallel collectives."""
@@ -189,18 +208,24 @@ class StepPricer:
         self.say = say or _silent
         self.costs: OpCostModel = load_op_costs()
         self.attention = ServingAttention(spec, shape, cd, kv)
-        self._priced: dict[tuple[int, int], PricedStep] = {}
 
     def dense(self, tokens: int, sampled: int) -> tuple[Step, PricedStep]:
-        """The step of ``tokens`` tokens sampling ``sampled``, and its price but attention."""
-        if (tokens, sampled) not in self._priced:
+        """The step of ``tokens`` tokens sampling ``sampled``, and its price but attention
+        (shared by the plans of one process: a sweep prices each shape once)."""
+        key = (self.key, self.cd.name, self.spec, id(self.predictor), self.fmt, self.kv.name,
+               tokens, sampled)
+        if key not in _PRICED:
             self.say(f"capture: a forward pass of {tokens} token{'s' * (tokens > 1)}, "
                      f"sampling {sampled}")
         step = captured_step(self.key, self.cd.name, tokens, sampled)
-        if (tokens, sampled) not in self._priced:
-            self._priced[(tokens, sampled)] = price_step(step, self.spec, self.predictor,
-                                                         self.fmt, self.kv, self.costs)
-        return step, self._priced[(tokens, sampled)]
+        if key in _PRICED:
+            _PRICED.move_to_end(key)
+        else:
+            _PRICED[key] = (self.predictor, price_step(step, self.spec, self.predictor,
+                                                       self.fmt, self.kv, self.costs))
+            if len(_PRICED) > _PRICED_MAX:
+                _PRICED.popitem(last=False)
+        return step, _PRICED[key][1]
 
     def comm_ms(self, tokens: int, sampled: int) -> float:
         """Two all-reduces a layer and one after the embedding, and the logits' all-gather."""

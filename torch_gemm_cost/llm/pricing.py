@@ -110,8 +110,12 @@ def price_step(step: Step, spec: DeviceSpec, predictor: Predictor, fmt: str | No
     """``step``'s GEMMs and kernels but attention on ``spec``: ``price_records`` of its serving
     records, the ops without launch cost, then each kernel at least its floor."""
     sites, others = serving_records(step, fmt, kv)
-    priced = price_records(sites, others, spec, predictor, kernels=step.kernels,
+    # each distinct GEMM predicted once (a model's layers repeat theirs), then given to each site
+    unique = {_unnamed(s): s for s in reversed(sites)}
+    priced = price_records(list(unique.values()), others, spec, predictor, kernels=step.kernels,
                            op_costs=replace(costs, launch_ms=0.0))
+    by_shape = {_unnamed(g.site): g for g in priced.gemms}
+    priced = replace(priced, gemms=tuple(replace(by_shape[_unnamed(s)], site=s) for s in sites))
     ops = _in_a_cuda_graph(step, priced, costs)
     unmodelled = sorted({o.op.op for o in ops if o.time_ms is None})
     if unmodelled:
@@ -124,6 +128,11 @@ def price_step(step: Step, spec: DeviceSpec, predictor: Predictor, fmt: str | No
         weight_read_bytes=float(sum(
             s.batch * s.k * s.n * (DTYPES[s.dtype].in_bytes if s.b_bytes is None else s.b_bytes)
             for s in sites)))
+
+
+def _unnamed(site: GemmSite) -> GemmSite:
+    """A site without the names of where it runs: alike GEMMs of two layers are equal."""
+    return replace(site, module="", module_type="", node="")
 
 
 def step_ms(gemms: Sequence[GemmEstimate], ops: Sequence[OpEstimate]) -> float:

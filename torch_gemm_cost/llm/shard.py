@@ -31,16 +31,24 @@ def shard_config(config: Any, tp: int) -> Any:
                          f"{shape.intermediate}; nearest good tp: "
                          f"{' or '.join(map(str, _divisors_near(shape.intermediate, tp)))}")
     if tp > 1 and not any(isinstance(getattr(config, name, None), int) for name in (
-            "intermediate_size", "moe_intermediate_size")):
+            "intermediate_size", "moe_intermediate_size", "ffn_hidden_size")):
         raise ValueError(f"tp={tp} needs a config that names its MLP width "
                          f"(intermediate_size, as Llama-style models do); "
                          f"{type(config).__name__} does not: use tp=1")
     out = copy.deepcopy(config)
     out.num_attention_heads = shape.heads // tp
-    if hasattr(config, "num_key_value_heads"):
-        out.num_key_value_heads = max(shape.kv_heads // tp, 1)
-    out.head_dim = shape.head_dim
-    for name in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+    for name in ("num_key_value_heads", "num_kv_heads"):  # Llama's, Falcon's
+        if hasattr(config, name):
+            setattr(out, name, max(shape.kv_heads // tp, 1))
+    try:
+        out.head_dim = shape.head_dim
+    except AttributeError:  # a config that derives it (Falcon's hidden_size / heads)
+        if tp > 1:
+            raise ValueError(f"tp={tp}: {type(config).__name__} derives its head size from "
+                             "hidden_size / num_attention_heads, so one GPU's share of the "
+                             "heads cannot keep it; use tp=1") from None
+    for name in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+                 "ffn_hidden_size"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value % tp == 0:
             setattr(out, name, value // tp)

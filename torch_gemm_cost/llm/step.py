@@ -25,8 +25,10 @@ from ..hardware.dtypes import DTYPES
 from ..records import GemmSite, OtherOp, extract
 from ..records.types import FusedKernel, alignment_bytes
 from .model import meta_model
+from .schedule import TOKEN_BUDGET
 
-__all__ = ["Step", "capture_step", "captured_step", "serving_step"]
+__all__ = ["Step", "capture_records", "capture_step", "captured_step", "derive_steps",
+           "serving_step", "step_family"]
 
 _VIEWS = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten.transpose",
                     "aten.permute", "aten.t", "aten.expand", "aten.alias"})
@@ -49,9 +51,38 @@ class Step:
     experts: int
 
 
+_DERIVE = [False]  # derive_steps' switch
+
+
+def derive_steps(on: bool = True) -> bool:
+    """Whether ``captured_step`` derives a step of two or more tokens from its model's four
+    base captures (``step_family``, ``llm.affine``) instead of capturing each shape: what a
+    sweep or a simulation of many shapes wants; a plan of a few shapes captures each. Returns
+    the setting it replaces."""
+    before, _DERIVE[0] = _DERIVE[0], on
+    return before
+
+
 @functools.lru_cache(maxsize=64)
 def captured_step(key: str, dtype: str, tokens: int, sampled: int) -> Step:
-    """The step of a config (``model.config_key``) in ``dtype``, captured once per shape."""
+    """The step of a config (``model.config_key``) in ``dtype``, captured once per shape (or
+    derived, see ``derive_steps``)."""
+    if _DERIVE[0] and tokens >= 2:
+        return step_family(key, dtype).of(tokens, sampled)
+    return capture_records(key, dtype, tokens, sampled)
+
+
+@functools.lru_cache(maxsize=8)
+def step_family(key: str, dtype: str, max_tokens: int = TOKEN_BUDGET) -> Any:
+    """A config's steps at every shape (``llm.affine.StepFamily``): derived up to
+    ``max_tokens`` where its base captures allow, else captured shape by shape."""
+    from .affine import StepFamily
+
+    return StepFamily(lambda t, s: capture_records(key, dtype, t, s), max_tokens)
+
+
+def capture_records(key: str, dtype: str, tokens: int, sampled: int) -> Step:
+    """The step of a config in ``dtype`` captured (no cache)."""
     model = meta_model(key, dtype)
     cd = DTYPES[dtype]
     captured = capture_step(model, tokens, sampled)

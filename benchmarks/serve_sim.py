@@ -1,0 +1,211 @@
+"""``simulate_serving`` against published vLLM serving measurements whose request lengths and
+load are stated, the static planner's figures beside, and how fast a simulated minute runs.
+Writes benchmarks/results/serve_sim.md.
+
+    python benchmarks/serve_sim.py
+
+Sources (each states model, GPU, vLLM version, lengths with --ignore-eos, and the load):
+
+- ai.wmx.dev/benchmarks: Qwen2.5-0.5B-Instruct (bf16) on one L4, vLLM v0.23.0 (V1 engine),
+  ``--gpu-memory-utilization 0.6 --max-model-len 8192``, 256 prompt and 128 output tokens,
+  closed loop (``vllm bench serve --request-rate inf --max-concurrency C``) at C = 1 .. 32:
+  TTFT p50 and ITL p50 (ms) per concurrency.
+- vLLM's own performance benchmark (buildkite.com/vllm/performance-benchmark, build 9515,
+  latency tests on H200): 32 prompt and 128 output tokens, a fixed batch of 8
+  (``vllm bench latency``), mean end-to-end latency: Llama-3.1-8B tp 1 833.42 ms, Llama-3-70B
+  tp 4 2077.53 ms, Mixtral-8x7B tp 2 1917.44 ms.
+
+vLLM's nightly serving tests (QPS 1/4/16 on ShareGPT) and its blog's v0.6.0 figures draw their
+lengths from ShareGPT, which this project does not hold: no row compares with them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch_gemm_cost as tgc
+from torch_gemm_cost.serving import ServingEngine
+
+OUT = ROOT / "benchmarks" / "results" / "serve_sim.md"
+TARGET = 0.20  # |predicted / measured - 1| on P50 TTFT and TPOT
+
+# Qwen/Qwen2.5-0.5B-Instruct's config.json on the Hugging Face hub
+QWEN_05B = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+            "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+            "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+LLAMA3_8B = str(ROOT / "examples" / "llama3_8b.json")
+# meta-llama/Meta-Llama-3-70B and mistralai/Mixtral-8x7B-v0.1's config.json
+LLAMA3_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+              "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+              "vocab_size": 128256, "max_position_embeddings": 8192, "rope_theta": 500000.0,
+              "tie_word_embeddings": False}
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+           "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 8,
+           "num_experts_per_tok": 2, "rope_theta": 1e6, "tie_word_embeddings": False}
+
+# ai.wmx.dev/benchmarks: concurrency -> (TTFT p50 ms, ITL p50 ms, output tokens/s)
+WMX_L4 = {1: (27.0, 5.1, 168), 2: (37.8, 5.2, 367), 4: (50.1, 5.3, 698), 8: (60.9, 5.5, 1312),
+          16: (103.8, 6.0, 2277), 32: (135.3, 7.1, 3773)}
+# vLLM performance benchmark, H200 latency tests: (name, config, tp, mean latency ms)
+VLLM_H200 = [("Llama-3.1-8B", LLAMA3_8B, 1, 833.421), ("Llama-3-70B", LLAMA3_70B, 4, 2077.53),
+             ("Mixtral-8x7B", MIXTRAL, 2, 1917.44)]
+# the static planner's figures on main (benchmarks/results/llm.md, "Must show")
+PLAN_8B_H100 = {"ttft_ms": 47.49, "tpot_ms": 6.983}
+
+
+def rel(pred: float, meas: float) -> str:
+    return f"{pred / meas - 1:+.1%}"
+
+
+def verdict(*errors: float) -> str:
+    return "meets" if all(abs(e) <= TARGET for e in errors) else "misses"
+
+
+def l4_rows() -> tuple[list[list[Any]], float]:
+    t = time.perf_counter()
+    # vLLM's defaults for a GPU under 70 GB: max_num_batched_tokens 2048 for its server
+    engine = ServingEngine(QWEN_05B, "l4", dtype="bf16", token_budget=2048,
+                           memory_utilization=0.6)
+    rows = []
+    for c, (ttft, itl, tput) in WMX_L4.items():
+        sim = engine.run(concurrency=c, prompt=256, gen=128, num_requests=max(40, 10 * c))
+        e1, e2 = sim.ttft.p50 / ttft - 1, sim.tpot.p50 / itl - 1
+        rows.append([c, f"{sim.ttft.p50:.1f}", ttft, rel(sim.ttft.p50, ttft),
+                     f"{sim.tpot.p50:.2f}", itl, rel(sim.tpot.p50, itl),
+                     f"{sim.output_tokens_per_s:.0f}", tput, verdict(e1, e2)])
+    return rows, time.perf_counter() - t
+
+
+def h200_rows() -> tuple[list[list[Any]], float]:
+    t = time.perf_counter()
+    rows = []
+    for name, config, tp, latency in VLLM_H200:
+        engine = ServingEngine(config, "h200_sxm_141gb", dtype="bf16", tp=tp)
+        sim = engine.run(concurrency=8, prompt=32, gen=128, num_requests=8)
+        rows.append([name, tp, f"{sim.e2e.mean:.1f}", latency, rel(sim.e2e.mean, latency),
+                     f"{sim.ttft.mean:.2f}", f"{sim.tpot.mean:.3f}",
+                     verdict(sim.e2e.mean / latency - 1)])
+    return rows, time.perf_counter() - t
+
+
+def planner_rows() -> list[list[Any]]:
+    plan = tgc.plan_llm(LLAMA3_8B, device="h100_sxm5_80gb", dtype="bf16", prompt=2048, gen=256,
+                        batches=[1]).rows[0]
+    engine = ServingEngine(LLAMA3_8B, "h100_sxm5_80gb", dtype="bf16")
+    sim = engine.run(concurrency=1, prompt=2048, gen=256, num_requests=1)
+    return [["TTFT ms", PLAN_8B_H100["ttft_ms"], f"{plan.ttft_max_ms:.2f}",
+             f"{sim.requests[0].ttft_ms:.2f}"],
+            ["TPOT ms", PLAN_8B_H100["tpot_ms"], f"{plan.tpot_ms:.3f}",
+             f"{sim.requests[0].tpot_ms:.3f}"]]
+
+
+def speed_rows() -> list[list[Any]]:
+    t = time.perf_counter()
+    engine = ServingEngine(LLAMA3_8B, "h100_sxm5_80gb", dtype="bf16")
+    setup = time.perf_counter() - t
+    out = []
+    for label in ("first run", "second run (shapes cached)"):
+        t = time.perf_counter()
+        sim = engine.run(rate_qps=10, prompt="lognormal:1024:512", gen="uniform:64:256",
+                         num_requests=600, seed=1)
+        out.append([label, f"{sim.duration_ms / 1e3:.1f}", sim.steps, sim.priced_shapes,
+                    f"{time.perf_counter() - t:.1f}", f"{sim.ttft.p50:.1f}",
+                    f"{sim.tpot.p50:.2f}", f"{100 * sim.kv_peak:.0f}%"])
+    out.insert(0, ["set-up (captures already made above)", "", "", "", f"{setup:.1f}", "", "",
+                   ""])
+    return out
+
+
+def main() -> None:
+    started = time.perf_counter()
+    l4, l4_s = l4_rows()
+    h200, h200_s = h200_rows()
+    planner = planner_rows()
+    speed = speed_rows()
+    misses = [f"- L4, concurrency {r[0]}: TTFT p50 {r[3]}, TPOT p50 {r[6]}" for r in l4
+              if r[-1] == "misses"] + [f"- H200, {r[0]} tp {r[1]}: latency {r[4]}" for r in h200
+                                       if r[-1] == "misses"]
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    text = f"""# Serving under load: simulate_serving against published vLLM measurements
+
+Command: `python benchmarks/serve_sim.py` (wall time {time.perf_counter() - started:.0f} s on a
+shared 2-core host, load average {load} when it finished). Target: P50 TTFT and TPOT within
+{TARGET:.0%} of the measured. Every figure below is a prediction of this project against a
+published measurement; nothing was measured here.
+
+Only sources that state the model, the GPU, the vLLM version, fixed request lengths
+(`--ignore-eos`) and the load are used. vLLM's nightly serving tests (QPS 1, 4, 16 on ShareGPT)
+and the v0.6.0 blog's figures draw their lengths from ShareGPT, which this project does not
+hold, so no row compares with them.
+
+## Qwen2.5-0.5B-Instruct on one L4, closed loop, 256 + 128 tokens
+
+Source: ai.wmx.dev/benchmarks (vLLM v0.23.0, V1 engine, `--gpu-memory-utilization 0.6
+--max-model-len 8192`, `vllm bench serve --request-rate inf --max-concurrency C`). The source
+reports ITL p50, the median gap between tokens; with 128 fixed outputs it is compared with the
+simulated TPOT p50. Simulated with vLLM's server defaults for a GPU under 70 GB
+(max_num_batched_tokens 2048, max_num_seqs 256), max(40, 10·C) requests. ({l4_s:.0f} s)
+
+{tabulate(l4, headers=["C", "TTFT p50", "measured", "error", "TPOT p50", "ITL p50 measured",
+                       "error", "out tok/s", "measured", "20%"], tablefmt="github")}
+
+## vLLM's performance benchmark on H200: 32 + 128 tokens, a batch of 8
+
+Source: buildkite.com/vllm/performance-benchmark (build 9515, latency tests: `vllm bench
+latency`, input 32, output 128, batch 8), mean end-to-end latency. Simulated as 8 requests
+arriving together. Only the end-to-end latency is published, so the 20% column judges it.
+({h200_s:.0f} s)
+
+{tabulate(h200, headers=["model", "tp", "latency ms", "measured", "error", "TTFT ms",
+                         "TPOT ms", "20%"], tablefmt="github")}
+
+## Rows that miss
+
+{chr(10).join(misses) if misses else "None."}
+
+What the misses share, as far as these figures tell: time the simulator does not price. It
+prices the GPU's time only (as the static planner does), not the host's. On the L4 the TPOT is
+within a few percent at every concurrency, but the measured TTFT at concurrency 1 (27 ms) is
+about 19 ms above the simulated GPU time of a 256-token prefill of a 0.5B model (7.8 ms). The
+likely share is the request's path through vLLM's API server (HTTP, tokenizing, the hand-off
+to the engine process, detokenizing the first token), which the source did not break out; that
+the gap grows with the concurrency fits a path that queues on the source's 4 vCPUs
+(g2-standard-4), but nothing here measured it. On the H200 the 8B model's simulated TPOT (about 5.2 ms at
+batch 8) is under the measured mean step (833 ms / 128 tokens = 6.5 ms): the sampler and the
+scheduler's per-step host time, not priced here, are a share of a step this short.
+
+## The static planner is unchanged
+
+Llama-3-8B, bf16, H100 SXM, prompt 2048, 256 generated, batch 1: the figures on main
+(benchmarks/results/llm.md), `plan_llm` on this tree, and the simulator at concurrency 1. The
+whole plan is unchanged too: `torch-gemm-cost llm ... --json` writes byte-identical files from
+this tree and from the commit it branched from (3b966da) for Llama-3-8B on H100 at batches 1,
+8, 64; a tiny Llama at tp 2 on A100; GPT-2 with int4 weights on L4.
+
+{tabulate(planner, headers=["", "main", "plan_llm", "simulate_serving"], tablefmt="github")}
+
+## How fast a simulated minute runs
+
+Llama-3-8B on H100, Poisson 10 QPS, 600 requests (a minute of arrivals), prompts lognormal
+(mean 1024, sd 512), 64-256 generated tokens:
+
+{tabulate(speed, headers=["", "simulated s", "steps", "shapes priced", "wall s", "TTFT p50",
+                          "TPOT p50", "KV peak"], tablefmt="github")}
+"""
+    OUT.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""vLLM V1's scheduler, step by step (vllm/v1/core/sched/scheduler.py, FCFS): continuous
+batching, chunked prefill mixed with decode under a token budget, at most ``max_num_seqs``
+running requests, KV blocks of ``block_size`` tokens, and preemption by recomputation when the
+cache fills. What a step costs comes from a ``StepTimer``; this module only counts tokens.
+
+Each step:
+
+1. the running requests, oldest first, each get the tokens it still lacks (1 while decoding,
+   the rest of its prompt while prefilling), at most what is left of the budget. Where the
+   cache cannot hold them, the newest running request is preempted (its blocks freed, its
+   computed tokens dropped, back to the front of the waiting queue), until they fit or the
+   request itself was the one preempted;
+2. if no request was preempted, waiting requests (arrived, oldest first) start while the
+   budget and ``max_num_seqs`` allow and the cache holds their first chunk;
+3. the step runs; a request whose tokens are all computed samples one: its first is its
+   time to first token, its ``gen``-th finishes it and frees its blocks.
+
+Every scheduled request samples a token in vLLM V1 (a partial prefill's is dropped), so a step
+samples as many tokens as it schedules requests.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .workload import Request
+
+__all__ = ["BLOCK_SIZE", "EngineLimits", "Outcome", "StepBatch", "StepTimer", "run_engine"]
+
+BLOCK_SIZE = 16  # tokens a KV-cache block holds (vLLM's default block_size on CUDA)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """What one step runs: each decoding request's context (its KV length after the step), and
+    each prefill chunk as (tokens, context after the chunk)."""
+
+    decode_contexts: tuple[int, ...]
+    prefill_chunks: tuple[tuple[int, int], ...]
+
+    @property
+    def tokens(self) -> int:
+        return len(self.decode_contexts) + sum(q for q, _ in self.prefill_chunks)
+
+    @property
+    def sampled(self) -> int:
+        return len(self.decode_contexts) + len(self.prefill_chunks)
+
+
+StepTimer = Callable[[StepBatch], float]  # a step's time in ms
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The scheduler's limits: ``token_budget`` (max_num_batched_tokens), ``max_num_seqs``,
+    and the KV cache's ``kv_blocks`` of ``block_size`` tokens."""
+
+    token_budget: int
+    max_num_seqs: int
+    kv_blocks: int
+    block_size: int = BLOCK_SIZE
+
+
+@dataclass
+class _Live:
+    """A request in the engine (mutable: the scheduler's own state)."""
+
+    req: Request
+    computed: int = 0  # tokens whose KV is in the cache
+    output: int = 0  # tokens generated
+    blocks: int = 0
+    first_token_ms: float | None = None
+    preemptions: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.req.prompt + self.output
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished request: when it arrived, got its first token and finished (ms), and how
+    often it was preempted."""
+
+    request: Request
+    first_token_ms: float
+    finish_ms: float
+    preemptions: int
+
+
+@dataclass
+class EngineTrace:
+    """What a run saw, step by step: each step's end (ms), KV blocks in use after it, and the
+    tokens it ran."""
+
+    step_end_ms: list[float] = field(default_factory=list)
+    blocks_used: list[int] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    preemptions: int = 0
+
+
+def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepTimer,
+               concurrency: int | None = None) -> tuple[list[Outcome], EngineTrace]:
+    """Serve ``requests`` to the end. With ``concurrency``, a closed loop: that many clients,
+    each sending its next request (in ``requests`` order) when its last one finishes; the
+    requests' own arrival times are then ignored."""
+    pending = deque(sorted(requests, key=lambda r: (r.arrival_ms, r.id)))
+    if concurrency is not None:
+        pending = deque(requests)
+        first = [pending.popleft() for _ in range(min(concurrency, len(pending)))]
+        arrived: deque[_Live] = deque(_Live(_at(r, 0.0)) for r in first)
+    else:
+        arrived = deque()
+    running: list[_Live] = []
+    free = limits.kv_blocks
+    now = 0.0
+    done: list[Outcome] = []
+    trace = EngineTrace()
+    bs = limits.block_size
+    while pending or arrived or running:
+        if concurrency is None:
+            while pending and pending[0].arrival_ms <= now:
+                arrived.append(_Live(pending.popleft()))
+        if not arrived and not running:  # idle until the next arrival
+            now = pending[0].arrival_ms
+            continue
+        budget = limits.token_budget
+        scheduled: list[tuple[_Live, int]] = []
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            live = running[i]
+            n = min(live.tokens - live.computed, budget)
+            need = -(-(live.computed + n) // bs) - live.blocks
+            itself = False
+            while need > free and not itself:  # preempt the newest running request
+                victim = running.pop()
+                free += victim.blocks
+                victim.blocks, victim.computed = 0, 0
+                victim.preemptions += 1
+                trace.preemptions += 1
+                arrived.appendleft(victim)
+                preempted, itself = True, victim is live
+            if itself:
+                break
+            live.blocks += need
+            free -= need
+            scheduled.append((live, n))
+            budget -= n
+            i += 1
+        if not preempted:
+            while arrived and budget > 0 and len(running) < limits.max_num_seqs:
+                live = arrived[0]
+                n = min(live.tokens - live.computed, budget)
+                need = -(-(live.computed + n) // bs) - live.blocks
+                if need > free:
+                    break
+                arrived.popleft()
+                running.append(live)
+                live.blocks += need
+                free -= need
+                scheduled.append((live, n))
+                budget -= n
+        if not scheduled:
+            if not running and arrived:
+                r = arrived[0].req
+                raise ValueError(f"request {r.id} ({r.prompt} + {r.gen} tokens) cannot start: "
+                                 f"the KV cache holds {limits.kv_blocks} blocks of {bs} tokens")
+            now = pending[0].arrival_ms if pending else now
+            continue
+        batch = StepBatch(
+            decode_contexts=tuple(live.computed + n for live, n in scheduled
+                                  if n == 1 and live.computed >= live.req.prompt),
+            prefill_chunks=tuple((n, live.computed + n) for live, n in scheduled
+                                 if not (n == 1 and live.computed >= live.req.prompt)))
+        now += step_ms(batch)
+        for live, n in scheduled:
+            live.computed += n
+            if live.computed < live.tokens:
+                continue
+            live.output += 1
+            if live.first_token_ms is None:
+                live.first_token_ms = now
+            if live.output >= live.req.gen:
+                running.remove(live)
+                free += live.blocks
+                done.append(Outcome(live.req, live.first_token_ms, now, live.preemptions))
+                if concurrency is not None and pending:
+                    arrived.append(_Live(_at(pending.popleft(), now)))
+        trace.step_end_ms.append(now)
+        trace.blocks_used.append(limits.kv_blocks - free)
+        trace.step_tokens.append(batch.tokens)
+    return sorted(done, key=lambda o: o.request.id), trace
+
+
+def _at(r: Request, arrival_ms: float) -> Request:
+    return Request(r.id, arrival_ms, r.prompt, r.gen)

@@ -1,0 +1,118 @@
+"""A sweep run: its combinations grouped into calls (``rows.group_key``), the calls spread over
+a local process pool (or Ray's tasks), the rows gathered in the combinations' order and
+written as CSV or Parquet.
+
+    rows = run_sweep(read_sweep("sweep.yaml"), workers=2)
+    write_rows(rows, "results.csv")
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..suggest import check_choice
+from .rows import FIGURES, group_key, run_group
+from .spec import SweepSpec
+
+__all__ = ["FORMATS", "columns", "run_sweep", "write_rows"]
+
+FORMATS = (".csv", ".parquet")
+
+
+def _init_worker() -> None:
+    """A worker derives every step shape of a model from its base captures (``llm.step``)."""
+    from ..llm.step import derive_steps
+
+    derive_steps(True)
+
+
+def _task(kind: str, combos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    _init_worker()
+    return run_group(kind, combos)
+
+
+def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: bool = False,
+              ray_address: str | None = None) -> list[dict[str, Any]]:
+    """Every combination's row, in the order ``spec.combinations()`` lists them: on
+    ``workers`` local processes (None: one per CPU; 1: in this process), or as Ray tasks
+    (``ray``; ``ray_address`` joins a running cluster, else Ray starts a local one)."""
+    combos = spec.combinations()
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, c in enumerate(combos):
+        groups.setdefault(group_key(spec.kind, c), []).append(i)
+    calls = [[combos[i] for i in idx] for idx in groups.values()]
+    if ray or ray_address:
+        results = _on_ray(spec.kind, calls, ray_address)
+    elif (workers or os.cpu_count() or 1) == 1:
+        from ..llm.step import derive_steps
+
+        before = derive_steps(True)
+        try:
+            results = [run_group(spec.kind, call) for call in calls]
+        finally:
+            derive_steps(before)
+    else:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker) as pool:
+            results = list(pool.map(run_group, [spec.kind] * len(calls), calls))
+    rows: list[dict[str, Any]] = [{} for _ in combos]
+    for idx, result in zip(groups.values(), results):
+        for i, row in zip(idx, result):
+            rows[i] = row
+    return rows
+
+
+def _on_ray(kind: str, calls: list[list[dict[str, Any]]], address: str | None
+            ) -> list[list[dict[str, Any]]]:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--ray needs Ray: pip install 'torch-gemm-cost[ray]' (or leave --ray "
+                         "out: the local process pool)") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(_task)
+        return list(ray.get([task.remote(kind, call) for call in calls]))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def columns(kind: str, rows: Sequence[Mapping[str, Any]], options: Sequence[str]
+            ) -> list[str]:
+    """The options, the kind's figures, then ``error``."""
+    return [*options, *FIGURES[kind], "error"]
+
+
+def write_rows(rows: Sequence[Mapping[str, Any]], path: str | Path, cols: Sequence[str]) -> Path:
+    """The rows as ``.csv`` or ``.parquet`` (which needs pyarrow), a column each of ``cols``
+    (a row without one holds nothing there)."""
+    out = Path(path)
+    check_choice("output format", out.suffix, FORMATS)
+    if not out.parent.exists():
+        raise FileNotFoundError(f"--out {path}: directory {out.parent} does not exist")
+    if out.suffix == ".csv":
+        with out.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(cols), extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        return out
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError(f"--out {path}: Parquet needs pyarrow (pip install pyarrow); or write "
+                         f"{out.with_suffix('.csv')}") from None
+    table = pa.table({c: [_cell(r.get(c)) for r in rows] for c in cols})
+    pq.write_table(table, out)
+    return out
+
+
+def _cell(value: Any) -> Any:
+    return None if value == "" else value
