@@ -55,7 +55,7 @@ def test_without_diffusers_the_error_names_the_extra(tmp_path, monkeypatch) -> N
 @pytest.fixture
 def diffusers() -> Any:
     return pytest.importorskip(
-        "diffusers", reason="diffusers is not installed (pip install 'torch-gemm-cost[diffusion]')")
+        "diffusers", reason="diffusers is not installed (from a checkout: pip install -e '.[diffusion]')")
 
 
 @pytest.mark.parametrize(("config", "shapes"), [

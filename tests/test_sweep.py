@@ -120,8 +120,8 @@ def test_pareto_front_by_hand():
 
 
 def test_ray_local_mode(config):
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install "
-                                            "'torch-gemm-cost[ray]'); the local pool is tested")
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e "
+                                            "'.[ray]' from a checkout); the local pool is tested")
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         spec = parse_sweep({"kind": "llm", "hf-config": config, "batch": [1, 2], "prompt": 64,

@@ -56,8 +56,8 @@ def plot_pareto(rows: Sequence[Mapping[str, Any]], x: str, y: str, path: str | P
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ValueError("the Pareto plot needs matplotlib: pip install "
-                         "'torch-gemm-cost[plot]'") from None
+        raise ValueError("the Pareto plot needs matplotlib: pip install matplotlib "
+                         "(from a checkout of torch_gemm_cost: pip install -e '.[plot]')") from None
     pts: list[tuple[float, float]] = []
     for r in rows:
         a, b = _number(r.get(x)), _number(r.get(y))

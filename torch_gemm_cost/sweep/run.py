@@ -71,7 +71,8 @@ def _on_ray(kind: str, calls: list[list[dict[str, Any]]], address: str | None
     try:
         import ray
     except ImportError:
-        raise ValueError("--ray needs Ray: pip install 'torch-gemm-cost[ray]' (or leave --ray "
+        raise ValueError("--ray needs Ray: pip install ray (from a checkout of torch_gemm_cost: "
+                         "pip install -e '.[ray]'; or leave --ray "
                          "out: the local process pool)") from None
     started = not ray.is_initialized()
     if started:

@@ -68,7 +68,8 @@ def read_sweep(path: str | Path) -> SweepSpec:
     try:
         import yaml
     except ImportError:
-        raise ValueError("sweep files are YAML: pip install 'torch-gemm-cost[sweep]' (pyyaml)"
+        raise ValueError("sweep files are YAML: pip install pyyaml (from a checkout of "
+                         "torch_gemm_cost: pip install -e '.[sweep]')"
                          ) from None
     file = Path(path)
     if not file.is_file():
