@@ -9,6 +9,7 @@ written as CSV or Parquet.
 from __future__ import annotations
 
 import csv
+import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -57,7 +58,11 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: bool = False,
         finally:
             derive_steps(before)
     else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker) as pool:
+        # spawned, not forked: a fork of a process that runs threads (torch's, a caller's)
+        # can inherit a lock held by one of them and hang
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
+                                 mp_context=context) as pool:
             results = list(pool.map(run_group, [spec.kind] * len(calls), calls))
     rows: list[dict[str, Any]] = [{} for _ in combos]
     for idx, result in zip(groups.values(), results):
