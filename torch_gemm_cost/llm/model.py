@@ -15,7 +15,7 @@ import torch
 
 from ..hardware.dtypes import DTYPES
 
-__all__ = ["ATTENTION", "config_key", "config_of", "meta_model"]
+__all__ = ["ATTENTION", "causal_lm", "config_key", "config_of", "meta_model"]
 
 ATTENTION = "torch_gemm_cost_serving"  # the attention implementation the capture registers
 
@@ -65,18 +65,23 @@ def config_key(config: Any) -> str:
 @functools.lru_cache(maxsize=8)
 def meta_model(key: str, dtype: str) -> torch.nn.Module:
     """The causal LM of a config (``config_key``) on the meta device, serving attention."""
+    _register_attention()
+    return causal_lm(key, dtype, ATTENTION).eval()
+
+
+def causal_lm(key: str, dtype: str, attention: str) -> torch.nn.Module:
+    """The causal LM of a config (``config_key``) built on the meta device in ``dtype`` with
+    ``attention`` as its attention implementation; a ValueError where the config builds none."""
     from transformers import AutoModelForCausalLM
 
-    _register_attention()
     config = config_of(json.loads(key))
     with torch.device("meta"):
         try:
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTENTION,
-                                                     dtype=DTYPES[dtype].torch_dtype)
+            return AutoModelForCausalLM.from_config(config, attn_implementation=attention,
+                                                    dtype=DTYPES[dtype].torch_dtype)
         except ValueError as e:
             raise ValueError(f"{type(config).__name__} does not build a causal LM: "
                              f"{str(e).splitlines()[0]}") from e
-    return model.eval()
 
 
 def _serving_attention(module: Any, query: torch.Tensor, key: torch.Tensor,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from ..capture.core import Captured, capture
 from ..capture.hf_config import HfConfig, read_hf_config
 from ..compiled.fusion import fuse_kernels
 from ..hardware.dtypes import DTYPES
-from ..llm.model import config_key, config_of
+from ..llm.model import causal_lm, config_key, config_of
 from ..records import GemmSite, OtherOp, extract
 from ..records.handlers import op_name
 from ..records.types import FusedKernel
@@ -141,17 +140,7 @@ class StepSource:
 def meta_model(key: str, dtype: str, attention: str) -> torch.nn.Module:
     """The causal LM of a config (``config_key``) on the meta device, in ``dtype``, in training
     mode, attention as ``attention`` ("sdpa" or "eager")."""
-    from transformers import AutoModelForCausalLM
-
-    config = config_of(json.loads(key))
-    with torch.device("meta"):
-        try:
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=attention,
-                                                     dtype=DTYPES[dtype].torch_dtype)
-        except ValueError as e:
-            raise ValueError(f"{type(config).__name__} does not build a causal LM: "
-                             f"{str(e).splitlines()[0]}") from e
-    return model.train()
+    return causal_lm(key, dtype, attention).train()
 
 
 @functools.lru_cache(maxsize=16)
