@@ -1,0 +1,242 @@
+"""KernelBench held out: every program's whole-call time as ``estimate()`` predicts it, against
+the time KernelBench measured on each visible GPU, per level, problem set and mode.
+
+    python benchmarks/kernelbench_accuracy.py      # writes benchmarks/results/kernelbench_accuracy.md
+    python benchmarks/kernelbench_accuracy.py --levels 1 --boards L40S_matx3 --save-rows rows.csv
+
+Each program of a problem tree the canonical timings name (``measured.kernelbench``) is built as
+a user builds it and estimated twice on every GPU that timed it, with one ``compare()`` call
+each: eager, and ``compiled=True``. The measured mode says which prediction it is scored
+against: ``eager`` and ``compile_cudagraphs`` (CUDA graphs over the eager kernels) against the
+eager estimate, the inductor modes against the compiled one. Rows under ``--min-ms`` (0.05 ms)
+are left out of the MAPE, as the figures of record are.
+
+The baseline, in the same run, is a pure roofline of the same records: each GEMM at
+max(FLOPs / dense peak of its dtype, compulsory bytes / DRAM bandwidth), each other op at its
+bytes / DRAM bandwidth, no launches, nothing fused (the compiled rows get the same sum).
+
+Nothing in the predictor is fitted on KernelBench. ``GEMM fit`` says whether a board of the
+GPU's chip was in the GEMM predictor's fit (``hybrid_weights.json``: ``trained_gpus``);
+``op fit`` the same for the non-GEMM op cost model (``op_costs.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import datetime
+import json
+import logging
+import platform
+import statistics
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+import torch_gemm_cost as tgc
+from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
+from torch_gemm_cost.measured.kernelbench import build, programs
+from torch_gemm_cost.report import CostReport
+
+RESULTS = Path(__file__).resolve().parent / "results" / "kernelbench_accuracy.md"
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+WEIGHTS = Path(tgc.__file__).resolve().parent / "data"
+# the mode KernelBench timed -> (compiled, timing the user's run has)
+MODES: dict[str, tuple[bool, str]] = {
+    "eager": (False, "event"),
+    "compile_cudagraphs": (False, "kernel"),
+    "compile_inductor_default": (True, "event"),
+    "compile_inductor_max-autotune-no-cudagraphs": (True, "event"),
+    "compile_inductor_reduce-overhead": (True, "kernel"),
+    "compile_inductor_max-autotune": (True, "kernel"),
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One canonical KernelBench timing."""
+
+    board: str
+    gpu: str  # catalog id
+    problem_set: str
+    tree: str
+    level: int
+    program: str  # file name in the level folder
+    mode: str
+    measured_ms: float
+
+
+def read_timings(data: Path) -> list[Timing]:
+    """The canonical timings (``kernelbench/timings.csv.gz``), each GPU resolved from its driver
+    name by the catalog (the ``gpu`` column is empty for boards the catalog lacked)."""
+    import pandas as pd
+
+    path = data / "kernelbench" / "timings.csv.gz"
+    if not path.exists():
+        raise SystemExit(f"no KernelBench timings at {path} (pass --data, the shared data folder)")
+    df = pd.read_csv(path)
+    df = df[(df.canonical == 1) & df.problem_file.notna() & df["mode"].isin(list(MODES))]
+    ids = {name: get_device(name).id for name in df.gpu_name.unique()}
+    return [Timing(r.board, ids[r.gpu_name], r.problem_set, r.problem_file.split("/")[1],
+                   int(r.level), r.problem_file.split("/")[-1], r.mode, float(r.mean_ms))
+            for r in df.itertuples()]
+
+
+def roofline_ms(report: CostReport, spec: DeviceSpec) -> float:
+    """The records' pure roofline: no launches, no efficiency, nothing fused."""
+    bw = spec.dram_bw_bytes_per_s
+    total = 0.0
+    for g in report.gemms:
+        peak = spec.peak_flops_per_s(g.site.dtype)
+        total += max(g.site.flops / peak, g.site.dram_bytes / bw)
+    total += sum(o.op.dram_bytes / bw for o in report.others)
+    return total * 1e3
+
+
+def fitted_gpus() -> tuple[set[str], set[str]]:
+    """The chips of the GPUs the GEMM predictor and the op cost model were fitted on."""
+    gemm = json.loads((WEIGHTS / "hybrid_weights.json").read_text())["metadata"]["trained_gpus"]
+    ops = json.loads((WEIGHTS / "op_costs.json").read_text())["provenance"]["train_gpus"]
+    return ({get_device(g).chip for g in gemm}, {get_device(g).chip for g in ops})
+
+
+def predict(timings: list[Timing], data: Path, levels: tuple[int, ...]
+            ) -> dict[tuple[str, str, str, bool], tuple[float, float] | str]:
+    """(tree, program, gpu, compiled) -> (predicted ms, roofline ms), or the error that stopped
+    the program; one eager and one compiled ``compare()`` per program over every GPU that
+    timed it."""
+    wanted: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    compiled_wanted: set[tuple[str, str]] = set()
+    for t in timings:
+        wanted[t.tree, t.program].add(t.gpu)
+        if MODES[t.mode][0]:
+            compiled_wanted.add((t.tree, t.program))
+    out: dict[tuple[str, str, str, bool], tuple[float, float] | str] = {}
+    trees = sorted({t.tree for t in timings})
+    for tree in trees:
+        for prog in programs(data / "kernelbench" / "problems" / tree, levels):
+            gpus = sorted(wanted.get((tree, prog.name), ()))
+            if not gpus:
+                continue
+            specs = [get_device(g) for g in gpus]
+            for compiled in (False, True):
+                if compiled and (tree, prog.name) not in compiled_wanted:
+                    continue
+                try:
+                    built = build(prog)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        reports = tgc.compare(built.model, built.inputs, devices=specs,
+                                              compiled=compiled)
+                    for spec, rep in zip(specs, reports, strict=True):
+                        out[tree, prog.name, spec.id, compiled] = (rep.total_ms,
+                                                                   roofline_ms(rep, spec))
+                except Exception as e:  # a program that fails is reported, not fatal
+                    for g in gpus:
+                        out[tree, prog.name, g, compiled] = f"{type(e).__name__}: {e}"[:200]
+            print(f"{tree} level{prog.level} {prog.name}", file=sys.stderr, flush=True)
+    return out
+
+
+def _ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas * 100.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--boards", nargs="+", help="only these boards (the timings' board column)")
+    ap.add_argument("--min-ms", type=float, default=0.05, help="score rows measured at or above")
+    ap.add_argument("--save-rows", type=Path, help="CSV of every scored timing and its predictions")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+
+    timings = [t for t in read_timings(args.data) if t.level in args.levels
+               and (not args.boards or t.board in args.boards)]
+    preds = predict(timings, args.data, tuple(args.levels))
+    gemm_chips, op_chips = fitted_gpus()
+
+    rows = []
+    failed: dict[tuple[str, str], str] = {}
+    for t in timings:
+        p = preds.get((t.tree, t.program, t.gpu, MODES[t.mode][0]))
+        if isinstance(p, str) or p is None:
+            failed[t.tree, t.program] = p or "not estimated"
+            continue
+        rows.append((t, p[0], p[1]))
+    if args.save_rows:
+        with args.save_rows.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["board", "gpu", "problem_set", "tree", "level", "program", "mode",
+                        "measured_ms", "predicted_ms", "roofline_ms"])
+            for t, p, r in rows:
+                w.writerow([t.board, t.gpu, t.problem_set, t.tree, t.level, t.program, t.mode,
+                            t.measured_ms, f"{p:.6g}", f"{r:.6g}"])
+
+    groups: dict[tuple[str, str, str, int, str], list[tuple[float, float, float]]] = \
+        collections.defaultdict(list)
+    for t, p, r in rows:
+        if t.measured_ms >= args.min_ms:
+            groups[t.gpu, t.board, t.problem_set, t.level, t.mode].append((t.measured_ms, p, r))
+    table = []
+    for (gpu, board, pset, level, mode), vals in sorted(groups.items()):
+        chip = get_device(gpu).chip
+        ours = statistics.fmean(_ape(p, m) for m, p, _ in vals)
+        roof = statistics.fmean(_ape(r, m) for m, _, r in vals)
+        table.append([gpu, board, "yes" if chip in gemm_chips else "no",
+                      "yes" if chip in op_chips else "no", pset, level, mode, len(vals),
+                      round(ours, 1), round(roof, 1),
+                      round(statistics.median(p / m for m, p, _ in vals), 2)])
+    headers = ["gpu", "board", "GEMM fit", "op fit", "set", "level", "mode", "rows",
+               "MAPE %", "roofline MAPE %", "median pred/meas"]
+
+    summary = []
+    by: dict[tuple[str, int, str], list[tuple[float, float, float]]] = collections.defaultdict(list)
+    for (gpu, board, pset, level, mode), vals in groups.items():
+        by[pset, level, mode] += vals
+    for (pset, level, mode), vals in sorted(by.items()):
+        summary.append([pset, level, mode, len(vals),
+                        round(statistics.fmean(_ape(p, m) for m, p, _ in vals), 1),
+                        round(statistics.fmean(_ape(r, m) for m, _, r in vals), 1),
+                        round(statistics.median(p / m for m, p, _ in vals), 2)])
+
+    cmd = "python benchmarks/kernelbench_accuracy.py " + " ".join(sys.argv[1:])
+    lines = [
+        "# KernelBench: whole-call times held out",
+        "",
+        f"`{cmd.strip()}` on {datetime.date.today()}: torch {torch.__version__}, "
+        f"torch_gemm_cost {tgc.__version__}, {platform.machine()}. Canonical timings of "
+        f"`kernelbench/timings.csv.gz`, rows measured at {args.min_ms} ms or more; "
+        "`eager` and `compile_cudagraphs` scored against `estimate()`, the inductor modes "
+        "against `estimate(compiled=True)`. Nothing is fitted on KernelBench; `GEMM fit` / "
+        "`op fit`: a board of the GPU's chip was in the GEMM predictor's / op cost model's fit. "
+        "Roofline: the same records at max(FLOPs/peak, bytes/bandwidth), no launches.",
+        "",
+        "## By problem set, level and mode (every board)",
+        "",
+        tabulate(summary, headers=["set", "level", "mode", "rows", "MAPE %", "roofline MAPE %",
+                                   "median pred/meas"], tablefmt="github"),
+        "",
+        "## Per GPU",
+        "",
+        tabulate(table, headers=headers, tablefmt="github"),
+        "",
+        f"## Programs that failed ({len(failed)})",
+        "",
+    ]
+    lines += [f"- `{tree}/{prog}`: {err}" for (tree, prog), err in sorted(failed.items())] \
+        or ["None."]
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:12]))
+
+
+if __name__ == "__main__":
+    main()
