@@ -136,7 +136,7 @@ def predict(timings: list[Timing], data: Path, levels: tuple[int, ...]
                     for spec, rep in zip(specs, reports, strict=True):
                         out[tree, prog.name, spec.id, compiled] = (rep.total_ms,
                                                                    roofline_ms(rep, spec))
-                except Exception as e:  # a program that fails is reported, not fatal
+                except Exception as e:  # noqa: BLE001 - a program that fails is reported, not fatal
                     for g in gpus:
                         out[tree, prog.name, g, compiled] = f"{type(e).__name__}: {e}"[:200]
             print(f"{tree} level{prog.level} {prog.name}", file=sys.stderr, flush=True)
@@ -167,11 +167,11 @@ def main() -> None:
     rows = []
     failed: dict[tuple[str, str], str] = {}
     for t in timings:
-        p = preds.get((t.tree, t.program, t.gpu, MODES[t.mode][0]))
-        if isinstance(p, str) or p is None:
-            failed[t.tree, t.program] = p or "not estimated"
+        got = preds.get((t.tree, t.program, t.gpu, MODES[t.mode][0]))
+        if isinstance(got, str) or got is None:
+            failed[t.tree, t.program] = got or "not estimated"
             continue
-        rows.append((t, p[0], p[1]))
+        rows.append((t, got[0], got[1]))
     if args.save_rows:
         with args.save_rows.open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -212,13 +212,13 @@ def main() -> None:
     lines = [
         "# KernelBench: whole-call times held out",
         "",
-        f"`{cmd.strip()}` on {datetime.date.today()}: torch {torch.__version__}, "
+        (f"`{cmd.strip()}` on {datetime.date.today()}: torch {torch.__version__}, "
         f"torch_gemm_cost {tgc.__version__}, {platform.machine()}. Canonical timings of "
         f"`kernelbench/timings.csv.gz`, rows measured at {args.min_ms} ms or more; "
         "`eager` and `compile_cudagraphs` scored against `estimate()`, the inductor modes "
         "against `estimate(compiled=True)`. Nothing is fitted on KernelBench; `GEMM fit` / "
         "`op fit`: a board of the GPU's chip was in the GEMM predictor's / op cost model's fit. "
-        "Roofline: the same records at max(FLOPs/peak, bytes/bandwidth), no launches.",
+        "Roofline: the same records at max(FLOPs/peak, bytes/bandwidth), no launches."),
         "",
         "## By problem set, level and mode (every board)",
         "",
