@@ -692,9 +692,8 @@ HOST_CONSTANTS: tuple[str, ...] = ("eta_link", "latency_scale", "net_hop_scale")
 
 # measured / predicted time of a host the prior never saw, within one node: its 10th and 90th
 # percentile over the measured hosts' rows of 64 KiB or more (each host weighing the same; the
-# prior fitted without the host's GPU), from `python benchmarks/comm_profile_heldout.py --seed 0`
-# (benchmarks/results/comm_profile_heldout.md). Across nodes only one cluster was measured, so
-# no held-out spread exists there.
+# prior fitted without the host's GPU), as `python benchmarks/comm_profile_heldout.py --seed 0`
+# computes it. Across nodes only one cluster was measured, so no held-out spread exists there.
 HOST_SPREAD: tuple[float, float] = (0.70, 8.49)
 
 
