@@ -65,6 +65,17 @@ def assumptions(layout: Layout, optimizer: str | None, attention: str, compiled:
         out.append("Context parallelism: load-balanced ring attention (Megatron-Core): each "
                    "GPU runs seq / cp tokens, its attention core cp times the captured chunk's, "
                    "K and V passed around the ring under attention's compute.")
+    if layout.ep > 1:
+        out.append(f"Expert parallelism (Megatron-Core's MoE layer, all-to-all dispatcher): "
+                   f"each GPU holds 1/{layout.ep} of every MoE layer's experts, the ep ranks "
+                   "drawn from the data-parallel ones (tp·cp apart); each layer's tokens are "
+                   "dispatched to their experts and combined back by two all-to-alls forward "
+                   "and two backward, waited for. The router's load is balanced (a meta-device "
+                   "capture routes every expert the same tokens), so each expert GEMM runs "
+                   f"{layout.ep}x the tokens of 1/{layout.ep} of the experts. The experts' "
+                   "gradients are reduced, and ZeRO shards their states, over the dp·cp / ep "
+                   "ranks holding the same experts. Not priced: the router's load imbalance "
+                   "and its capacity factor, token dropping.")
     out.append("Not priced: data loading, the gradient-norm clip, the learning-rate schedule, "
                "the host's launch overhead between steps, compute slowed by collectives "
                "running beside it.")

@@ -15,6 +15,11 @@ waits for.
   its 1/tp share and the receiving node all-gathers it (Narayanan et al. 2021, §4.1).
 - Context parallelism (ring attention): each layer passes its K and V chunks around the cp
   ranks, cp - 1 sends forward and twice that backward (dK, dV too), under attention's core.
+- Expert parallelism (Megatron-Core's MoE layer, all-to-all token dispatcher): each MoE layer
+  sends every token's ``experts_per_token`` copies to the GPUs holding their experts and
+  brings the outputs back, two all-to-alls over the ep ranks forward and two (the gradients)
+  backward, of each GPU's own tokens (its seq / tp share under sequence parallelism). They sit
+  between the router and the experts: the step waits for them.
 - Data parallelism: the gradients reduced over the dp·cp ranks once a step: an all-reduce
   (ZeRO 0), a reduce-scatter and, after the optimizer step, an all-gather of the updated 16-bit
   weights (ZeRO 1, 2); ZeRO 3 and FSDP gather each layer's weights before its forward and again
@@ -34,7 +39,8 @@ from ..predict.comm_profile import CommProfile
 from .layout import Layout, group_per_node
 from .model import TrainingStep
 
-__all__ = ["HOSTS", "Collectives", "overlapped_ms", "send_ms", "tp_comm_ms"]
+__all__ = ["HOSTS", "Collectives", "dispatch_bytes", "ep_comm_ms", "overlapped_ms", "send_ms",
+           "tp_comm_ms"]
 
 HOSTS: tuple[str, ...] = ("fitted", "low", "high")
 
@@ -101,6 +107,31 @@ def tp_comm_ms(step: TrainingStep, layout: Layout, coll: Collectives
         add(fwd, seg, "reduce_scatter" if sp else "all_reduce", nbytes)
     for seg, nbytes in step.loss_reductions:
         add(fwd, seg, "all_reduce", nbytes)
+    return fwd, bwd
+
+
+def dispatch_bytes(step: TrainingStep, layout: Layout) -> int:
+    """One GPU's all-to-all buffer of one MoE layer and micro-batch (nccl-tests' size): its
+    tokens' ``experts_per_token`` copies of the hidden state."""
+    tokens = step.tokens // (layout.tp if layout.sequence_parallel else 1)
+    k = int(step.shape.experts_per_token or 1)
+    return tokens * k * int(step.shape.hidden_size or 0) * step.act_bytes
+
+
+def ep_comm_ms(step: TrainingStep, layout: Layout, coll: Collectives
+               ) -> tuple[list[float], list[float]]:
+    """One micro-batch's expert-parallel all-to-alls per segment (index segment + 1): forward
+    (dispatch, combine) and backward (their gradients). The ep ranks are tp·cp apart
+    (Megatron's order tp-cp-ep-dp-pp)."""
+    size = step.layers + 2
+    fwd, bwd = [0.0] * size, [0.0] * size
+    if layout.ep == 1:
+        return fwd, bwd
+    g = group_per_node(layout.ep, layout.tp * layout.cp, coll.spec.node_gpus)
+    one = coll.ms("alltoall", dispatch_bytes(step, layout), layout.ep, g)
+    for seg in step.moe_layers:
+        fwd[seg + 1] += 2 * one
+        bwd[seg + 1] += 2 * one
     return fwd, bwd
 
 
