@@ -141,3 +141,19 @@ def test_the_interval_spans_the_held_out_host_spread_within_a_node() -> None:
     nccl = float(with_nccl_host(_shipped()).predict([c], spec).time_ms[0])
     assert collective_interval_ms(DEVICE, "all_reduce", size_bytes=2**26, num_gpus=16) == (
         pytest.approx(min(fitted, nccl)), pytest.approx(max(fitted, nccl)))
+
+
+def test_nccl_host_constants_price_a_dgx_network_faster_than_the_fitted_cluster() -> None:
+    # the fitted network efficiency comes from Vidur's cluster (about a fifth of a DGX A100's
+    # 8x 200 Gb/s); NCCL's constants take 0.8 of it: a 1 GiB all-reduce over 16 GPUs, 8 a
+    # node, is bandwidth-bound and so about 0.8 / 0.21 = 3.8x faster (more than 2x here)
+    from torch_gemm_cost.hardware.catalog import get_device
+    from torch_gemm_cost.predict.collectives import nccl_host_collective_ms
+    from torch_gemm_cost.trainplan.comm import Collectives
+
+    call = {"size_bytes": 2**30, "num_gpus": 16, "gpus_per_node": 8}
+    fitted = predict_collective_ms(DEVICE, "all_reduce", **call)
+    nccl = nccl_host_collective_ms(DEVICE, "all_reduce", **call)
+    assert nccl < fitted / 2
+    coll = Collectives(get_device(DEVICE), None, "nccl")
+    assert coll.ms("all_reduce", 2**30, 16, 8) == pytest.approx(nccl)

@@ -97,6 +97,7 @@ __all__ = [
     "check_call",
     "collective_interval_ms",
     "links_of",
+    "nccl_host_collective_ms",
     "predict_collective_ms",
     "shipped_collective_weights_path",
     "with_nccl_host",
@@ -712,6 +713,18 @@ def collective_interval_ms(device: DeviceLike, collective: str, *, size_bytes: f
     nccl = float(_nccl_host().predict([call], spec).time_ms[0])
     lo, hi = (HOST_SPREAD if call.gpus_per_node == call.num_gpus else (1.0, 1.0))
     return min(fitted * lo, nccl), max(fitted * hi, nccl)
+
+
+def nccl_host_collective_ms(device: DeviceLike, collective: str, *, size_bytes: float,
+                            num_gpus: int, gpus_per_node: int | None = None,
+                            topology: str | None = None) -> float:
+    """The call priced with NCCL's own host constants (``with_nccl_host``: its tuning model's
+    latencies, 0.8 of every link's datasheet bandwidth), the shipped fit's others: a
+    DGX-networked host, the fast end of ``collective_interval_ms`` before the host spread."""
+    spec = resolve_target(device).spec
+    call = check_call(spec, collective, size_bytes=size_bytes, num_gpus=num_gpus,
+                      gpus_per_node=gpus_per_node, topology=topology)
+    return float(_nccl_host().predict([call], spec).time_ms[0])
 
 
 def _nccl_host() -> CollectivePredictor:

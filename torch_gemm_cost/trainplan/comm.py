@@ -34,7 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware.catalog import DeviceSpec
-from ..predict.collectives import collective_interval_ms, predict_collective_ms
+from ..predict.collectives import (
+    collective_interval_ms,
+    nccl_host_collective_ms,
+    predict_collective_ms,
+)
 from ..predict.comm_profile import CommProfile
 from .layout import Layout, group_per_node
 from .model import TrainingStep
@@ -42,14 +46,15 @@ from .model import TrainingStep
 __all__ = ["HOSTS", "Collectives", "dispatch_bytes", "ep_comm_ms", "overlapped_ms", "send_ms",
            "tp_comm_ms"]
 
-HOSTS: tuple[str, ...] = ("fitted", "low", "high")
+HOSTS: tuple[str, ...] = ("fitted", "low", "high", "nccl")
 
 
 @dataclass
 class Collectives:
     """Prices a plan's collectives on ``spec``: measured where ``profile`` covers a call, else
-    the collective model with the fitted host constants (``host="fitted"``), or the low or high
-    end of how far hosts spread (``predict.collectives.collective_interval_ms``)."""
+    the collective model with the fitted host constants (``host="fitted"``), the low or high
+    end of how far hosts spread (``predict.collectives.collective_interval_ms``), or NCCL's own
+    host constants (``"nccl"``: a DGX-networked host)."""
 
     spec: DeviceSpec
     profile: CommProfile | None = None
@@ -72,6 +77,9 @@ class Collectives:
         if self.host == "fitted":
             return predict_collective_ms(self.spec, collective, size_bytes=size, num_gpus=n,
                                          gpus_per_node=g)
+        if self.host == "nccl":
+            return nccl_host_collective_ms(self.spec, collective, size_bytes=size, num_gpus=n,
+                                           gpus_per_node=g)
         lo, hi = collective_interval_ms(self.spec, collective, size_bytes=size, num_gpus=n,
                                         gpus_per_node=g)
         return lo if self.host == "low" else hi
