@@ -52,6 +52,17 @@ def test_the_router_is_replicated_and_the_experts_split_as_an_mlp() -> None:
     assert sum(p.numel for p in step.params) == TOTAL
 
 
+def test_each_token_runs_its_two_experts_by_hand() -> None:
+    # forward GEMM FLOPs outside attention's core, 2·32 = 64 tokens: per layer q, k, v, o
+    # 2·64·12288 = 1572864, router 2·64·256 = 32768, experts 64 tokens × 2 routed = 128
+    # rows through gate_up and down, 2·128·(64·256 + 128·64) = 6291456; two layers, then the
+    # head 2·64·64·512 = 4194304: 2·7897088 + 4194304 = 19988480
+    step = StepSource(MOE, "bfloat16", "sdpa").step(2, 32)
+    flops = sum(s.flops for s, core in zip(step.sites, step.site_core)
+                if s.phase == "forward" and not core)
+    assert flops == 19988480
+
+
 def test_expert_parameters_split_over_ep_by_hand() -> None:
     for ep in (1, 2, 4):
         p = plan(gpus=4, ep=ep)
