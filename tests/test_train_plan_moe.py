@@ -80,7 +80,7 @@ def test_expert_parameters_split_over_ep_by_hand() -> None:
 def test_the_all_to_alls_and_gradient_syncs_by_hand() -> None:
     p = plan(gpus=4, ep=2)
     # one GPU's dispatch: 2·32 tokens × 2 experts each × 64 wide × 2 bytes = 16384 B over the
-    # 2 ep ranks, adjacent (tp·cp = 1 apart): both in one node. Per layer and micro-batch
+    # 2 ep ranks, adjacent (tp = 1 apart): both in one node. Per layer and micro-batch
     # dispatch + combine forward and their gradients backward: 4; 2 layers; 8 / (4·2) = 1
     # micro-batch: 8 all-to-alls a step
     a2a = tgc.predict_collective_ms(DEVICE, "alltoall", size_bytes=16384, num_gpus=2,

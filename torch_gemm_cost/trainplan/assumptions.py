@@ -69,8 +69,9 @@ def assumptions(layout: Layout, optimizer: str | None, attention: str, compiled:
     if layout.ep > 1:
         out.append(f"Expert parallelism (Megatron-Core's MoE layer, all-to-all dispatcher): "
                    f"each GPU holds 1/{layout.ep} of every MoE layer's experts, the ep ranks "
-                   "drawn from the data-parallel ones (tp·cp apart); each layer's tokens are "
-                   "dispatched to their experts and combined back by two all-to-alls forward "
+                   "drawn from the data- and context-parallel ones (tp apart); each layer's "
+                   "tokens are dispatched to their experts and combined back by two "
+                   "all-to-alls forward "
                    "and two backward, waited for. The router's load is balanced (a meta-device "
                    "capture routes every expert the same tokens), so each expert GEMM runs "
                    f"{layout.ep}x the tokens of 1/{layout.ep} of the experts. The experts' "

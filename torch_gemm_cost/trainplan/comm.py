@@ -129,13 +129,14 @@ def dispatch_bytes(step: TrainingStep, layout: Layout) -> int:
 def ep_comm_ms(step: TrainingStep, layout: Layout, coll: Collectives
                ) -> tuple[list[float], list[float]]:
     """One micro-batch's expert-parallel all-to-alls per segment (index segment + 1): forward
-    (dispatch, combine) and backward (their gradients). The ep ranks are tp·cp apart
-    (Megatron's order tp-cp-ep-dp-pp)."""
+    (dispatch, combine) and backward (their gradients). The ep ranks are tp apart: Megatron-Core
+    lays the experts out on their own grid, tp-ep-dp-pp, the context-parallel ranks folded into
+    its data-parallel ones (parallel_state's expert rank generator has cp = 1)."""
     size = step.layers + 2
     fwd, bwd = [0.0] * size, [0.0] * size
     if layout.ep == 1:
         return fwd, bwd
-    g = group_per_node(layout.ep, layout.tp * layout.cp, coll.spec.node_gpus)
+    g = group_per_node(layout.ep, layout.tp, coll.spec.node_gpus)
     one = coll.ms("alltoall", dispatch_bytes(step, layout), layout.ep, g)
     for seg in step.moe_layers:
         fwd[seg + 1] += 2 * one
