@@ -13,6 +13,9 @@ of its layouts, evenly spaced through the search's order, and multiplied out to 
 - *plan_training per layout*: a user's loop of ``plan_training`` calls, which shares the
   captures through the module's cache but prices every plan's records and its two host-spread
   variants anew.
+
+Times are this process's CPU seconds on one thread (``time.process_time``), so that a shared
+host's load does not enter them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,13 +53,13 @@ def clear() -> None:
 def one_plan_s(layout: tgc.trainplan.Layout, cold: bool) -> float:
     if cold:
         clear()
-    t = time.perf_counter()
+    t = time.process_time()
     tgc.plan_training(str(CONFIG), DEVICE, tp=layout.tp, pp=layout.pp, dp=layout.dp,
                       cp=layout.cp, zero=layout.zero, recompute=layout.recompute,
                       micro_batch=layout.micro_batch, global_batch=BATCH, seq=SEQ,
                       interleave=layout.interleave,
                       sequence_parallel=layout.sequence_parallel)
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,12 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" /
                                          "train_plan_search_speed.md"))
     args = ap.parse_args(argv)
+    torch.set_num_threads(1)
     load = os.getloadavg()[0]
     clear()
-    t = time.perf_counter()
+    t = time.process_time()
     found = tgc.search_training_plans(str(CONFIG), DEVICE, gpus=GPUS, global_batch=BATCH,
                                       seq=SEQ)
-    search_s = time.perf_counter() - t
+    search_s = time.process_time() - t
     shape = StepSource(str(CONFIG), "bfloat16", "sdpa").shape
     layouts = list(candidate_layouts(shape, GPUS, BATCH, SEQ, 8))
     splits = {(lay.tp, lay.sequence_parallel, lay.cp, lay.micro_batch) for lay in layouts}
@@ -94,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "# A layout search's shared captures: speed",
         "",
         (f"Command: `python benchmarks/train_plan_search_speed.py --sample {args.sample}` "
-         f"(one CPU process; load average {load:.1f} at the start on a shared 2-core host)."),
+         "(CPU seconds of one process on one thread, which a shared host's load does not "
+         f"enter; load average {load:.1f} at the start on a shared 2-core host)."),
         "",
         (f"Llama-3-8B (`examples/llama3_8b.json`), {GPUS} x {DEVICE}, global batch {BATCH}, "
          f"{SEQ} tokens, bf16, AdamW: the search tries {n} layouts ({len(found.plans)} shown "
@@ -104,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
          "pipeline depth, interleaving and ZeRO change only the schedule, the collectives and "
          "the memory, which each layout computes from them."),
         "",
-        tabulate(rows, headers=["way", "s for all layouts", "ms a layout", "vs search",
+        tabulate(rows, headers=["way", "CPU s for all layouts", "CPU ms a layout", "vs search",
                                 "how"], tablefmt="github"),
         "",
         ("A cold plan's time is mostly the capture of its micro-batch shape on the meta device "
