@@ -221,3 +221,39 @@ def test_train_plan_command(tmp_path: Path, capsys) -> None:
     assert doc["plans"] and doc["gpus"] == 2
     assert main([*base, "--tp", "3"]) == 2
     assert "tp=3 does not divide" in capsys.readouterr().err
+
+
+def test_search_captures_each_shape_once_and_prices_each_split_once(monkeypatch) -> None:
+    # oracle: count the real captures and pricings (the module caches cleared first) against
+    # the distinct shapes of the layouts the search tries, counted from the layouts themselves
+    from torch_gemm_cost.trainplan import model as model_mod
+    from torch_gemm_cost.trainplan import planner as planner_mod
+    from torch_gemm_cost.trainplan.search import candidate_layouts
+
+    captured: list[tuple[int, int]] = []
+    priced: list[tuple[int, bool, int, int]] = []
+    capture_step, price_segments = model_mod.capture_step, planner_mod.price_segments
+
+    def counting_capture(model, micro_batch, seq):
+        captured.append((micro_batch, seq))
+        return capture_step(model, micro_batch, seq)
+
+    def counting_price(step, tp, sp, cp, *args):
+        priced.append((tp, sp, cp, step.micro_batch))
+        return price_segments(step, tp, sp, cp, *args)
+
+    monkeypatch.setattr(model_mod, "capture_step", counting_capture)
+    monkeypatch.setattr(planner_mod, "price_segments", counting_price)
+    model_mod._captured_config_step.cache_clear()
+    model_mod._captured_config.cache_clear()
+    kw = {"micro_batches": (1, 2), "recompute": ("none", "selective", "full")}
+    found = tgc.search_training_plans(TINY, DEVICE, gpus=4, global_batch=8, seq=64, top=2,
+                                      **kw)
+    source = StepSource(TINY, "bfloat16", "sdpa")
+    layouts = list(candidate_layouts(source.shape, 4, 8, 64, 8, kw["micro_batches"],
+                                     kw["recompute"]))
+    assert found.layouts == len(layouts) > 2 * len({(lay.micro_batch, 64 // lay.cp)
+                                                    for lay in layouts})
+    assert sorted(captured) == sorted({(lay.micro_batch, 64 // lay.cp) for lay in layouts})
+    assert sorted(priced) == sorted({(lay.tp, lay.sequence_parallel, lay.cp, lay.micro_batch)
+                                     for lay in layouts})

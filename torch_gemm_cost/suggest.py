@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Collection, Iterable, Sequence
 from typing import TypeVar
 
-__all__ = ["check_choice", "nearest", "unknown"]
+__all__ = ["check_choice", "nearest", "nearest_divisors", "unknown"]
 
 T = TypeVar("T")
 SHOWN = 12  # known values an error lists where none is near; it counts the rest
@@ -28,6 +28,16 @@ def nearest(value: object, known: Iterable[str], n: int = 3, cutoff: float = 0.6
     ['bfloat16', 'float16']
     """
     return difflib.get_close_matches(str(value), list(known), n=n, cutoff=cutoff)
+
+
+def nearest_divisors(n: int, value: int, k: int = 2) -> list[int]:
+    """The ``k`` divisors of ``n`` nearest ``value``, nearest first (the smaller on a tie).
+
+    >>> nearest_divisors(8, 3), nearest_divisors(12, 5, 3)
+    ([2, 4], [4, 6, 3])
+    """
+    good = [d for d in range(1, n + 1) if n % d == 0]
+    return sorted(good, key=lambda d: (abs(d - value), d))[:k]
 
 
 def unknown(kind: str, value: object, known: Iterable[str], *, close: Sequence[str] | None = None,

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPUs in all (default: tp·pp·dp·cp)")
     for name, default, what in (("tp", 1, "tensor-parallel"), ("pp", 1, "pipeline-parallel"),
                                 ("cp", 1, "context-parallel"),
-                                ("ep", 1, "expert-parallel (must be 1)")):
+                                ("ep", 1, "expert-parallel (a MoE model's; drawn from the data-parallel)")):
         p.add_argument(f"--{name}", type=int, default=default,
                        help=f"{what} GPUs (default {default})")
     p.add_argument("--dp", type=int, default=None,

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..predict.comm_profile import CommMeasurement, CommProfile
+from ..predict.comm_profile import CommMeasurement, CommProfile, bus_factor
 from ..suggest import unknown
 
-__all__ = ["BINARIES", "parse_nccl_tests", "read_nccl_tests"]
+__all__ = ["BINARIES", "format_nccl_tests", "parse_nccl_tests", "read_nccl_tests"]
 
 # nccl-tests binary -> the collective's name here
 BINARIES: dict[str, str] = {
@@ -36,6 +36,9 @@ BINARIES: dict[str, str] = {
     "alltoall_perf": "alltoall",
     "sendrecv_perf": "send_recv",
 }
+# nccl-tests' type names by element bytes (src/common.cu: test_typenames), as the log prints them
+_TYPES = {1: "int8", 2: "half", 4: "float"}
+_REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
                    r"\s+\[[^\]]*\]\s*(.*)$")
 _STARTING = re.compile(r"Collective test starting:\s*(\w+)")
@@ -115,6 +118,48 @@ def read_nccl_tests(paths: Iterable[str | os.PathLike[str]], collective: str | N
     if not sources:
         raise ValueError("give at least one nccl-tests log")
     return CommProfile(tuple(measurements), ", ".join(sorted(gpus)) or None, tuple(sources))
+
+
+def format_nccl_tests(measurements: Sequence[CommMeasurement], gpu_name: str,
+                      element_bytes: int = 2) -> str:
+    """``measurements`` of one test (one collective, GPU count and GPUs per node) written as
+    nccl-tests prints them: the header with one rank line a GPU (``gpus_per_node`` to a host),
+    the column header, a row a size with its out-of-place (and in-place) time in µs and both
+    bandwidths. ``parse_nccl_tests`` reads it back to the same rows (times to 0.01 µs)."""
+    groups = {(m.collective, m.num_gpus, m.gpus_per_node) for m in measurements}
+    if len(groups) != 1:
+        raise ValueError(f"one test a log: got {len(groups)} (collective, GPUs, GPUs per node) "
+                         f"groups {sorted(groups)}")
+    if element_bytes not in _TYPES:
+        raise ValueError(f"element_bytes={element_bytes}: nccl-tests types are "
+                         f"{', '.join(f'{b} ({t})' for b, t in _TYPES.items())}; nearest good: 2")
+    collective, n, per_node = groups.pop()
+    binary = next(b for b, c in BINARIES.items() if c == collective)
+    rows = sorted(measurements, key=lambda m: m.size_bytes)
+    lines = [(f"# nThread 1 nGpus 1 minBytes {int(rows[0].size_bytes)} maxBytes "
+              f"{int(rows[-1].size_bytes)} step: 2(factor) warmup iters: 5 iters: 20 agg iters: "
+              "1 validation: 1 graph: 0"), "#", f"# Collective test starting: {binary}",
+             "# Using devices"]
+    lines += [(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on host{r // per_node} device "
+               f"{r % per_node:2d} [0x{r:02x}] {gpu_name}") for r in range(n)]
+    lines += ["#", ("#       size         count      type   redop    root     time   algbw   "
+                    "busbw #wrong     time   algbw   busbw #wrong"),
+              ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+               "            (us)  (GB/s)  (GB/s)")]
+    factor = bus_factor(collective, n)
+
+    def timed(us: float | None, size: float) -> str:
+        if us is None:
+            return f"{'N/A':>8} {'N/A':>7} {'N/A':>7} {'N/A':>6}"
+        algbw = size / (us * 1e-6) / 1e9
+        return f"{us:8.2f} {algbw:7.2f} {algbw * factor:7.2f} {0:6d}"
+
+    for m in rows:
+        lines.append(f"{int(m.size_bytes):12d} {int(m.size_bytes) // element_bytes:13d} "
+                     f"{_TYPES[element_bytes]:>9} {_REDOP.get(collective, 'none'):>7} "
+                     f"{-1:7d} {timed(m.time_us, m.size_bytes)} "
+                     f"{timed(m.in_place_time_us, m.size_bytes)}")
+    return "\n".join(lines) + "\n"
 
 
 def _collective_of(text: str, source: str, given: str | None) -> str:

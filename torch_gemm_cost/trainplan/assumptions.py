@@ -40,8 +40,9 @@ def assumptions(layout: Layout, optimizer: str | None, attention: str, compiled:
          "stage after the backward (not overlapped)."),
         (f"Collectives: {comm_source}. step_interval_ms repeats the step with every "
          "collective the profile does not cover at the fitted host constants and at NCCL's "
-         "own (its tuning model's latencies and 0.8 of each link's datasheet bandwidth): "
-         "how far hosts spread."),
+         "own (its tuning model's latencies and 0.8 of each link's datasheet bandwidth), "
+         "within a node widened to how far the measured hosts spread around a prior that "
+         "never saw them (collective_interval_ms): the low and the high end."),
         ("Memory per GPU: 16-bit weights and gradients with fp32 master weights and Adam "
          "moments under mixed precision (2 + 2 + 12 bytes a parameter, ZeRO §3), 4 + 4 + 8 in "
          "fp32; ZeRO 1/2/3 shard states, gradients, weights over the dp·cp ranks. "
@@ -65,6 +66,18 @@ def assumptions(layout: Layout, optimizer: str | None, attention: str, compiled:
         out.append("Context parallelism: load-balanced ring attention (Megatron-Core): each "
                    "GPU runs seq / cp tokens, its attention core cp times the captured chunk's, "
                    "K and V passed around the ring under attention's compute.")
+    if layout.ep > 1:
+        out.append(f"Expert parallelism (Megatron-Core's MoE layer, all-to-all dispatcher): "
+                   f"each GPU holds 1/{layout.ep} of every MoE layer's experts, the ep ranks "
+                   "drawn from the data- and context-parallel ones (tp apart); each layer's "
+                   "tokens are dispatched to their experts and combined back by two "
+                   "all-to-alls forward "
+                   "and two backward, waited for. The router's load is balanced (a meta-device "
+                   "capture routes every expert the same tokens), so each expert GEMM runs "
+                   f"{layout.ep}x the tokens of 1/{layout.ep} of the experts. The experts' "
+                   "gradients are reduced, and ZeRO shards their states, over the dp·cp / ep "
+                   "ranks holding the same experts. Not priced: the router's load imbalance "
+                   "and its capacity factor, token dropping.")
     out.append("Not priced: data loading, the gradient-norm clip, the learning-rate schedule, "
                "the host's launch overhead between steps, compute slowed by collectives "
                "running beside it.")

@@ -15,6 +15,11 @@ waits for.
   its 1/tp share and the receiving node all-gathers it (Narayanan et al. 2021, §4.1).
 - Context parallelism (ring attention): each layer passes its K and V chunks around the cp
   ranks, cp - 1 sends forward and twice that backward (dK, dV too), under attention's core.
+- Expert parallelism (Megatron-Core's MoE layer, all-to-all token dispatcher): each MoE layer
+  sends every token's ``experts_per_token`` copies to the GPUs holding their experts and
+  brings the outputs back, two all-to-alls over the ep ranks forward and two (the gradients)
+  backward, of each GPU's own tokens (its seq / tp share under sequence parallelism). They sit
+  between the router and the experts: the step waits for them.
 - Data parallelism: the gradients reduced over the dp·cp ranks once a step: an all-reduce
   (ZeRO 0), a reduce-scatter and, after the optimizer step, an all-gather of the updated 16-bit
   weights (ZeRO 1, 2); ZeRO 3 and FSDP gather each layer's weights before its forward and again
@@ -29,21 +34,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware.catalog import DeviceSpec
-from ..predict.collectives import collective_interval_ms, predict_collective_ms
+from ..predict.collectives import (
+    collective_interval_ms,
+    nccl_host_collective_ms,
+    predict_collective_ms,
+)
 from ..predict.comm_profile import CommProfile
 from .layout import Layout, group_per_node
 from .model import TrainingStep
 
-__all__ = ["HOSTS", "Collectives", "overlapped_ms", "send_ms", "tp_comm_ms"]
+__all__ = ["HOSTS", "Collectives", "dispatch_bytes", "ep_comm_ms", "overlapped_ms", "send_ms",
+           "tp_comm_ms"]
 
-HOSTS: tuple[str, ...] = ("fitted", "low", "high")
+HOSTS: tuple[str, ...] = ("fitted", "low", "high", "nccl")
 
 
 @dataclass
 class Collectives:
     """Prices a plan's collectives on ``spec``: measured where ``profile`` covers a call, else
-    the collective model with the fitted host constants (``host="fitted"``), or the low or high
-    end of how far hosts spread (``predict.collectives.collective_interval_ms``)."""
+    the collective model with the fitted host constants (``host="fitted"``), the low or high
+    end of how far hosts spread (``predict.collectives.collective_interval_ms``), or NCCL's own
+    host constants (``"nccl"``: a DGX-networked host)."""
 
     spec: DeviceSpec
     profile: CommProfile | None = None
@@ -66,6 +77,9 @@ class Collectives:
         if self.host == "fitted":
             return predict_collective_ms(self.spec, collective, size_bytes=size, num_gpus=n,
                                          gpus_per_node=g)
+        if self.host == "nccl":
+            return nccl_host_collective_ms(self.spec, collective, size_bytes=size, num_gpus=n,
+                                           gpus_per_node=g)
         lo, hi = collective_interval_ms(self.spec, collective, size_bytes=size, num_gpus=n,
                                         gpus_per_node=g)
         return lo if self.host == "low" else hi
@@ -101,6 +115,32 @@ def tp_comm_ms(step: TrainingStep, layout: Layout, coll: Collectives
         add(fwd, seg, "reduce_scatter" if sp else "all_reduce", nbytes)
     for seg, nbytes in step.loss_reductions:
         add(fwd, seg, "all_reduce", nbytes)
+    return fwd, bwd
+
+
+def dispatch_bytes(step: TrainingStep, layout: Layout) -> int:
+    """One GPU's all-to-all buffer of one MoE layer and micro-batch (nccl-tests' size): its
+    tokens' ``experts_per_token`` copies of the hidden state."""
+    tokens = step.tokens // (layout.tp if layout.sequence_parallel else 1)
+    k = int(step.shape.experts_per_token or 1)
+    return tokens * k * int(step.shape.hidden_size or 0) * step.act_bytes
+
+
+def ep_comm_ms(step: TrainingStep, layout: Layout, coll: Collectives
+               ) -> tuple[list[float], list[float]]:
+    """One micro-batch's expert-parallel all-to-alls per segment (index segment + 1): forward
+    (dispatch, combine) and backward (their gradients). The ep ranks are tp apart: Megatron-Core
+    lays the experts out on their own grid, tp-ep-dp-pp, the context-parallel ranks folded into
+    its data-parallel ones (parallel_state's expert rank generator has cp = 1)."""
+    size = step.layers + 2
+    fwd, bwd = [0.0] * size, [0.0] * size
+    if layout.ep == 1:
+        return fwd, bwd
+    g = group_per_node(layout.ep, layout.tp, coll.spec.node_gpus)
+    one = coll.ms("alltoall", dispatch_bytes(step, layout), layout.ep, g)
+    for seg in step.moe_layers:
+        fwd[seg + 1] += 2 * one
+        bwd[seg + 1] += 2 * one
     return fwd, bwd
 
 

@@ -41,9 +41,9 @@ class SegmentTimes:
 
 def price_segments(step: TrainingStep, tp: int, sequence_parallel: bool, cp: int,
                    spec: DeviceSpec, predictor: Predictor,
-                   op_costs: OpCostModel | None = None) -> SegmentTimes:
+                   op_costs: OpCostModel | None = None, ep: int = 1) -> SegmentTimes:
     """``step``'s records as one GPU of the layout runs them, priced and summed per segment."""
-    sites, others, kernels = shard_records(step, tp, sequence_parallel)
+    sites, others, kernels = shard_records(step, tp, sequence_parallel, ep)
     priced = price_records(sites, others, spec, predictor, op_costs=op_costs, kernels=kernels)
     size = step.layers + 2
     fwd, bwd, core, f_flops, b_flops = ([0.0] * size for _ in range(5))

@@ -21,6 +21,13 @@ separate q/k/v, BERT's ``dense`` layers alike. Each node gets one role:
 
 ``core`` marks attention's core (QKᵀ, the ops on its scores, PV): what selective recomputation
 recomputes (Korthikanti et al. 2022, §4.2).
+
+A mixture of experts (``experts`` > 0) is read the same way, with two rules of Megatron-Core's
+MoE layer: the router, a GEMM whose weight has ``experts`` output rows, is replicated (its
+weight whole on every GPU of the group, its logits whole), and the experts' GEMMs, those whose
+weight is a 3-D tensor of ``experts`` matrices (transformers' grouped experts), are column- or
+row-parallel as a dense MLP's are; they are also marked as the experts' (``expert_nodes``,
+``expert_params``), which expert parallelism divides.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ class GraphRoles:
     column_inputs: tuple[tuple[str, int], ...]
     vocab_outputs: tuple[tuple[str, int], ...]
     lm_head: str | None  # the column GEMM whose output is the split logits
+    expert_nodes: frozenset[str] = frozenset()  # the experts' GEMMs
+    expert_params: frozenset[str] = frozenset()  # their weights, one matrix an expert
 
 
 def _tensor_inputs(node: torch.fx.Node) -> Iterator[torch.fx.Node]:
@@ -86,10 +95,11 @@ def _nbytes(node: torch.fx.Node, elem_bytes: int) -> int:
     return int(val.numel()) * elem_bytes if isinstance(val, torch.Tensor) else 0
 
 
-def graph_roles(graph: torch.fx.Graph, vocab: int | None, elem_bytes: int) -> GraphRoles:
+def graph_roles(graph: torch.fx.Graph, vocab: int | None, elem_bytes: int,
+                experts: int = 0) -> GraphRoles:
     """The role of every node of a captured, extracted graph (records in ``node.meta``), and
     the tensors Megatron's tensor parallelism reduces, each of ``elem_bytes`` per element (the
-    activations' storage size)."""
+    activations' storage size); ``experts``: the model's experts a MoE layer (0: dense)."""
     param_root: dict[str, str] = {}  # node -> the parameter placeholder it passes through
     split: dict[str, bool] = {}
     role: dict[str, str] = {}
@@ -100,10 +110,15 @@ def graph_roles(graph: torch.fx.Graph, vocab: int | None, elem_bytes: int) -> Gr
     columns: dict[str, int] = {}
     vocab_out: list[tuple[str, int]] = []
     lm_head = None
+    expert_nodes: set[str] = set()
+    expert_params: set[str] = set()
+    root_shape: dict[str, tuple[int, ...]] = {}  # a parameter's shape as stored
     for node in graph.nodes:
         if node.op == "placeholder":
             if node.name.startswith("p_"):
                 param_root[node.name] = node.name
+                val = node.meta.get("val")
+                root_shape[node.name] = tuple(val.shape) if isinstance(val, torch.Tensor) else ()
             split[node.name] = False
             continue
         if node.op != "call_function":
@@ -119,7 +134,17 @@ def graph_roles(graph: torch.fx.Graph, vocab: int | None, elem_bytes: int) -> Gr
             continue
         gemm = any(isinstance(r, GemmSite) for r in node.meta.get(META_KEY, ()))
         weights = [a for a in params if a.meta["val"].dim() >= 2]
+        stored = [root_shape.get(param_root[w.name], ()) for w in weights]
+        if gemm and weights and acts and experts and all(
+                len(sh) == 2 and sh[0] == experts for sh in stored):  # the router: replicated
+            role[node.name], split[node.name] = "replicated", False
+            continue
         if gemm and weights and acts:
+            grouped = [w for w, sh in zip(weights, stored) if experts and len(sh) == 3
+                       and sh[0] == experts]
+            if grouped:
+                expert_nodes.add(node.name)
+                expert_params.update(param_root[w.name] for w in grouped)
             if any(split.get(a.name, False) for a in acts):
                 role[node.name], split[node.name] = "row", False
                 split_params.update(param_root[w.name] for w in weights)
@@ -127,8 +152,10 @@ def graph_roles(graph: torch.fx.Graph, vocab: int | None, elem_bytes: int) -> Gr
             else:
                 role[node.name], split[node.name] = "column", True
                 split_params.update(param_root[p.name] for p in params)
-                for a in acts:
-                    columns.setdefault(a.name, _nbytes(a, elem_bytes))
+                for a in acts:  # not an index tensor (grouped experts' offsets)
+                    v = a.meta["val"]
+                    if not isinstance(v, torch.Tensor) or v.dtype.is_floating_point:
+                        columns.setdefault(a.name, _nbytes(a, elem_bytes))
                 out = node.meta.get("val")
                 if vocab and isinstance(out, torch.Tensor) and out.shape[-1] == vocab:
                     lm_head = node.name
@@ -155,7 +182,9 @@ def graph_roles(graph: torch.fx.Graph, vocab: int | None, elem_bytes: int) -> Gr
             core.add(node.name)
     return GraphRoles(role=role, core=frozenset(core), split_params=frozenset(split_params),
                       row_outputs=tuple(rows), column_inputs=tuple(columns.items()),
-                      vocab_outputs=tuple(vocab_out), lm_head=lm_head)
+                      vocab_outputs=tuple(vocab_out), lm_head=lm_head,
+                      expert_nodes=frozenset(expert_nodes),
+                      expert_params=frozenset(expert_params))
 
 
 def node_segments(graph: torch.fx.Graph, layer_prefix: str, layers: int) -> dict[str, int]:

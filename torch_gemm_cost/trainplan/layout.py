@@ -15,7 +15,7 @@ from typing import Any
 
 from ..capture.hf_config import HfConfig
 from ..hardware.dtypes import ComputeDtype, resolve_dtype
-from ..suggest import check_choice
+from ..suggest import check_choice, nearest_divisors
 
 __all__ = ["OPTIMIZERS", "RECOMPUTE", "ZERO", "Layout", "check_dtype", "check_layout",
            "group_per_node"]
@@ -59,6 +59,13 @@ class Layout:
     def shard_ranks(self) -> int:
         """The ranks ZeRO shards over and gradients are reduced over: data × context."""
         return self.dp * self.cp
+
+    @property
+    def expert_shard_ranks(self) -> int:
+        """The ranks holding the same experts, over which their gradients are reduced and ZeRO
+        shards them: data × context over expert parallelism (Megatron-Core's expert
+        data-parallel group)."""
+        return self.dp * self.cp // self.ep
 
     def micro_batches(self, global_batch: int) -> int:
         """Micro-batches each pipeline runs per step."""
@@ -143,9 +150,33 @@ def check_layout(layout: Layout, shape: HfConfig, global_batch: int, seq: int,
                          "micro-batch, which pipeline stages do not (DeepSpeed refuses the "
                          "pair); nearest good: zero=1, or pp=1")
     if layout.ep > 1:
-        raise ValueError(f"ep={layout.ep}: expert parallelism is not priced by this planner "
-                         "(its all-to-all dispatch and the experts' split are not modelled); "
-                         "nearest good: ep=1")
+        _check_experts(layout, shape)
+
+
+def _check_experts(layout: Layout, shape: HfConfig) -> None:
+    """Megatron-Core's rules for expert parallelism: the experts split evenly over ep, the ep
+    ranks drawn from the data-parallel (× context-parallel) ranks, sequence parallelism with
+    tensor parallelism (its MoE layer dispatches each GPU's own tokens)."""
+    ep, experts = layout.ep, int(shape.num_experts or 0)
+    if not experts:
+        raise ValueError(f"ep={ep} on a dense model: its config names no experts "
+                         "(num_local_experts / num_experts); nearest good: ep=1")
+    _divides("ep", ep, "experts", experts)
+    ranks = layout.dp * layout.cp
+    if ranks % ep:
+        good = [d for d in nearest_divisors(ranks, ep) if experts % d == 0] or [1]
+        raise ValueError(f"ep={ep} does not divide dp·cp = {layout.dp}·{layout.cp} = {ranks}: "
+                         "the expert-parallel ranks are drawn from the data-parallel ones; "
+                         f"nearest good: ep={good[0]}, or dp a multiple of {ep}")
+    if layout.tp > 1 and not layout.sequence_parallel:
+        raise ValueError(f"ep={ep} with tp={layout.tp} needs sequence parallelism "
+                         "(Megatron-Core's TransformerConfig: 'When using expert parallelism "
+                         "and tensor parallelism, sequence parallelism must be used'); nearest "
+                         "good: sequence_parallel=True")
+    if layout.zero_stage == 3:
+        raise ValueError(f"zero={layout.zero!r} with ep={ep}: ZeRO-3 / FSDP of expert-parallel "
+                         "weights is not priced (Megatron-Core shards them with its "
+                         "distributed optimizer, ZeRO 1); nearest good: zero=1")
 
 
 def _positive(name: str, value: Any) -> None:
@@ -160,8 +191,7 @@ def _divides(name: str, value: int, what: str, n: int) -> None:
 
 
 def _near(n: int, value: int) -> str:
-    good = [d for d in range(1, n + 1) if n % d == 0]
-    return " or ".join(map(str, sorted(good, key=lambda d: (abs(d - value), d))[:2]))
+    return " or ".join(map(str, nearest_divisors(n, value)))
 
 
 def _closest(good: Sequence[int], value: int) -> int:

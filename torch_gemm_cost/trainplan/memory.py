@@ -126,9 +126,11 @@ def shape_of(config: Any, hf: Any, tokens: int, seq: int, micro_batch: int, elem
              gated_mlp: bool, flash: bool) -> ActivationShape:
     """The activation shape of a model's layer from its config (``hf``: its ``HfConfig``)."""
     heads = int(hf.num_attention_heads or 1)
+    # a MoE layer keeps the MLP activations of each token's experts_per_token experts
+    routed = int(hf.experts_per_token or 1) if hf.num_experts else 1
     return ActivationShape(
         tokens=tokens, seq=seq, micro_batch=micro_batch, hidden=int(hf.hidden_size),
-        intermediate=int(hf.intermediate_size or 4 * hf.hidden_size), heads=heads,
+        intermediate=int(hf.intermediate_size or 4 * hf.hidden_size) * routed, heads=heads,
         kv_heads=int(hf.num_key_value_heads or heads),
         head_dim=int(hf.head_dim or hf.hidden_size // heads), elem_bytes=elem_bytes,
         gated_mlp=gated_mlp,

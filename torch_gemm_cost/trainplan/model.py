@@ -41,13 +41,15 @@ _LOSS_REDUCTIONS = 3  # vocab-parallel cross-entropy: max, sum of exp, target lo
 class ParamTensor:
     """One parameter tensor of the model: its elements, the segments that read it (a tied
     embedding: the first and the last), whether tensor parallelism splits it, whether it
-    trains (has a gradient and optimizer states)."""
+    trains (has a gradient and optimizer states), whether it holds a MoE layer's experts
+    (expert parallelism divides it)."""
 
     name: str
     numel: int
     segments: tuple[int, ...]
     split: bool
     trained: bool
+    expert: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class TrainingStep:
     column_inputs: tuple[tuple[int, int], ...]
     vocab_outputs: tuple[tuple[int, int], ...]
     loss_reductions: tuple[tuple[int, int], ...]  # the vocab-parallel loss's, (segment, bytes)
+    site_expert: tuple[bool, ...] = ()  # an expert's GEMM (``graph.GraphRoles.expert_nodes``)
+    moe_layers: tuple[int, ...] = ()  # the layers with experts, each routing its tokens once
 
     @property
     def tokens(self) -> int:
@@ -197,7 +201,7 @@ def _placed(captured: Captured, shape: HfConfig, layers: int, micro_batch: int, 
     graph = captured.graph_module.graph
     prefix = layer_prefix(captured.module_types, layers)
     segment = node_segments(graph, prefix, layers)
-    roles = graph_roles(graph, shape.vocab_size, act_bytes)
+    roles = graph_roles(graph, shape.vocab_size, act_bytes, int(shape.num_experts or 0))
 
     def place(node: str) -> tuple[int, str, bool]:
         base = node.split(".", 1)[0]
@@ -219,11 +223,15 @@ def _placed(captured: Captured, shape: HfConfig, layers: int, micro_batch: int, 
         other_segment=tuple(p[0] for p in other_places),
         other_role=tuple(p[1] for p in other_places),
         other_core=tuple(p[2] for p in other_places),
-        params=_params(graph, captured.requires_grad, segment, roles.split_params),
+        params=_params(graph, captured.requires_grad, segment, roles.split_params,
+                       roles.expert_params),
         row_outputs=tuple((segment[n], b) for n, b in roles.row_outputs),
         column_inputs=tuple((segment[n], b) for n, b in roles.column_inputs),
         vocab_outputs=tuple((segment[n], b) for n, b in roles.vocab_outputs),
-        loss_reductions=((lm, tokens * 4),) * _LOSS_REDUCTIONS if lm is not None else ())
+        loss_reductions=((lm, tokens * 4),) * _LOSS_REDUCTIONS if lm is not None else (),
+        site_expert=tuple(s.node.split(".", 1)[0] in roles.expert_nodes for s in sites),
+        moe_layers=tuple(sorted({segment[n] for n in roles.expert_nodes
+                                 if 0 <= segment.get(n, -1) < layers})))
 
 
 def layer_prefix(module_types: dict[str, str] | Any, layers: int) -> str:
@@ -240,7 +248,8 @@ def layer_prefix(module_types: dict[str, str] | Any, layers: int) -> str:
 
 
 def _params(graph: torch.fx.Graph, requires_grad: Any, segment: dict[str, int],
-            split: frozenset[str]) -> tuple[ParamTensor, ...]:
+            split: frozenset[str], experts: frozenset[str] = frozenset()
+            ) -> tuple[ParamTensor, ...]:
     out = []
     for node in graph.nodes:
         if node.op != "placeholder" or not node.name.startswith("p_"):
@@ -257,7 +266,8 @@ def _params(graph: torch.fx.Graph, requires_grad: Any, segment: dict[str, int],
                 frontier.extend(user.users)
             reached.add(segment.get(user.name, -1))
         out.append(ParamTensor(node.name, int(val.numel()), tuple(sorted(reached)) or (-1,),
-                               node.name in split, bool(requires_grad.get(node.name, True))))
+                               node.name in split, bool(requires_grad.get(node.name, True)),
+                               node.name in experts))
     return tuple(out)
 
 

@@ -69,8 +69,10 @@ def plan_training(
     ``estimate(compiled=True)`` prices them).
     ``interleave``: pipeline chunks per GPU (the interleaved schedule for 2 or more);
     ``sequence_parallel``: Megatron's sequence parallelism with tp. ``comm_profile``: a
-    cluster's measured collectives (``torch-gemm-cost calibrate-comm``). ``ep`` must be 1:
-    expert parallelism is not priced.
+    cluster's measured collectives (``torch-gemm-cost calibrate-comm``). ``ep``: expert
+    parallelism of a MoE model (Mixtral-style configs: ``num_local_experts``,
+    ``num_experts_per_tok``), its ranks drawn from the data-parallel ones as Megatron-Core
+    draws them: it divides the experts and dp·cp, and needs ``sequence_parallel`` with tp > 1.
     """
     target = check_device(device)
     cd = check_dtype(dtype)

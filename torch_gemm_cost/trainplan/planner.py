@@ -14,7 +14,7 @@ from ..hardware.dtypes import ComputeDtype
 from ..predict import Predictor
 from ..predict.attention.sdpa import runs_fused_attention
 from ..predict.ops import OpCostModel, load_op_costs
-from .comm import Collectives, cp_send_ms, overlapped_ms, send_ms, tp_comm_ms
+from .comm import Collectives, cp_send_ms, ep_comm_ms, overlapped_ms, send_ms, tp_comm_ms
 from .compute import SegmentTimes, price_segments, step_flops
 from .layout import Layout, group_per_node
 from .memory import (
@@ -67,11 +67,11 @@ class Planner:
         return self.source.step(layout.micro_batch, self.seq // layout.cp)
 
     def times(self, step: TrainingStep, layout: Layout) -> SegmentTimes:
-        key = (layout.tp, layout.sequence_parallel, layout.cp, layout.micro_batch)
+        key = (layout.tp, layout.sequence_parallel, layout.cp, layout.micro_batch, layout.ep)
         if key not in self._times:
             self._times[key] = price_segments(step, layout.tp, layout.sequence_parallel,
                                               layout.cp, self.spec, self.predictor,
-                                              self.op_costs)
+                                              self.op_costs, layout.ep)
         return self._times[key]
 
     def cost(self, layout: Layout, coll: Collectives | None = None) -> StepCost:
@@ -87,9 +87,12 @@ class Planner:
         segs = [([-1] if s == 0 else []) + c + ([layers] if s == pp * v - 1 else [])
                 for s, c in enumerate(chunks)]
         tp_f, tp_b = tp_comm_ms(step, layout, coll)
+        ep_f, ep_b = ep_comm_ms(step, layout, coll)
         if layout.recompute == "full":  # a layer's recomputed forward runs its collectives again
             tp_b = [b + (f if 0 <= i - 1 < layers else 0.0)
                     for i, (f, b) in enumerate(zip(tp_f, tp_b))]
+            ep_b = [b + (f if 0 <= i - 1 < layers else 0.0)
+                    for i, (f, b) in enumerate(zip(ep_f, ep_b))]
         cp_one = cp_send_ms(step, layout, coll)
         recompute = [self._recompute_ms(t, c, layout.recompute) for c in chunks]
         f0 = [sum(t.forward_ms[i + 1] for i in sg) for sg in segs]
@@ -101,9 +104,12 @@ class Planner:
         z3_f, z3_b = self._zero3(step, layout, coll, f0, b0, per)
         st = _Stages(segs, f0, b0, recompute,
                      [sum(tp_f[i + 1] + tp_b[i + 1] for i in sg) for sg in segs],
-                     [a + b for a, b in zip(cp_f, cp_b)], [a + b for a, b in zip(z3_f, z3_b)])
-        comm_f = [sum(tp_f[i + 1] for i in sg) + c + z for sg, c, z in zip(segs, cp_f, z3_f)]
-        comm_b = [sum(tp_b[i + 1] for i in sg) + c + z for sg, c, z in zip(segs, cp_b, z3_b)]
+                     [a + b for a, b in zip(cp_f, cp_b)], [a + b for a, b in zip(z3_f, z3_b)],
+                     [sum(ep_f[i + 1] + ep_b[i + 1] for i in sg) for sg in segs])
+        comm_f = [sum(tp_f[i + 1] + ep_f[i + 1] for i in sg) + c + z
+                  for sg, c, z in zip(segs, cp_f, z3_f)]
+        comm_b = [sum(tp_b[i + 1] + ep_b[i + 1] for i in sg) + c + z
+                  for sg, c, z in zip(segs, cp_b, z3_b)]
         send = send_ms(step, layout, coll)
         run0 = run_pipeline(pp, v, m, f0, b0, [0.0] * (pp * v - 1))
         run1 = run_pipeline(pp, v, m, [a + b for a, b in zip(f0, comm_f)],
@@ -120,6 +126,7 @@ class Planner:
             exposed_comm_ms=run1.end_ms[j] - run0.end_ms[j] + r.dp_exposed_ms,
             optimizer_ms=r.optimizer_ms,
             comm_ms={"tensor": m * r.tp_comm_ms, "context": m * r.cp_comm_ms,
+                     "expert": m * r.ep_comm_ms,
                      "pipeline": 2 * m * v * send if pp > 1 else 0.0, "data": r.dp_comm_ms},
             model_flops=(model_f + model_b) * chunks_per_step,
             hardware_flops=(model_f + model_b + recompute_f) * chunks_per_step)
@@ -151,22 +158,25 @@ class Planner:
                 [overlapped_ms((gather + scatter) / parts, b, n) for b in b0])
 
     def _params(self, step: TrainingStep, layout: Layout, segments: list[int]
-                ) -> tuple[int, int, int]:
-        """Elements one GPU holds of the parameters read in ``segments``: all, trained, and
-        the largest layer's (ZeRO-3 gathers one whole)."""
+                ) -> tuple[int, int, int, int]:
+        """Elements one GPU holds of the parameters read in ``segments``: all, trained, the
+        largest layer's (ZeRO-3 gathers one whole), and of the trained the experts' (a tp-th
+        and an ep-th of them)."""
         have = set(segments)
-        total = trained = 0
+        total = trained = experts = 0
         per_layer: dict[int, int] = {}
         for p in step.params:
             if not have.intersection(p.segments):
                 continue
             n = p.numel // layout.tp if p.split else p.numel
+            n = n // layout.ep if p.expert else n
             total += n
             trained += n if p.trained else 0
+            experts += n if p.trained and p.expert else 0
             for s in p.segments:
                 if 0 <= s < step.layers:
                     per_layer[s] = per_layer.get(s, 0) + n
-        return total, trained, max(per_layer.values(), default=0)
+        return total, trained, max(per_layer.values(), default=0), experts
 
     def _stage(self, step: TrainingStep, layout: Layout, coll: Collectives, j: int, m: int,
                st: _Stages, send: float, end: float) -> StageRow:
@@ -176,23 +186,30 @@ class Planner:
         mine = [c * pp + j for c in range(v)]
         segments = [s for c in mine for s in st.segments[c]]
         layer_ids = tuple(s for s in segments if 0 <= s < step.layers)
-        params, trained, largest = self._params(step, layout, segments)
+        params, trained, largest, experts = self._params(step, layout, segments)
         pb = param_bytes(step.act_bytes, self.optimizer)
         ranks, zero = layout.shard_ranks, layout.zero_stage
+        eranks = layout.expert_shard_ranks
         fwd = sum(st.forward_ms[c] for c in mine)
         bwd = sum(st.backward_ms[c] for c in mine)
         dp_comm = dp_exposed = 0.0
         if ranks > 1 and zero < 3:
-            g = group_per_node(ranks, layout.tp, self.spec.node_gpus)
+            # the dense parameters over the dp·cp ranks (tp apart), the experts' over the
+            # ranks holding the same experts (dp·cp / ep of them, tp·ep apart)
+            groups = [(trained - experts, ranks, group_per_node(ranks, layout.tp,
+                                                                self.spec.node_gpus)),
+                      (experts, eranks, group_per_node(eranks, layout.tp * layout.ep,
+                                                       self.spec.node_gpus))]
             buckets = max(len(layer_ids), 1)
-            if zero == 0:
-                dp_comm = coll.ms("all_reduce", trained * pb.grad, ranks, g)
-                dp_exposed = overlapped_ms(dp_comm, bwd, buckets)
-            else:
-                rs = coll.ms("reduce_scatter", trained * pb.grad, ranks, g)
-                ag = coll.ms("all_gather", trained * pb.weight, ranks, g)
-                dp_comm = rs + ag
-                dp_exposed = overlapped_ms(rs, bwd, buckets) + overlapped_ms(ag, fwd, buckets)
+            rs = ag = 0.0
+            for n, r, g in groups:
+                if zero == 0:
+                    rs += coll.ms("all_reduce", n * pb.grad, r, g)
+                else:
+                    rs += coll.ms("reduce_scatter", n * pb.grad, r, g)
+                    ag += coll.ms("all_gather", n * pb.weight, r, g)
+            dp_comm = rs + ag
+            dp_exposed = overlapped_ms(rs, bwd, buckets) + overlapped_ms(ag, fwd, buckets)
         elif zero == 3:
             dp_comm = m * sum(st.zero3_ms[c] for c in mine)
         tied = [p for p in step.params
@@ -204,8 +221,7 @@ class Planner:
                           2 if (pp - 1) * stride < self.spec.node_gpus else 1)
             dp_comm += emb
             dp_exposed += emb
-        shard = ranks if zero >= 1 else 1
-        local = trained // shard
+        local = ((trained - experts) // ranks + experts // eranks if zero >= 1 else trained)
         if self.optimizer is None:
             opt = 0.0
         else:
@@ -216,7 +232,7 @@ class Planner:
                     self.optimizer, key[0], key[1], step.act_bytes), self.op_costs)
             opt = self._opt[key]
         memory = self._memory(step, layout, j, m, segments, layer_ids, params, trained,
-                              largest, pb)
+                              largest, pb, experts)
         return StageRow(
             stage=j, layers=layer_ids, params=params, forward_ms=fwd, backward_ms=bwd,
             recompute_ms=sum(st.recompute_ms[c] for c in mine),
@@ -225,7 +241,7 @@ class Planner:
             dp_comm_ms=dp_comm, dp_exposed_ms=dp_exposed, optimizer_ms=opt,
             in_flight=in_flight(pp, v, m, j), memory=memory,
             fits=memory.total_bytes <= self.usable_bytes,
-            end_ms=end + dp_exposed + opt)
+            end_ms=end + dp_exposed + opt, ep_comm_ms=sum(st.ep_ms[c] for c in mine))
 
     @property
     def usable_bytes(self) -> float:
@@ -233,14 +249,18 @@ class Planner:
 
     def _memory(self, step: TrainingStep, layout: Layout, j: int, m: int, segments: list[int],
                 layer_ids: tuple[int, ...], params: int, trained: int, largest: int,
-                pb: Any) -> MemoryBreakdown:
+                pb: Any, experts: int = 0) -> MemoryBreakdown:
         ranks, zero, tp = layout.shard_ranks, layout.zero_stage, layout.tp
+        eranks = layout.expert_shard_ranks
         sp = layout.sequence_parallel
         weights = params * pb.weight / (ranks if zero >= 3 else 1)
         if zero >= 3 and ranks > 1:
             weights += 2 * largest * pb.weight  # one layer running, the next prefetched
-        grads = trained * pb.grad / (ranks if zero >= 2 else 1)
-        states = trained * pb.optimizer / (ranks if zero >= 1 else 1)
+        dense = trained - experts  # the experts' sharded over the ranks holding the same experts
+        grads = (dense / (ranks if zero >= 2 else 1) + experts / (eranks if zero >= 2 else 1)
+                 ) * pb.grad
+        states = (dense / (ranks if zero >= 1 else 1) + experts / (eranks if zero >= 1 else 1)
+                  ) * pb.optimizer
         flash = self.source.attention == "sdpa" and runs_fused_attention(self.spec)
         shape = shape_of(self.source.config, step.shape, step.tokens, self.seq,
                          layout.micro_batch, step.act_bytes, _gated(step), flash)
@@ -269,11 +289,13 @@ class _Stages:
     tp_ms: list[float]
     cp_ms: list[float]
     zero3_ms: list[float]
+    ep_ms: list[float]
 
 
 def _gated(step: TrainingStep) -> bool:
     """A gated MLP (SwiGLU and kin): two column GEMMs of the MLP's width in a layer."""
     inter = step.shape.intermediate_size
-    n = sum(1 for s, role, seg in zip(step.sites, step.site_role, step.site_segment)
-            if seg == 0 and role == "column" and s.phase == "forward" and s.n == inter)
-    return n >= 2
+    n = sum(1 if s.n == inter else 2 if inter and s.n == 2 * inter else 0
+            for s, role, seg in zip(step.sites, step.site_role, step.site_segment)
+            if seg == 0 and role == "column" and s.phase == "forward")
+    return n >= 2  # two GEMMs of the width, or one of twice it (gate and up fused)

@@ -40,6 +40,7 @@ class StageRow:
     memory: MemoryBreakdown
     fits: bool
     end_ms: float  # when the stage's step ends
+    ep_comm_ms: float = 0.0  # one micro-batch's expert-parallel all-to-alls, forward and backward
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ interleaved schedule cuts it to (pp - 1)/(m·v).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,8 +37,10 @@ class PipelineRun:
     end_ms: tuple[float, ...]  # per GPU: when its last op ends
 
 
-def op_order(pp: int, v: int, m: int, gpu: int) -> list[tuple[str, int, int]]:
-    """The ops GPU ``gpu`` runs, in order: ("F" or "B", chunk, micro-batch)."""
+@functools.lru_cache(maxsize=4096)
+def op_order(pp: int, v: int, m: int, gpu: int) -> tuple[tuple[str, int, int], ...]:
+    """The ops GPU ``gpu`` runs, in order: ("F" or "B", chunk, micro-batch). Cached: a search
+    schedules many layouts of the same (pp, v, m)."""
     total = m * v
     if v == 1:
         warm = min(pp - gpu - 1, m)
@@ -61,7 +64,7 @@ def op_order(pp: int, v: int, m: int, gpu: int) -> list[tuple[str, int, int]]:
         ops.append(forward(warm + i))
         ops.append(backward(i))
     ops += [backward(k) for k in range(total - warm, total)]
-    return ops
+    return tuple(ops)
 
 
 def in_flight(pp: int, v: int, m: int, gpu: int) -> int:

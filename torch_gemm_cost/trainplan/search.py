@@ -5,14 +5,16 @@ The layouts: tp a divisor of the GPUs within a node that splits the heads and th
 divisor of the rest that splits the layers (and interleaved with 2 chunks a GPU where the layers
 and micro-batches allow); cp > 1 only for sequences of 8192 tokens or more (4096 a GPU at
 least); dp the rest; each micro-batch that divides the data-parallel batch; each recomputation;
-ZeRO 0 (and 1, 2 with data parallelism, 3 without pipelining). Sequence parallelism goes with
-tp > 1 (it splits the replicated ops and their activations for the same collective bytes).
+ZeRO 0 (and 1, 2 with data parallelism, 3 without pipelining); for a MoE model each expert
+parallelism that divides its experts and dp·cp (not with ZeRO 3). Sequence parallelism goes
+with tp > 1 (it splits the replicated ops and their activations for the same collective bytes).
 Each micro-batch shape is captured once and priced once per tensor-parallel size; every layout
 of it reuses them.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -91,26 +93,25 @@ def candidate_layouts(shape: HfConfig, gpus: int, global_batch: int, seq: int, n
     """Every layout of ``gpus`` GPUs ``check_layout`` accepts (see the module docstring)."""
     cps = [1] + [c for c in (2, 4, 8) if seq >= _LONG_SEQ and seq % (2 * c) == 0
                  and seq // c >= _CP_MIN_TOKENS]
+    experts = int(shape.num_experts or 0)
+    eps = _divisors(experts) if experts else [1]
     for tp in _divisors(gpus):
         if tp > node_gpus:
             continue
-        for cp in cps:
-            for pp in _divisors(gpus // tp):
-                if (gpus // tp) % (pp * cp):
+        for cp, pp in itertools.product(cps, _divisors(gpus // tp)):
+            if (gpus // tp) % (pp * cp):
+                continue
+            dp = gpus // (tp * pp * cp)
+            for mb, v, rec, zero, ep in itertools.product(
+                    micro_batches, (1, 2) if pp > 1 else (1,), recompute, _zeros(dp * cp, pp),
+                    eps):
+                layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=zero, recompute=rec,
+                                micro_batch=mb, interleave=v, sequence_parallel=tp > 1)
+                try:
+                    check_layout(layout, shape, global_batch, seq, gpus)
+                except ValueError:
                     continue
-                dp = gpus // (tp * pp * cp)
-                for mb in micro_batches:
-                    for v in (1, 2) if pp > 1 else (1,):
-                        for rec in recompute:
-                            for zero in _zeros(dp * cp, pp):
-                                layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, zero=zero,
-                                                recompute=rec, micro_batch=mb, interleave=v,
-                                                sequence_parallel=tp > 1)
-                                try:
-                                    check_layout(layout, shape, global_batch, seq, gpus)
-                                except ValueError:
-                                    continue
-                                yield layout
+                yield layout
 
 
 def _zeros(ranks: int, pp: int) -> tuple[Any, ...]:

@@ -12,6 +12,12 @@ Megatron's split, record by record (the roles of ``graph.graph_roles``):
   except under sequence parallelism (Korthikanti et al. 2022, §4.2.2), where the replicated ops
   inside the decoder layers (norms, dropout, residual adds) run on seq / tp tokens.
 
+Expert parallelism (``ep``) gives each GPU ``experts / ep`` of a MoE layer's experts and, after
+the all-to-all dispatch, the tokens that ``ep`` GPUs routed to them: an expert's grouped GEMM
+runs a ``ep``-th of its experts (its batch) on ``ep`` times the tokens of each (its tokens dim:
+m of the forward and of dX, the reduction k of dW), for the same FLOPs (NB: the router's load
+is taken as balanced, as a meta-device capture routes it).
+
 A split dim is found by where autograd's formulas put the forward dim in each gradient GEMM
 (``records.backward``): dX = dC·Bᵀ is (m, k, n) of the forward's (m, n, k); a Linear's
 dW = dYᵀ·X is (n, k, m), a (k, n)-stored weight's dB = Aᵀ·dC is (k, n, m). Operand alignments
@@ -29,7 +35,7 @@ from ..records import GemmSite, OtherOp
 from ..records.types import FusedKernel, alignment_bytes
 from .model import TrainingStep
 
-__all__ = ["VOCAB_MULTIPLE", "shard_records", "split_site"]
+__all__ = ["VOCAB_MULTIPLE", "regroup_experts", "shard_records", "split_site"]
 
 # Megatron-LM pads the vocabulary to a multiple of 128·tp to split it (--make-vocab-size-
 # divisible-by 128, megatron/training/tokenizer: _vocab_size_with_padding)
@@ -41,13 +47,16 @@ _DW_WEIGHT = (1, 2, 0)  # a Linear's weight stored (n, k)
 _DW_KN = (2, 1, 0)  # a weight stored (k, n), as HF's Conv1D holds it
 
 
-def shard_records(step: TrainingStep, tp: int, sequence_parallel: bool
+def shard_records(step: TrainingStep, tp: int, sequence_parallel: bool, ep: int = 1
                   ) -> tuple[tuple[GemmSite, ...], tuple[OtherOp, ...], tuple[FusedKernel, ...]]:
-    """The records one GPU of a ``tp``-way tensor-parallel group runs for ``step``, and the
-    fused kernels of a compiled step, each moving its ops' share."""
+    """The records one GPU of a ``tp``-way tensor-parallel group (and ``ep``-way expert-parallel
+    group) runs for ``step``, and the fused kernels of a compiled step, each moving its ops'
+    share."""
+    forward: dict[str, GemmSite] = {s.node: s for s in step.sites if s.phase == "forward"}
+    if ep > 1:
+        return _regrouped(step, forward, ep, *shard_records(step, tp, sequence_parallel))
     if tp == 1:
         return step.sites, step.others, step.kernels
-    forward: dict[str, GemmSite] = {s.node: s for s in step.sites if s.phase == "forward"}
     vocab = int(step.shape.vocab_size or 0)
     sites = []
     for s, role, seg in zip(step.sites, step.site_role, step.site_segment):
@@ -77,6 +86,40 @@ def shard_records(step: TrainingStep, tp: int, sequence_parallel: bool
         mine = sum(others[i].dram_bytes for i in k.ops)
         kernels.append(replace(k, dram_bytes=round(k.dram_bytes * mine / full)) if full else k)
     return tuple(sites), tuple(others), tuple(kernels)
+
+
+def _regrouped(step: TrainingStep, forward: dict[str, GemmSite], ep: int,
+               sites: tuple[GemmSite, ...], others: tuple[OtherOp, ...],
+               kernels: tuple[FusedKernel, ...]
+               ) -> tuple[tuple[GemmSite, ...], tuple[OtherOp, ...], tuple[FusedKernel, ...]]:
+    out = []
+    for full, s, expert in zip(step.sites, sites, step.site_expert):
+        if expert:  # the tokens dim as the full-width record holds it
+            s = regroup_experts(s, _split_dim(full, forward.get(full.node), 0), ep)
+        out.append(s)
+    return tuple(out), others, kernels
+
+
+def regroup_experts(site: GemmSite, tokens_dim: str, ep: int) -> GemmSite:
+    """An expert GEMM of ``site.batch`` experts as one of ``ep`` GPUs runs it: a ``ep``-th of
+    the experts on ``ep`` times the tokens each (``tokens_dim``), the FLOPs unchanged, the
+    compulsory bytes recounted by operand (the weights' shrink, the activations' stay)."""
+    if site.batch % ep:
+        raise ValueError(f"ep={ep} does not divide the {site.batch} experts of "
+                         f"{site.module or 'the model'}; nearest good: "
+                         f"{' or '.join(map(str, _divisors_near(site.batch, ep)))}")
+    dims = {"batch": site.batch, "m": site.m, "n": site.n, "k": site.k}
+    old = _operand_elems(**dims)
+    dims["batch"] //= ep
+    dims[tokens_dim] *= ep
+    now = _operand_elems(**dims)
+    in_b, out_b = DTYPES[site.dtype].in_bytes, DTYPES[site.out_dtype].in_bytes
+    full = (old[0] * in_b, old[1] * in_b, old[2] * out_b)
+    scale = sum(f * n / o for f, n, o in zip(full, now, old) if o) / sum(full) \
+        if sum(full) else 1.0
+    # NB: operand alignments kept (a tokens dim ep times longer is at least as aligned)
+    grown: dict[str, Any] = {tokens_dim: dims[tokens_dim]}
+    return replace(site, batch=dims["batch"], **grown, dram_bytes=round(site.dram_bytes * scale))
 
 
 def _split_dim(site: GemmSite, fwd: GemmSite | None, fwd_dim: int) -> str:
