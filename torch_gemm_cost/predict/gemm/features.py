@@ -110,8 +110,10 @@ def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
         return "simt", simt_key, peak
     if amd:
         return "mma", _AMD_MATRIX_KEYS.get(key, key), peak
+    # the large-tile engine is Hopper's and datacenter Blackwell's (wgmma, tcgen05); GeForce and
+    # workstation Blackwell (compute capability 12) keep Ampere's warp-level MMA
     major = device.compute_capability.split(".")[0]
-    large = major.isdigit() and int(major) >= 9
+    large = major.isdigit() and 9 <= int(major) < 12
     return ("mma_large" if large else "mma"), ("int8" if key == "int8" else "tensor_float"), peak
 
 
