@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-from torch_gemm_cost.hardware.catalog import get_device
-from torch_gemm_cost.predict.gemm.features import base_clock_share, simt_issue_per_lane
-from torch_gemm_cost.predict.gemm.power import simt_issue_share, sustained_clock_share
+from torch_gemm_cost.hardware.catalog import get_device, list_devices
+from torch_gemm_cost.predict import shipped_hybrid
+from torch_gemm_cost.predict.gemm.features import (
+    DeviceTable,
+    base_clock_share,
+    simt_issue_per_lane,
+)
+from torch_gemm_cost.predict.gemm.power import (
+    simt_issue_share,
+    sustained_clock_share,
+    top_clock_over_boost,
+)
+from torch_gemm_cost.records.types import DTYPE_NAMES, GemmBatch
+
+DTYPE_INDEX = {name: i for i, name in enumerate(DTYPE_NAMES)}
 
 
 def t(*v: float) -> torch.Tensor:
@@ -67,3 +80,44 @@ def test_a_low_base_clock_costs_a_large_gemm_more_than_a_small_one() -> None:
                                   t(3.4), gamma=3.0, q=8.0)
     big_t4, small_t4, a100 = share.tolist()
     assert big_t4 < small_t4 and big_t4 < 0.6 and a100 > 0.98  # 0.5526, 0.9953, 0.9898
+
+
+def test_a_geforce_board_runs_above_its_rated_boost_by_hand() -> None:
+    # RTX 3090 (GeForce): top clock 1695 · 1.10 = 1864.5 MHz; fp16 with fp32 accumulate
+    # 71 TFLOP/s at the rated boost, so 71 · 1.10 = 78.1 at the top clock; its base clock (1395
+    # MHz at the 350 W limit) is 1395 / 1864.5 = 0.74819 of the top one, not 1395 / 1695
+    assert [top_clock_over_boost(c) for c in ("geforce", "workstation", "datacenter")] == [
+        1.1, 1.0, 1.0]
+    table = DeviceTable.build([get_device("rtx_3090"), get_device("a40")])
+    assert table.clock_hz.tolist() == pytest.approx([1864.5e6, 1740e6], rel=1e-12)
+    fp16 = DTYPE_INDEX["float16"]
+    assert table.peak_flops_per_s[:, fp16].tolist() == pytest.approx([78.1e12, 149.7e12],
+                                                                      rel=1e-12)
+    assert table.base_clock_share.tolist() == pytest.approx([1395 / 1864.5, 1305 / 1740],
+                                                            rel=1e-12)
+
+
+def test_only_geforce_boards_move() -> None:
+    # every other board's columns are the same bits whatever its board_class field says, so
+    # its predictions are too (tests/fixtures/predictions.json holds them)
+    for d in list_devices():
+        if d.board_class == "geforce":
+            continue
+        a, b = DeviceTable.build([d]), DeviceTable.build([replace(d, board_class="datacenter")])
+        for name in ("clock_hz", "peak_flops_per_s", "base_clock_share"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert torch.equal(torch.nan_to_num(x, nan=-1.0), torch.nan_to_num(y, nan=-1.0)), d.id
+
+
+def test_the_geforce_clock_speeds_a_large_gemm_by_at_most_its_share() -> None:
+    # an 8192³ fp16 Linear on an RTX 3090 is compute bound: 1.1 T FLOP at 71-78 TFLOP/s. The top
+    # clock makes it faster by at most 1.10 (the MLP's device-relative inputs move a little), and
+    # its physical floor is FLOPs / 78.1 TFLOP/s = 1.0995e12 / 78.1e12 s = 14.08 ms, no longer
+    # the datasheet's 15.49 ms
+    g = GemmBatch.from_dims(m=[8192], n=[8192], k=[8192], dtype="float16", op="linear")
+    h = shipped_hybrid()
+    geforce = get_device("rtx_3090")
+    fast = float(h.predict(g, geforce).time_ms[0])
+    rated = float(h.predict(g, replace(geforce, board_class="datacenter")).time_ms[0])
+    assert 1.05 < rated / fast <= 1.10 + 1e-9
+    assert fast > 2 * 8192 ** 3 / 78.1e12 * 1e3

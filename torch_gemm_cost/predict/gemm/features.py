@@ -16,6 +16,7 @@ import torch
 from ...hardware.catalog import DeviceSpec
 from ...hardware.dtypes import DTYPES
 from ..base import DTYPE_NAMES, GemmBatch
+from .power import top_clock_over_boost
 from .tiles import ENGINES
 
 __all__ = [
@@ -73,10 +74,12 @@ PASCAL_L1_BYTES = 24 * 1024
 
 
 def base_clock_share(device: DeviceSpec) -> float:
-    """Base over boost clock, NaN where either is unknown (then no clock drop applies)."""
+    """Base over top clock (the boost clock, above it on GeForce: power.top_clock_over_boost),
+    NaN where either is unknown (then no clock drop applies)."""
     if not device.base_clock_mhz or not device.boost_clock_mhz:
         return math.nan
-    return float(device.base_clock_mhz) / float(device.boost_clock_mhz)
+    top = float(device.boost_clock_mhz) * top_clock_over_boost(device.board_class)
+    return float(device.base_clock_mhz) / top
 
 
 def simt_issue_per_lane(device: DeviceSpec) -> float:
@@ -141,10 +144,14 @@ class DeviceTable:
             return torch.tensor(values, dtype=torch.float64)
 
         triples = [[_engine_and_key(d, name) for name in DTYPE_NAMES] for d in devices]
+        # a GeForce board runs above its rated boost clock, and every clocked rate with it:
+        # the datasheet peaks, the caches, the kernel floor (power.top_clock_over_boost)
+        top = [top_clock_over_boost(d.board_class) for d in devices]
         return cls(
             ids=tuple(d.id for d in devices),
             sm_count=col([float(d.sm_count) for d in devices]),
-            clock_hz=col([float(d.boost_clock_mhz or 1500.0) * 1e6 for d in devices]),
+            clock_hz=col([float(d.boost_clock_mhz or 1500.0) * 1e6 * t
+                          for d, t in zip(devices, top)]),
             dram_bw_bytes_per_s=col([d.dram_bw_bytes_per_s for d in devices]),
             l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
             regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
@@ -154,7 +161,8 @@ class DeviceTable:
             # the L1 that serves global loads: unified with shared memory since Volta (96-256
             # KB); Pascal's separate L1 is not in the catalog, so its 24 KB is assumed
             l1_bytes=col([float(d.l1_bytes_per_sm or PASCAL_L1_BYTES) for d in devices]),
-            peak_flops_per_s=torch.tensor([[t[2] for t in row] for row in triples],
+            peak_flops_per_s=torch.tensor([[t[2] * f for t in row]
+                                           for row, f in zip(triples, top)],
                                           dtype=torch.float64),
             engine=torch.tensor([[ENGINES.index(t[0]) for t in row] for row in triples]),
             peak_key=torch.tensor([[PEAK_KEYS.index(t[1]) for t in row] for row in triples]),
