@@ -1,6 +1,6 @@
 """The GeForce clock term on boards no fit has seen: the RTX 3090's GEMMs, with the shipped weights.
 
-    python benchmarks/geforce_boost.py [--data ../shared/data]
+    python benchmarks/geforce_boost.py [--data ../shared/data] [--golden PREDICTIONS.json]
 
 A GeForce board runs above its rated boost clock while power and temperature allow
 (``predict/gemm/power.py``: ``top_clock_over_boost``, 1.10, set from other GeForce boards'
@@ -18,8 +18,9 @@ above 71 TFLOP/s are the boost the term models, not data errors.
 Then checks against public measurements no fit has seen: an RTX 4090 (GeForce) and an RTX PRO
 6000 Blackwell (workstation) running cuBLASLt GEMMs (xzwgit/gpu-flops-bench README, the median
 of each precision's best size), against the predicted rate of an 8192³ Linear; and the golden
-predictions of ``tests/fixtures/predictions.json``: every device that is not a GeForce board
-predicts the same bits as before the term. Writes ``benchmarks/results/geforce_boost.md``.
+predictions of ``--golden`` (a ``tests/fixtures/predictions.json`` from before the term, e.g.
+``git show 41639be:tests/fixtures/predictions.json``): every device that is not a GeForce board
+predicts the same bits as before it. Writes ``benchmarks/results/geforce_boost.md``.
 """
 
 from __future__ import annotations
@@ -119,15 +120,15 @@ def public_checks() -> list[str]:
             tabulate(table, headers="keys", tablefmt="github"), ""]
 
 
-def fixture_check() -> list[str]:
-    """Golden GEMM predictions of every non-GeForce device, compared bit for bit."""
+def fixture_check(golden_path: Path) -> list[str]:
+    """Golden GEMM predictions of every device, compared bit for bit, by board class."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fixture", ROOT / "tests" /
                                                   "test_prediction_fixture.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    golden = json.loads(GOLDEN.read_text())["gemms"]
+    golden = json.loads(golden_path.read_text())["gemms"]
     now = dict(module.gemm_predictions())
     board = {d.id: d.board_class for d in list_devices()}
     table = []
@@ -140,7 +141,7 @@ def fixture_check() -> list[str]:
                       "devices": len({k.split()[0] for k in keys}),
                       "(device, dtype, op) keys": len(keys), "bit-identical": same,
                       "new devices": ", ".join(new) or "-"})
-    return ["### Golden predictions (tests/fixtures/predictions.json, GEMM section)", "",
+    return [f"### Golden predictions from before the term ({golden_path.name}, GEMM section)", "",
             tabulate(table, headers="keys", tablefmt="github"), ""]
 
 
@@ -148,17 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--golden", type=Path, default=GOLDEN,
+                    help="the fixture predictions to compare with, from before the term")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     lines = ["# The GeForce clock term, held out", "",
-             "Command: `python benchmarks/geforce_boost.py`", "",
+             ("Command: `python benchmarks/geforce_boost.py --golden before.json` (before.json: "
+              "`git show 41639be:tests/fixtures/predictions.json`)"), "",
              ("Shipped weights, no refit. The RTX 3090's rows are never fitted; the fit saw the "
               "A40 (a datacenter GA102), so this is held out by board, not by chip."), ""]
     if (args.data / "gemm" / "llmservingsim.csv.gz").exists():
         lines += rtx_3090_tables(args.data)
     else:
         lines += [f"(skipped: no {args.data / 'gemm' / 'llmservingsim.csv.gz'})", ""]
-    lines += public_checks() + fixture_check()
+    lines += public_checks() + fixture_check(args.golden)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

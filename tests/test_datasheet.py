@@ -187,6 +187,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("sparse tensor figures", {"tensor_figures_are_dense": False},
      r"tensor_figures_are_dense is false"),
     ("node fabric", {"node_fabric": "infiniband"}, r"node_fabric = 'infiniband': one of"),
+    ("GEMM clock above boost", {"gemm_clock_mhz": 2100},
+     r"gemm_clock_mhz \(MHz\) = 2100 is above boost_clock_mhz = 1980"),
     ("board class", {"board_class": "gaming"},
      r"board_class = 'gaming': one of datacenter, workstation, geforce"),
     # a GeForce board's fp16 figure given as the fp16-accumulate one: 989.4 > 0.55 · 989.4

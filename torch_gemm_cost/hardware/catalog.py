@@ -96,6 +96,9 @@ class DeviceSpec:
     base_clock_mhz: float | None = None
     issue_lanes_per_sm: int | None = None  # instruction lanes an SM issues a clock
     board_class: str = "datacenter"  # one of BOARD_CLASSES
+    # the clock the board holds running a dense GEMM flat out at its power limit, where the
+    # vendor publishes it (AMD: the median clock of its Max-Achievable FLOPs runs); None where not
+    gemm_clock_mhz: float | None = None
     # Interconnect of the GPU and of its usual node. Every bandwidth is per GPU and one direction
     # (a datasheet's "bidirectional" figure halved); scripts/build_catalog.py cites the sources.
     peer_link: str | None = None  # "NVLink 3", "Infinity Fabric (xGMI 3)"; None: PCIe only

@@ -171,6 +171,10 @@ def _check_clocks_and_peaks(good: Mapping[str, Any], problems: _Problems) -> Non
     if boost is not None and base is not None and base > boost:
         problems.add("base_clock_mhz", f"= {_fmt(base)} is above boost_clock_mhz = "
                      f"{_fmt(boost)}: the base clock is the lower one")
+    gemm = good.get("gemm_clock_mhz")
+    if boost is not None and gemm is not None and gemm > boost:
+        problems.add("gemm_clock_mhz", f"= {_fmt(gemm)} is above boost_clock_mhz = "
+                     f"{_fmt(boost)}: a GEMM at the power limit runs at most the boost clock")
     implied = good.get("tensor_peak_implied_clock_mhz")
     if boost is not None and implied is not None and implied > 1.05 * boost:
         problems.add("tensor_peak_implied_clock_mhz", f"= {_fmt(implied)} is above "

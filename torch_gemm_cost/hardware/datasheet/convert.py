@@ -66,6 +66,7 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
         "base_clock_mhz": rec.get("base_clock_mhz"),
         "issue_lanes_per_sm": units["issue_lanes_per_sm"],
         "board_class": board_class,
+        "gemm_clock_mhz": rec.get("gemm_clock_mhz"),
         **_interconnect(rec, fallbacks),
     }
     return out, fallbacks

@@ -26,6 +26,7 @@ __all__ = [
     "DeviceTable",
     "RowInputs",
     "base_clock_share",
+    "gemm_clock_share",
     "library_family",
     "mlp_features",
     "simt_issue_per_lane",
@@ -74,12 +75,18 @@ PASCAL_L1_BYTES = 24 * 1024
 
 
 def base_clock_share(device: DeviceSpec) -> float:
-    """Base over top clock (the boost clock, above it on GeForce: power.top_clock_over_boost),
-    NaN where either is unknown (then no clock drop applies)."""
+    """Base over boost clock, NaN where either is unknown (then no clock drop applies)."""
     if not device.base_clock_mhz or not device.boost_clock_mhz:
         return math.nan
-    top = float(device.boost_clock_mhz) * top_clock_over_boost(device.board_class)
-    return float(device.base_clock_mhz) / top
+    return float(device.base_clock_mhz) / float(device.boost_clock_mhz)
+
+
+def gemm_clock_share(device: DeviceSpec) -> float:
+    """The clock a board holds on a flat-out dense GEMM over its boost clock, NaN where
+    unpublished (then no such drop applies)."""
+    if not device.gemm_clock_mhz or not device.boost_clock_mhz:
+        return math.nan
+    return float(device.gemm_clock_mhz) / float(device.boost_clock_mhz)
 
 
 def simt_issue_per_lane(device: DeviceSpec) -> float:
@@ -126,12 +133,14 @@ class DeviceTable:
 
     ids: tuple[str, ...]
     sm_count: torch.Tensor
-    clock_hz: torch.Tensor
+    clock_hz: torch.Tensor  # the rated boost clock
+    top_clock: torch.Tensor  # a matrix GEMM's top clock over it (power.top_clock_over_boost)
     dram_bw_bytes_per_s: torch.Tensor
     l2_bytes: torch.Tensor
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
     base_clock_share: torch.Tensor  # base / boost clock, NaN where unknown
+    gemm_clock_share: torch.Tensor  # a flat-out GEMM's clock / boost clock, NaN where unknown
     issue_per_lane: torch.Tensor  # SIMT instruction lanes issued a clock per FP32 lane
     family: torch.Tensor  # long, indexes FAMILIES
     peak_flops_per_s: torch.Tensor  # (D, n_dtypes), NaN where unsupported
@@ -144,25 +153,22 @@ class DeviceTable:
             return torch.tensor(values, dtype=torch.float64)
 
         triples = [[_engine_and_key(d, name) for name in DTYPE_NAMES] for d in devices]
-        # a GeForce board runs above its rated boost clock, and every clocked rate with it:
-        # the datasheet peaks, the caches, the kernel floor (power.top_clock_over_boost)
-        top = [top_clock_over_boost(d.board_class) for d in devices]
         return cls(
             ids=tuple(d.id for d in devices),
             sm_count=col([float(d.sm_count) for d in devices]),
-            clock_hz=col([float(d.boost_clock_mhz or 1500.0) * 1e6 * t
-                          for d, t in zip(devices, top)]),
+            clock_hz=col([float(d.boost_clock_mhz or 1500.0) * 1e6 for d in devices]),
+            top_clock=col([top_clock_over_boost(d.board_class) for d in devices]),
             dram_bw_bytes_per_s=col([d.dram_bw_bytes_per_s for d in devices]),
             l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
             regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
             base_clock_share=col([base_clock_share(d) for d in devices]),
+            gemm_clock_share=col([gemm_clock_share(d) for d in devices]),
             issue_per_lane=col([simt_issue_per_lane(d) for d in devices]),
             family=torch.tensor([FAMILIES.index(library_family(d)) for d in devices]),
             # the L1 that serves global loads: unified with shared memory since Volta (96-256
             # KB); Pascal's separate L1 is not in the catalog, so its 24 KB is assumed
             l1_bytes=col([float(d.l1_bytes_per_sm or PASCAL_L1_BYTES) for d in devices]),
-            peak_flops_per_s=torch.tensor([[t[2] * f for t in row]
-                                           for row, f in zip(triples, top)],
+            peak_flops_per_s=torch.tensor([[t[2] for t in row] for row in triples],
                                           dtype=torch.float64),
             engine=torch.tensor([[ENGINES.index(t[0]) for t in row] for row in triples]),
             peak_key=torch.tensor([[PEAK_KEYS.index(t[1]) for t in row] for row in triples]),
@@ -181,6 +187,7 @@ class RowInputs:
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
     base_clock_share: torch.Tensor
+    gemm_clock_share: torch.Tensor
     issue_per_lane: torch.Tensor
     family: torch.Tensor  # long
     peak_flops_per_s: torch.Tensor
@@ -202,20 +209,28 @@ class RowInputs:
     @classmethod
     def gather(cls, gemms: GemmBatch, table: DeviceTable, device_index: torch.Tensor,
                launch_index: torch.Tensor) -> RowInputs:
+        """Each row's device columns. A matrix-unit GEMM on a GeForce board runs above the rated
+        boost clock, and every clocked rate with it (the peak, the caches, the kernel floor),
+        its base and GEMM clocks a smaller share of it; a SIMT GEMM keeps the rated boost
+        (power.top_clock_over_boost). Every other board's top clock is 1: the same bits."""
         d, t = device_index, gemms.dtype_index
+        engine = table.engine[d, t]
+        top = torch.where(engine == ENGINES.index("simt"), torch.ones_like(table.top_clock[d]),
+                          table.top_clock[d])  # (N,)
         return cls(
             gemms=gemms,
             sm_count=table.sm_count[d],
-            clock_hz=table.clock_hz[d],
+            clock_hz=table.clock_hz[d] * top,
             dram_bw_bytes_per_s=table.dram_bw_bytes_per_s[d],
             l2_bytes=table.l2_bytes[d],
             regfile_bytes=table.regfile_bytes[d],
-            base_clock_share=table.base_clock_share[d],
+            base_clock_share=table.base_clock_share[d] / top,
+            gemm_clock_share=table.gemm_clock_share[d] / top,
             issue_per_lane=table.issue_per_lane[d],
             family=table.family[d],
             l1_bytes=table.l1_bytes[d],
-            peak_flops_per_s=table.peak_flops_per_s[d, t],
-            engine=table.engine[d, t],
+            peak_flops_per_s=table.peak_flops_per_s[d, t] * top,
+            engine=engine,
             peak_key=table.peak_key[d, t],
             launch=launch_index,
         )

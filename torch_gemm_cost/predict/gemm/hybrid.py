@@ -395,6 +395,11 @@ class HybridPredictor(Estimator):
         cap = sustained_clock_share(activity, x.base_clock_share.unsqueeze(1),
                                     peak["base_activity"], gamma=peak["gamma"],
                                     q=peak["q"])  # (N, C) share of boost clock held
+        # where the vendor publishes the clock of a flat-out GEMM (activity 1), the same power
+        # law holds it there (power.py); NaN elsewhere: 1, and the min leaves cap's bits alone
+        cap = torch.minimum(cap, sustained_clock_share(
+            activity, x.gemm_clock_share.unsqueeze(1), torch.ones_like(peak["base_activity"]),
+            gamma=peak["gamma"], q=peak["q"]))
         tile_peak = tile_full * cap
         roof = soft_roof(tile_peak)
         # each SIMT wave also pays a fixed prologue and epilogue: on NeuSight's fp32 bmm rows,
@@ -602,8 +607,9 @@ class HybridPredictor(Estimator):
                                 else None)
         details = {k: v.double() for k, v in out.items()
                    if k not in ("time_ms", "compute_bound", "score")}
-        # the physical floor again in float64, so float32 rounding never undercuts it
-        floor_ms = torch.maximum(gemms.flops / peaks,
+        # the physical floor again in float64, so float32 rounding never undercuts it (at the
+        # rows' own peak: a GeForce board's matrix units run above the datasheet's)
+        floor_ms = torch.maximum(gemms.flops / rows.peak_flops_per_s,
                                  gemms.compulsory_bytes / device.dram_bw_bytes_per_s) * 1e3
         # a causal score GEMM runs only its unmasked tiles: its dense time times the kept share
         dense_ms = out["time_ms"].double() * gemms.kept_fraction
