@@ -408,6 +408,7 @@ VERBATIM: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("calibrate_cpu", None),
     ("sustained", None),
     ("geforce_boost", None),
+    ("amd_gemm_clock", None),
     ("label_consistency", None),
     ("ceiling", None),
     ("tile_match", None),
