@@ -6,8 +6,9 @@ two-sided roofline and a small utilization MLP, trained jointly on measured GEMM
 
 Peak_tile is the dtype's datasheet peak times a fitted efficiency (one per precision class,
 features.PEAK_KEYS: one for all of NVIDIA's tensor-core floats), the SIMT issue share and the
-share of boost clock the board holds at this GEMM's activity (power.py: both from catalog facts,
-the SM's issue width and the board's base clock), and a load-issue limit for small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
+share of its top clock the board holds at this GEMM's activity (power.py: both from catalog
+facts, the SM's issue width, the board's base clock and class: a GeForce board's matrix units
+run above its rated boost), and a load-issue limit for small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
 p-norm soft-min, ⊕ is a fitted p-norm (between a sum and a max), and max_p is a p-norm with
 a fitted p of its own: the DRAM roof, where Bytes is what A, B and C hold (each crosses DRAM at
 least once, whatever the caches serve) and η·BW the sustained DRAM bandwidth. The candidate (tile,
