@@ -55,6 +55,8 @@ ALIASES: dict[str, list[str]] = {
     "a40": ["NVIDIA A40", "A40"],
     "rtx_a6000": ["NVIDIA RTX A6000", "RTX A6000", "A6000"],
     "a10g": ["NVIDIA A10G", "A10G"],
+    "rtx_pro_6000": ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+                     "NVIDIA RTX PRO 6000 Blackwell"],
 }
 
 # Board power where the form factor names none: one MI250 GCD is half of the 560 W OAM module.
@@ -79,6 +81,14 @@ BASE_CLOCK_MHZ: dict[str, float] = {
     "l40s": 1110, "h100_pcie": 1095, "h100_sxm5_80gb": 1590, "h200_sxm_141gb": 1590,
     "b200": 1665, "rtx_3090": 1395, "rtx_4090": 2235, "rtx_a6000": 1410,
 }
+
+# Who each board is built for (catalog.BOARD_CLASSES), from its product line: GeForce cards are
+# fan-cooled consumer boards whose rated boost clock is a typical one (NVIDIA GeForce product
+# pages list "Boost Clock" beside a base clock and board power); RTX A6000 and RTX PRO 6000 are
+# workstation boards; every other catalog GPU is a datacenter board. An id absent here takes the
+# class its name says (datasheet.catalog_record's fallback), so the table only states it.
+BOARD_CLASS: dict[str, str] = {"rtx_3090": "geforce", "rtx_4090": "geforce",
+                               "rtx_a6000": "workstation", "rtx_pro_6000": "workstation"}
 
 # The SM's issue width (schedulers x dispatch units x 32) comes from the chip, by the table
 # torch_gemm_cost.hardware.datasheet.arch.ISSUE_BY_CHIP (NVIDIA's whitepapers), as it does for a spec file.
@@ -165,6 +175,7 @@ INTERCONNECT: dict[str, Interconnect] = {
     "rtx_a6000": Interconnect("nvlink_pairs", 4, 4, ("N6", "N14"), "NVLink 3 (GA102 bridge)", 4,
                               56.25, uncertain=("node_gpus",)),
     "a10g": Interconnect("pcie", 8, 4, ("N19", "N14"), uncertain=(*PCIE_BOARD, A10G_LINK)),
+    "rtx_pro_6000": Interconnect("pcie", 4, 5, ("N14",), uncertain=("node_gpus",)),
 }
 INTERCONNECT_SOURCES: dict[str, Citation] = {
     "N1": Citation(
@@ -291,6 +302,7 @@ def spec_file_record(rec: dict) -> dict:
         "aliases": ALIASES.get(rec["id"], []),
         "tdp_w": TDP_W.get(rec["id"]),
         "base_clock_mhz": BASE_CLOCK_MHZ.get(rec["id"]),
+        "board_class": BOARD_CLASS.get(rec["id"], "datacenter"),
         **interconnect(rec["id"]),
     }
 

@@ -187,6 +187,15 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("sparse tensor figures", {"tensor_figures_are_dense": False},
      r"tensor_figures_are_dense is false"),
     ("node fabric", {"node_fabric": "infiniband"}, r"node_fabric = 'infiniband': one of"),
+    ("GEMM clock above boost", {"gemm_clock_mhz": 2100},
+     r"gemm_clock_mhz \(MHz\) = 2100 is above boost_clock_mhz = 1980"),
+    ("board class", {"board_class": "gaming"},
+     r"board_class = 'gaming': one of datacenter, workstation, geforce"),
+    # a GeForce board's fp16 figure given as the fp16-accumulate one: 989.4 > 0.55 · 989.4
+    ("GeForce fp16 at the fp16-accumulate rate",
+     {"board_class": "geforce", "peak_tflops_fp16_fp16acc": 989.4},
+     (r"peak_tflops_fp16 \(TFLOP/s, dense\) = 989\.4 on a GeForce board is more than half of "
+      r"peak_tflops_fp16_fp16acc = 989\.4.*\(dense: 494\.7\)")),
     ("a list of numbers", {"aliases": [1]},
      r"aliases is \[1\] \(list\); expected a list of strings"),
 ]
@@ -257,6 +266,18 @@ def test_absent_optional_facts_fall_back_with_one_warning_listing_each(tmp_path)
     assert spec.peak("fp16") == pytest.approx(h100.peak("fp16"), rel=1e-4)  # sparse / 2
     assert spec.peak("bf16") is None  # said in the warning, priced at the fp32 rate
     assert any(n.startswith("fallback base_clock_mhz") for n in spec.notes)
+
+
+def test_a_geforce_name_gives_the_board_class_with_a_fallback_line():
+    # an RTX 3090's record without board_class: "GeForce" in its name says it
+    rec = datasheet_record(tgc.get_device("rtx_3090"))
+    rec.update(id="my_3090", aliases=[])
+    rec.pop("board_class")
+    out, fallbacks = catalog_record(rec, "x.json")
+    assert out["board_class"] == "geforce"
+    assert "board_class -> geforce (from the name 'GeForce RTX 3090')" in fallbacks
+    # and a GeForce record whose fp16 figure is the fp32-accumulate one (71 = 142 / 2) passes
+    catalog_record({**rec, "peak_tflops_fp16_fp16acc": 142.0}, "x.json")
 
 
 def test_a_full_record_warns_of_nothing(tmp_path):

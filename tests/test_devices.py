@@ -16,9 +16,10 @@ EXTRA_GPUS = Path(__file__).resolve().parents[1] / "scripts" / "extra_gpus.json"
 
 def test_every_shared_device_is_in_the_catalog(data_dir):
     ids = {d["id"] for d in json.loads((data_dir / "devices" / "gpus.json").read_text())}
-    # and the boards gpus.json lacks that the data was timed on (KernelBench's A10G, A6000)
+    # and the boards gpus.json lacks that the data was timed on (KernelBench's A10G, A6000),
+    # or that people own (RTX PRO 6000 Blackwell)
     extra = {d["id"] for d in json.loads(EXTRA_GPUS.read_text())["gpus"]}
-    assert extra == {"a10g", "rtx_a6000"} and not extra & ids
+    assert extra == {"a10g", "rtx_a6000", "rtx_pro_6000"} and not extra & ids
     assert ids | extra == {d.id for d in tgc.list_devices()}
 
 
@@ -118,3 +119,21 @@ def test_an_mi250_torch_device_is_one_gcd_half_the_module(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
     local = tgc.get_device("cuda:1")
     assert local.id == "mi250_gcd" and local.sm_count == 104
+
+
+def test_the_rtx_pro_6000_blackwell_by_hand():
+    # NVIDIA: 188 SMs, FP32 125 TFLOPS, 4,000 AI TOPS (FP4 with sparsity). Dense FP4 2,000,
+    # FP8 1,000, FP16 500 = 188 SMs · 1024 FLOP/clk · 2597 MHz = 499.96 TFLOP/s; a workstation
+    # board (full-rate fp32 accumulation, rated boost as its top clock); Blackwell of compute
+    # capability 12 runs the warp-level MMA engine, not Hopper's large tiles
+    from torch_gemm_cost.predict.gemm.features import DeviceTable
+    from torch_gemm_cost.predict.gemm.tiles import ENGINES
+    from torch_gemm_cost.records.types import DTYPE_NAMES
+
+    d = tgc.get_device("NVIDIA RTX PRO 6000 Blackwell Workstation Edition")
+    assert d.id == "rtx_pro_6000" and d.board_class == "workstation"
+    assert d.peak("fp16") == pytest.approx(188 * 1024 * 2597e6, rel=1e-3)
+    assert (d.peak("fp8"), d.dram_bw_bytes_per_s, d.l2_bytes) == (1000e12, 1792e9, 128 * 2**20)
+    table = DeviceTable.build([d])
+    assert ENGINES[int(table.engine[0, DTYPE_NAMES.index("bfloat16")])] == "mma"
+    assert tgc.get_device("NVIDIA GeForce RTX 4090").board_class == "geforce"

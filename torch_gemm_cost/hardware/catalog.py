@@ -27,8 +27,10 @@ from ..suggest import nearest, unknown
 from .dtypes import DTYPES, ComputeDtype, resolve_dtype
 
 __all__ = [
+    "BOARD_CLASSES",
     "DeviceLike",
     "DeviceSpec",
+    "board_class_from_name",
     "check_dtype_on_device",
     "get_device",
     "is_cpu",
@@ -37,6 +39,30 @@ __all__ = [
     "spec_from_record",
     "spec_to_record",
 ]
+
+
+# Who a board is built for, which sets how its clock behaves under load (not its chip: an RTX
+# 3090 and an A40 are both GA102). "datacenter": passively cooled in a server's airflow, its
+# boost clock the top clock it runs; "workstation": a blower-cooled professional card (RTX A6000,
+# RTX PRO 6000), priced as datacenter until measured; "geforce": a fan-cooled consumer card,
+# whose rated boost clock is a typical one that GPU Boost exceeds while power and temperature
+# allow (predict/gemm/power.py).
+BOARD_CLASSES: tuple[str, ...] = ("datacenter", "workstation", "geforce")
+
+
+def board_class_from_name(name: str) -> str:
+    """The board class a product name says (a name that says nothing: "datacenter").
+
+    >>> [board_class_from_name(n) for n in ("NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000",
+    ...                                     "NVIDIA RTX PRO 6000 Blackwell", "NVIDIA L40S")]
+    ['geforce', 'workstation', 'workstation', 'datacenter']
+    """
+    low = name.lower()
+    if "geforce" in low or "titan" in low:
+        return "geforce"
+    if re.search(r"\brtx (a\d|pro\b)|quadro|ada generation", low):
+        return "workstation"
+    return "datacenter"
 
 
 @dataclass(frozen=True)
@@ -69,6 +95,10 @@ class DeviceSpec:
     # the clock guaranteed under the board's power limit on a heavy load; None where unpublished
     base_clock_mhz: float | None = None
     issue_lanes_per_sm: int | None = None  # instruction lanes an SM issues a clock
+    board_class: str = "datacenter"  # one of BOARD_CLASSES
+    # the clock the board holds running a dense GEMM flat out at its power limit, where the
+    # vendor publishes it (AMD: the median clock of its Max-Achievable FLOPs runs); None where not
+    gemm_clock_mhz: float | None = None
     # Interconnect of the GPU and of its usual node. Every bandwidth is per GPU and one direction
     # (a datasheet's "bidirectional" figure halved); scripts/build_catalog.py cites the sources.
     peer_link: str | None = None  # "NVLink 3", "Infinity Fabric (xGMI 3)"; None: PCIe only
@@ -194,6 +224,9 @@ def spec_from_record(rec: Any, where: str = "device") -> DeviceSpec:
             values[f.name] = _check_type(f"{where}.{key}", rec[key], hints[f.name])
     if not values["dram_bw_bytes_per_s"] > 0 or values["sm_count"] < 1:
         raise ValueError(f"'{where}.dram_bw_bytes_per_s' and '{where}.sm_count' must be positive")
+    board_class = values.get("board_class", "datacenter")
+    if board_class not in BOARD_CLASSES:
+        raise ValueError(f"'{where}.board_class': {unknown('board class', board_class, BOARD_CLASSES)}")
     tdp_w = values.get("tdp_w")
     if tdp_w is not None and not tdp_w > 0:
         raise ValueError(f"'{where}.tdp_w' must be a positive number or null, got {tdp_w!r}")
@@ -346,6 +379,7 @@ def local_device(index: int = 0) -> DeviceSpec:
         regfile_bytes_per_sm=None,
         peak_flops=(),
         aliases=(props.name,),
+        board_class=board_class_from_name(props.name),
         uncertain=("peak_flops", "dram_bw_bytes_per_s"),
         origin="detected",
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...suggest import unknown
-from ..catalog import DeviceSpec
+from ..catalog import BOARD_CLASSES, DeviceSpec, board_class_from_name
 from .arch import FP16_FLOPS_PER_CLK_BY_CC
 from .fields import (
     FIELDS,
@@ -154,6 +154,9 @@ def _check_identity(good: Mapping[str, Any], problems: _Problems) -> None:
                             else (r"gfx[0-9a-f]+", "'gfx942'"))
         if not re.fullmatch(pattern, cc):
             problems.add("compute_capability", f"= {cc!r}: {vendor} writes it as {example}")
+    board = good.get("board_class")
+    if board is not None and board not in BOARD_CLASSES:
+        problems.add("board_class", f"= {board!r}: one of {', '.join(BOARD_CLASSES)}")
     fabric = good.get("node_fabric")
     if fabric is not None and fabric not in NODE_FABRICS:
         problems.add("node_fabric", f"= {fabric!r}: one of {', '.join(NODE_FABRICS)}")
@@ -168,6 +171,10 @@ def _check_clocks_and_peaks(good: Mapping[str, Any], problems: _Problems) -> Non
     if boost is not None and base is not None and base > boost:
         problems.add("base_clock_mhz", f"= {_fmt(base)} is above boost_clock_mhz = "
                      f"{_fmt(boost)}: the base clock is the lower one")
+    gemm = good.get("gemm_clock_mhz")
+    if boost is not None and gemm is not None and gemm > boost:
+        problems.add("gemm_clock_mhz", f"= {_fmt(gemm)} is above boost_clock_mhz = "
+                     f"{_fmt(boost)}: a GEMM at the power limit runs at most the boost clock")
     implied = good.get("tensor_peak_implied_clock_mhz")
     if boost is not None and implied is not None and implied > 1.05 * boost:
         problems.add("tensor_peak_implied_clock_mhz", f"= {_fmt(implied)} is above "
@@ -180,6 +187,7 @@ def _check_clocks_and_peaks(good: Mapping[str, Any], problems: _Problems) -> Non
             problems.add(dense_field, f"= {_fmt(dense)} is above {dense_field}_sparse = "
                          f"{_fmt(sparse)}: the dense figure is the smaller one (half the "
                          "sparse one on 2:4-sparse tensor cores)")
+    _check_geforce_half_rate(good, problems)
     half_field = "peak_tflops_fp16" if "peak_tflops_fp16" in good else "peak_tflops_bf16"
     half = good.get(half_field)
     sms, cc = good.get("sm_count"), good.get("compute_capability")
@@ -207,3 +215,20 @@ def _check_clocks_and_peaks(good: Mapping[str, Any], problems: _Problems) -> Non
             problems.add(field, f"= {_fmt(value)} is over {_fmt(ratio)}x {half_field} "
                          f"({_fmt(half)}), more than any GPU runs {key} against it: it looks "
                          f"like a with-sparsity figure (dense: half, {_fmt(value / 2)})")
+
+
+def _check_geforce_half_rate(good: Mapping[str, Any], problems: _Problems) -> None:
+    """A GeForce board runs fp16 and bf16 with fp32 accumulation (what PyTorch's cuBLAS calls
+    and vLLM's kernels use) at half its fp16-accumulate tensor rate (GA102 and Ada
+    whitepapers: RTX 3090 71 against 142, RTX 4090 165.2 against 330.3 TFLOP/s dense), and
+    peak_tflops_fp16 is the fp32-accumulate figure. Given both, the first at more than about
+    half the second is the marketing figure."""
+    name = good.get("name")
+    board = good.get("board_class") or (board_class_from_name(name) if name else None)
+    fp16, fp16acc = good.get("peak_tflops_fp16"), good.get("peak_tflops_fp16_fp16acc")
+    if board != "geforce" or fp16 is None or fp16acc is None or fp16 <= 0.55 * fp16acc:
+        return
+    problems.add("peak_tflops_fp16", f"= {_fmt(fp16)} on a GeForce board is more than half of "
+                 f"peak_tflops_fp16_fp16acc = {_fmt(fp16acc)}: GeForce tensor cores run fp16 "
+                 "with fp32 accumulation, which PyTorch and vLLM use, at half the "
+                 f"fp16-accumulate rate (dense: {_fmt(fp16acc / 2)})")

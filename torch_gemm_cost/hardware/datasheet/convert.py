@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..catalog import DeviceSpec, spec_from_record
+from ..catalog import DeviceSpec, board_class_from_name, spec_from_record
 from .arch import L1_KB_BY_GFX, L1_SMEM_KB_BY_CC, PCIE_BW_PER_LANE, _issue_lanes, chip_of
 from .check import _check
 from .fields import GB, GIB, KB, MB, PEAK_FIELDS, TFLOPS, _fmt
@@ -35,6 +35,11 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
         fallbacks.append("base_clock_mhz -> none: no clock drop under the power limit" + (
             "" if rec["vendor"] == "NVIDIA"
             else " (AMD publishes none; neither do the catalog's AMD GPUs)"))
+    board_class = rec.get("board_class")
+    if board_class is None:
+        board_class = board_class_from_name(rec["name"])
+        if board_class != "datacenter":
+            fallbacks.append(f"board_class -> {board_class} (from the name {rec['name']!r})")
     out = {
         "id": rec["id"],
         "name": rec["name"],
@@ -60,6 +65,8 @@ def catalog_record(rec: Mapping[str, Any], where: str = "spec record"
         "fp32_lanes_per_sm": units["fp32_lanes_per_sm"],
         "base_clock_mhz": rec.get("base_clock_mhz"),
         "issue_lanes_per_sm": units["issue_lanes_per_sm"],
+        "board_class": board_class,
+        "gemm_clock_mhz": rec.get("gemm_clock_mhz"),
         **_interconnect(rec, fallbacks),
     }
     return out, fallbacks

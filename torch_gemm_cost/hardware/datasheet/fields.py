@@ -91,6 +91,16 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
               "its power limit on a heavy load (NVIDIA's 'base clock'); must not exceed boost",
               100, 4000, _CLOCK_MISREAD, "no clock drop under the power limit: power-bound "
               "boards (an L40S holds 1110 of 2520 MHz) come out too fast"),
+    SpecField("gemm_clock_mhz", "float", "extension", "MHz", "the clock the board holds "
+              "running a dense GEMM flat out at its power limit, where the vendor publishes it "
+              "(AMD: the median clock of its Max-Achievable FLOPs runs); must not exceed boost",
+              100, 4000, _CLOCK_MISREAD, "none: a board without a base clock keeps its boost "
+              "clock under any GEMM"),
+    SpecField("board_class", "str", "extension", "", "who the board is built for: "
+              "'datacenter', 'workstation' (RTX A6000, RTX PRO 6000) or 'geforce': a GeForce "
+              "card's rated boost clock is a typical one that it exceeds under load while power "
+              "and temperature allow", fallback="from the name: 'geforce' where it says GeForce, "
+              "'workstation' for RTX A/PRO and Quadro boards, otherwise 'datacenter'"),
     SpecField("tensor_peak_implied_clock_mhz", "float", "check", "MHz", "the clock the dense "
               "fp16 peak implies (gpus.json derives it); checked against boost_clock_mhz, not "
               "read by the predictor", 100, 4000, _CLOCK_MISREAD),

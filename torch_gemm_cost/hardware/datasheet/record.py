@@ -27,6 +27,7 @@ def datasheet_record(spec: DeviceSpec) -> dict[str, Any]:
         "architecture": spec.architecture, "chip": spec.chip or None, "form_factor": None,
         "compute_capability": spec.compute_capability, "sm_count": spec.sm_count,
         "boost_clock_mhz": spec.boost_clock_mhz, "base_clock_mhz": spec.base_clock_mhz,
+        "board_class": spec.board_class, "gemm_clock_mhz": spec.gemm_clock_mhz,
         "cuda_cores_per_sm": spec.fp32_lanes_per_sm,
         "tensor_cores_per_sm": spec.tensor_cores_per_sm,
         "issue_lanes_per_sm": None,

@@ -11,7 +11,8 @@ from .record import datasheet_record
 # the template's fields, in gpus.json's order; the rest of SPEC_FIELDS are accepted too
 TEMPLATE_FIELDS: tuple[str, ...] = (
     "id", "name", "vendor", "architecture", "chip", "form_factor", "compute_capability",
-    "sm_count", "boost_clock_mhz", "base_clock_mhz", "cuda_cores_per_sm", "tensor_cores_per_sm",
+    "sm_count", "boost_clock_mhz", "base_clock_mhz", "gemm_clock_mhz", "board_class",
+    "cuda_cores_per_sm", "tensor_cores_per_sm",
     *PEAK_FIELDS.values(), "peak_tflops_fp16_sparse", "mem_gb", "mem_bw_gbps", "l2_mb",
     "l3_mb", "l1_smem_per_sm_kb", "l1_vector_cache_per_cu_kb", "smem_max_per_sm_kb",
     "regfile_per_sm_kb", "tdp_w", "aliases", "peer_link", "peer_links", "peer_link_bw_gbps",

@@ -16,6 +16,7 @@ import torch
 from ...hardware.catalog import DeviceSpec
 from ...hardware.dtypes import DTYPES
 from ..base import DTYPE_NAMES, GemmBatch
+from .power import top_clock_over_boost
 from .tiles import ENGINES
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "DeviceTable",
     "RowInputs",
     "base_clock_share",
+    "gemm_clock_share",
     "library_family",
     "mlp_features",
     "simt_issue_per_lane",
@@ -79,6 +81,14 @@ def base_clock_share(device: DeviceSpec) -> float:
     return float(device.base_clock_mhz) / float(device.boost_clock_mhz)
 
 
+def gemm_clock_share(device: DeviceSpec) -> float:
+    """The clock a board holds on a flat-out dense GEMM over its boost clock, NaN where
+    unpublished (then no such drop applies)."""
+    if not device.gemm_clock_mhz or not device.boost_clock_mhz:
+        return math.nan
+    return float(device.gemm_clock_mhz) / float(device.boost_clock_mhz)
+
+
 def simt_issue_per_lane(device: DeviceSpec) -> float:
     """Instruction lanes the SM issues a clock per FP32 lane: 2 on Pascal, Volta, Turing and
     GA100, 1 on GA102, Ada, Hopper and Blackwell. Where unknown (AMD, CPUs), 2: issue never
@@ -110,8 +120,10 @@ def _engine_and_key(device: DeviceSpec, dtype: str) -> tuple[str, str, float]:
         return "simt", simt_key, peak
     if amd:
         return "mma", _AMD_MATRIX_KEYS.get(key, key), peak
+    # the large-tile engine is Hopper's and datacenter Blackwell's (wgmma, tcgen05); GeForce and
+    # workstation Blackwell (compute capability 12) keep Ampere's warp-level MMA
     major = device.compute_capability.split(".")[0]
-    large = major.isdigit() and int(major) >= 9
+    large = major.isdigit() and 9 <= int(major) < 12
     return ("mma_large" if large else "mma"), ("int8" if key == "int8" else "tensor_float"), peak
 
 
@@ -121,12 +133,14 @@ class DeviceTable:
 
     ids: tuple[str, ...]
     sm_count: torch.Tensor
-    clock_hz: torch.Tensor
+    clock_hz: torch.Tensor  # the rated boost clock
+    top_clock: torch.Tensor  # a matrix GEMM's top clock over it (power.top_clock_over_boost)
     dram_bw_bytes_per_s: torch.Tensor
     l2_bytes: torch.Tensor
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
     base_clock_share: torch.Tensor  # base / boost clock, NaN where unknown
+    gemm_clock_share: torch.Tensor  # a flat-out GEMM's clock / boost clock, NaN where unknown
     issue_per_lane: torch.Tensor  # SIMT instruction lanes issued a clock per FP32 lane
     family: torch.Tensor  # long, indexes FAMILIES
     peak_flops_per_s: torch.Tensor  # (D, n_dtypes), NaN where unsupported
@@ -143,10 +157,12 @@ class DeviceTable:
             ids=tuple(d.id for d in devices),
             sm_count=col([float(d.sm_count) for d in devices]),
             clock_hz=col([float(d.boost_clock_mhz or 1500.0) * 1e6 for d in devices]),
+            top_clock=col([top_clock_over_boost(d.board_class) for d in devices]),
             dram_bw_bytes_per_s=col([d.dram_bw_bytes_per_s for d in devices]),
             l2_bytes=col([max(d.l2_bytes, 1.0) for d in devices]),
             regfile_bytes=col([float(d.regfile_bytes_per_sm or 262144.0) for d in devices]),
             base_clock_share=col([base_clock_share(d) for d in devices]),
+            gemm_clock_share=col([gemm_clock_share(d) for d in devices]),
             issue_per_lane=col([simt_issue_per_lane(d) for d in devices]),
             family=torch.tensor([FAMILIES.index(library_family(d)) for d in devices]),
             # the L1 that serves global loads: unified with shared memory since Volta (96-256
@@ -171,6 +187,7 @@ class RowInputs:
     regfile_bytes: torch.Tensor
     l1_bytes: torch.Tensor
     base_clock_share: torch.Tensor
+    gemm_clock_share: torch.Tensor
     issue_per_lane: torch.Tensor
     family: torch.Tensor  # long
     peak_flops_per_s: torch.Tensor
@@ -192,20 +209,28 @@ class RowInputs:
     @classmethod
     def gather(cls, gemms: GemmBatch, table: DeviceTable, device_index: torch.Tensor,
                launch_index: torch.Tensor) -> RowInputs:
+        """Each row's device columns. A matrix-unit GEMM on a GeForce board runs above the rated
+        boost clock, and every clocked rate with it (the peak, the caches, the kernel floor),
+        its base and GEMM clocks a smaller share of it; a SIMT GEMM keeps the rated boost
+        (power.top_clock_over_boost). Every other board's top clock is 1: the same bits."""
         d, t = device_index, gemms.dtype_index
+        engine = table.engine[d, t]
+        top = torch.where(engine == ENGINES.index("simt"), torch.ones_like(table.top_clock[d]),
+                          table.top_clock[d])  # (N,)
         return cls(
             gemms=gemms,
             sm_count=table.sm_count[d],
-            clock_hz=table.clock_hz[d],
+            clock_hz=table.clock_hz[d] * top,
             dram_bw_bytes_per_s=table.dram_bw_bytes_per_s[d],
             l2_bytes=table.l2_bytes[d],
             regfile_bytes=table.regfile_bytes[d],
-            base_clock_share=table.base_clock_share[d],
+            base_clock_share=table.base_clock_share[d] / top,
+            gemm_clock_share=table.gemm_clock_share[d] / top,
             issue_per_lane=table.issue_per_lane[d],
             family=table.family[d],
             l1_bytes=table.l1_bytes[d],
-            peak_flops_per_s=table.peak_flops_per_s[d, t],
-            engine=table.engine[d, t],
+            peak_flops_per_s=table.peak_flops_per_s[d, t] * top,
+            engine=engine,
             peak_key=table.peak_key[d, t],
             launch=launch_index,
         )

@@ -6,8 +6,9 @@ two-sided roofline and a small utilization MLP, trained jointly on measured GEMM
 
 Peak_tile is the dtype's datasheet peak times a fitted efficiency (one per precision class,
 features.PEAK_KEYS: one for all of NVIDIA's tensor-core floats), the SIMT issue share and the
-share of boost clock the board holds at this GEMM's activity (power.py: both from catalog facts,
-the SM's issue width and the board's base clock), and a load-issue limit for small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
+share of its top clock the board holds at this GEMM's activity (power.py: both from catalog
+facts, the SM's issue width, the board's base clock and class: a GeForce board's matrix units
+run above its rated boost), and a load-issue limit for small tiles. c0 is a fixed per-wave cost (prologue and epilogue) of SIMT kernels. The min is a
 p-norm soft-min, ⊕ is a fitted p-norm (between a sum and a max), and max_p is a p-norm with
 a fitted p of its own: the DRAM roof, where Bytes is what A, B and C hold (each crosses DRAM at
 least once, whatever the caches serve) and η·BW the sustained DRAM bandwidth. The candidate (tile,
@@ -395,6 +396,11 @@ class HybridPredictor(Estimator):
         cap = sustained_clock_share(activity, x.base_clock_share.unsqueeze(1),
                                     peak["base_activity"], gamma=peak["gamma"],
                                     q=peak["q"])  # (N, C) share of boost clock held
+        # where the vendor publishes the clock of a flat-out GEMM (activity 1), the same power
+        # law holds it there (power.py); NaN elsewhere: 1, and the min leaves cap's bits alone
+        cap = torch.minimum(cap, sustained_clock_share(
+            activity, x.gemm_clock_share.unsqueeze(1), torch.ones_like(peak["base_activity"]),
+            gamma=peak["gamma"], q=peak["q"]))
         tile_peak = tile_full * cap
         roof = soft_roof(tile_peak)
         # each SIMT wave also pays a fixed prologue and epilogue: on NeuSight's fp32 bmm rows,
@@ -602,8 +608,9 @@ class HybridPredictor(Estimator):
                                 else None)
         details = {k: v.double() for k, v in out.items()
                    if k not in ("time_ms", "compute_bound", "score")}
-        # the physical floor again in float64, so float32 rounding never undercuts it
-        floor_ms = torch.maximum(gemms.flops / peaks,
+        # the physical floor again in float64, so float32 rounding never undercuts it (at the
+        # rows' own peak: a GeForce board's matrix units run above the datasheet's)
+        floor_ms = torch.maximum(gemms.flops / rows.peak_flops_per_s,
                                  gemms.compulsory_bytes / device.dram_bw_bytes_per_s) * 1e3
         # a causal score GEMM runs only its unmasked tiles: its dense time times the kept share
         dense_ms = out["time_ms"].double() * gemms.kept_fraction

@@ -20,13 +20,48 @@ Power grows as activity × clock^γ (P ∝ f·V², V rising with f), so a GEMM t
 
 where base_activity (one per engine: SIMT, matrix) is the activity the base clock is specified
 for, relative to a GEMM running flat out. The min is the soft knee of ``power_cap``.
+
+Boost. The top of that min is set by the board, not the chip. A datacenter board's boost clock
+is the highest it runs. A GeForce card's rated boost clock is a typical clock: GPU Boost raises
+a fan-cooled card above it while power and temperature allow, and its datasheet peaks (computed
+at the rated boost) are exceeded. Public clocks of GeForce cards at stock under load: RTX 4090
+Founders Edition 2810-2850 MHz against its rated 2520 (1.12x), RTX 3090 Ti Founders Edition
+2000-2050 MHz against 1860 (1.09x) (NVIDIA's Cyberpunk 2077 demo, TweakTown 2022-09-22); and an
+RTX 4090 runs cuBLASLt fp16, bf16 and fp8 GEMMs at 179.2, 179.2 and 354.3 TFLOP/s, 1.08x and
+1.07x its datasheet's 165.2 and 330.3 (xzwgit/gpu-flops-bench README). So a GeForce board's top
+clock for a matrix-unit GEMM is ``GEFORCE_CLOCK_OVER_BOOST`` (1.10) times its rated boost, with
+the power law above still under it: its base clock stays the clock it holds at its power limit.
+A SIMT (CUDA-core) GEMM keeps the rated boost: public FP32 SGEMMs reach 24.5-24.8 TFLOP/s on an
+RTX 3090 and 47.6-49.3 on an RTX 4090 (benchmarks/sustained.py), no faster than at the rated
+clock, as FMAs on every lane draw a board to its power limit where half-rate tensor math (fp32
+accumulation on GeForce) does not.
+
+A flat-out GEMM's clock. Where the vendor publishes the clock a board holds on its best dense
+GEMM at its power limit (AMD's Max-Achievable FLOPs runs report the median clock), that clock
+is the one at activity 1, and the same law raises it for lighter GEMMs:
+
+    clock / boost = min(1, (gemm clock / boost) · (1 / activity)^(1/γ))
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["power_cap", "simt_issue_share", "sustained_clock_share"]
+__all__ = ["GEFORCE_CLOCK_OVER_BOOST", "power_cap", "simt_issue_share", "sustained_clock_share",
+           "top_clock_over_boost"]
+
+# the top clock of a GeForce board under load over its rated boost clock (see above)
+GEFORCE_CLOCK_OVER_BOOST = 1.10
+
+
+def top_clock_over_boost(board_class: str) -> float:
+    """The highest clock a board of ``board_class`` (catalog.BOARD_CLASSES) runs a matrix-unit
+    GEMM at, over its rated boost clock: 1.10 on GeForce, 1 on every other board.
+
+    >>> top_clock_over_boost("geforce"), top_clock_over_boost("datacenter")
+    (1.1, 1.0)
+    """
+    return GEFORCE_CLOCK_OVER_BOOST if board_class == "geforce" else 1.0
 
 
 def power_cap(need_w: torch.Tensor, board_w: torch.Tensor, *, q: torch.Tensor | float,
