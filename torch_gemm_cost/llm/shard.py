@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .model import FUSED_QKV_MODELS, SHARD_HEAD_DIM
 from .shape import ServingShape, padded_vocab
 
 __all__ = ["shard_config"]
@@ -43,10 +44,15 @@ def shard_config(config: Any, tp: int) -> Any:
     try:
         out.head_dim = shape.head_dim
     except AttributeError:  # a config that derives it (Falcon's hidden_size / heads)
-        if tp > 1:
-            raise ValueError(f"tp={tp}: {type(config).__name__} derives its head size from "
-                             "hidden_size / num_attention_heads, so one GPU's share of the "
-                             "heads cannot keep it; use tp=1") from None
+        pass
+    if tp > 1 and getattr(config, "model_type", None) in FUSED_QKV_MODELS:
+        # its attention derives the head size from hidden_size / heads: the shard is built
+        # with the model's (``model.meta_model``)
+        setattr(out, SHARD_HEAD_DIM, shape.head_dim)
+    elif tp > 1 and getattr(out, "head_dim", shape.head_dim) != shape.head_dim:
+        raise ValueError(f"tp={tp}: {type(config).__name__} derives its head size from "
+                         "hidden_size / num_attention_heads, so one GPU's share of the heads "
+                         "cannot keep it; use tp=1")
     for name in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
                  "ffn_hidden_size"):
         value = getattr(config, name, None)
