@@ -178,11 +178,22 @@ def test_the_batch_queue_keeps_one_batch_a_stage_in_flight():
     assert [(o.first_token_ms, o.finish_ms) for o in two] == [(2.0, 4.0), (3.0, 5.0)]
 
 
-def test_serve_sim_runs_the_pipeline():
+def test_serve_sim_runs_the_pipeline(tmp_path, capsys):
     sim = tgc.simulate_serving(TINY4, H100, concurrency=4, prompt=128, gen=16,
                                num_requests=8, pp=2, token_budget=1024)
     assert sim.pp == 2 and sim.gpus == 2 and "pipeline parallel 2" in str(sim)
     assert any(a.startswith("Pipeline parallelism 2 (layers 2/2") for a in sim.assumptions)
+    config = tmp_path / "tiny4.json"
+    config.write_text(json.dumps(TINY4))
+    # the two clients prefill together (128 tokens), then decode together (2 tokens): their
+    # sends are 2 · 128 · 256 · 2 = 131,072 B and 2 · 2 · 256 · 2 = 2048 B, the second measured
+    profile = CommProfile((CommMeasurement("send_recv", 2, 2, 2048.0, 20.0),), None, ("x",))
+    path = profile.save(tmp_path / "comm.json")
+    assert main(["serve-sim", "--hf-config", str(config), "--concurrency", "2", "--prompt",
+                 "64", "--gen", "8", "--num-requests", "4", "--pp", "2", "--comm-profile",
+                 str(path), "--max-num-batched-tokens", "1024", "--assumptions"]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline parallel 2" in out and "send_recv over 2 GPUs: 1 of 2 distinct" in out
 
 
 # ---------------------------------------------------------------- fp4 and w4a8 weights

@@ -90,9 +90,10 @@ class StepCollectives:
         self._cache.clear()
 
     def source(self) -> str:
-        """Which model priced the collectives so far, for the plan's assumptions."""
+        """Which model priced the collectives so far, for the plan's assumptions ("" where
+        none was priced: one GPU)."""
         if not self.priced_by:
-            return "no collectives"
+            return ""
         if self.profile is None:
             return ("every collective priced by predict_collective_ms as NCCL on the device's "
                     "usual node (the topology prior; no --comm-profile given)")

@@ -94,7 +94,8 @@ def _shard_fused_attention(model: torch.nn.Module, config: Any, head_dim: int,
         1 if multi_query else heads)
     hidden = config.hidden_size
     torch_dtype = DTYPES[dtype].torch_dtype
-    for module in model.modules():
+    for found in model.modules():
+        module: Any = found  # an attention module, its attributes set below
         qkv, dense = getattr(module, "query_key_value", None), getattr(module, "dense", None)
         if not isinstance(qkv, torch.nn.Linear) or not isinstance(dense, torch.nn.Linear):
             continue

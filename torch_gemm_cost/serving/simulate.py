@@ -288,7 +288,7 @@ def assumptions(kernel: str, limits: EngineLimits, tp: int, comm: str,
         "attention launched outside the graphs); larger ones run eagerly, every kernel with its "
         "launch gap, read between token counts priced 16 a doubling; decode attention as one "
         "call of the decoding requests at their mean context."),
-        f"Collectives: {comm}.",
+        *((f"Collectives: {comm}.",) if comm else ()),
         ("Not modelled: the host (scheduling, sampling, detokenization, HTTP), prefix caching "
         "(random prompts share no blocks), speculative decoding, sliding-window layers freeing "
         "blocks outside their window."),
