@@ -266,3 +266,57 @@ def test_tp_shards_falcon_and_gpt_neox_at_their_head_size(config, qkv, tmp_path)
     path.write_text(json.dumps(config))
     assert main(["llm", "--hf-config", str(path), "--tp", "2", "--prompt", "128", "--gen",
                  "8", "--batch", "1", "--json", "-"]) == 0
+
+
+# ---------------------------------------------------------------- expert parallelism
+TINY_MOE = {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "vocab_size": 1024, "max_position_embeddings": 4096, "num_local_experts": 4,
+            "num_experts_per_tok": 2, "tie_word_embeddings": False}
+
+
+def _experts(p):
+    return [(g.site.batch, g.site.m, g.site.n, g.site.k) for g in p.decode_reports[-1].gemms
+            if g.site.op == "grouped_mm"][:2]
+
+
+def test_expert_parallelism_routes_a_gpus_rows_to_its_whole_experts():
+    # ep 4, tp 1: 4 data-parallel ranks, batch 8 -> 2 sequences a rank; one expert a GPU,
+    # whole (gate/up 2·512 wide); 2 tokens · top-2 / tp 1 = 4 rows a GPU, all on its expert
+    p = plan(TINY_MOE, batches=[8], ep=4)
+    assert _experts(p) == [(1, 4, 1024, 256), (1, 4, 256, 512)]
+    # each MoE layer dispatches and combines 4 rows · 256 · 2 bytes = 2048 B a GPU over the 4;
+    # no tensor parallelism, so those are the step's only collectives: 2 layers · 2 all-to-alls
+    a2a = predict_collective_ms(H100, "alltoall", size_bytes=2048.0, num_gpus=4)
+    assert p.rows[0].decode_comm_ms == pytest.approx(4 * a2a)
+    # a GPU's weights: embedding and lm_head 2·1024·256; a layer's attention 2·256² + 2·64·256,
+    # its router 1·256 (its one expert's), its expert 3·512·256, two norms; a final norm
+    layer = 2 * 256 * 256 + 2 * 64 * 256 + 256 + 3 * 512 * 256 + 2 * 256
+    assert p.rows[0].weights_bytes == 2 * (2 * 1024 * 256 + 2 * layer + 256)
+    # its KV cache: the rank's 2 sequences of 2 layers · 2 · 2 KV heads · 32 · 576 · 2 bytes
+    assert p.rows[0].kv_cache_bytes == 2 * (2 * 2 * 2 * 32 * 576 * 2)
+    # ep = tp = 2: no data-parallel ranks; 8 tokens · 2 / 2 = 8 rows over 2 experts, both
+    # reached (2·(1 − ½⁸) = 1.99 -> 2), 4 rows each; the all-reduces sum the experts' outputs
+    q = plan(TINY_MOE, batches=[8], tp=2, ep=2)
+    assert _experts(q) == [(2, 4, 1024, 256), (2, 4, 256, 512)]
+    assert q.rows[0].decode_comm_ms == pytest.approx(plan(TINY_MOE, batches=[8], tp=2)
+                                                     .rows[0].decode_comm_ms)
+    assert "expert parallel 4 (4 data-parallel attention ranks)" in str(p)
+
+
+def test_bad_expert_parallel_sizes_name_the_nearest_good_one():
+    with pytest.raises(ValueError, match="ep=2: the model has a dense MLP.*nearest good ep: 1"):
+        plan(ep=2)
+    with pytest.raises(ValueError, match="ep=3 does not divide the model's 4 experts; nearest "
+                                         "good ep: 2 or 4"):
+        plan(TINY_MOE, ep=3)
+    with pytest.raises(ValueError, match="ep=2 is not a multiple of tp=4.*nearest good ep: 4"):
+        plan(TINY_MOE, tp=4, ep=2)
+
+
+def test_serve_sim_deals_requests_to_the_data_parallel_ranks():
+    sim = tgc.simulate_serving(TINY_MOE, H100, concurrency=4, prompt=64, gen=8,
+                               num_requests=8, ep=2, token_budget=1024)
+    assert sim.ep == 2 and sim.gpus == 2 and "expert parallel 2" in str(sim)
+    assert any(a.startswith("Expert parallelism 2") and "2 data-parallel ranks is an engine"
+               in a for a in sim.assumptions)

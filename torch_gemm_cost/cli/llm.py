@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
     p.add_argument("--pp", type=int, default=1,
                    help="pipeline stages of --tp GPUs each (default 1)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel): a "
+                        "multiple of --tp, ep / tp data-parallel attention ranks (default 1)")
     p.add_argument("--weights", choices=WEIGHTS, default=None,
                    help="weight format of the linear layers (default: the dtype; nvfp4 and "
                         "mxfp4 need fp4 tensor cores, w4a8 and fp8 fp8 ones)")
@@ -119,6 +122,7 @@ def run(args: argparse.Namespace, *, stderr_tty: bool | None = None) -> int:
         raise UsageError(f"--comm-profile {args.comm_profile}: no such file")
     plan = plan_llm(args.hf_config, device=args.device, dtype=args.dtype, prompt=args.prompt,
                     gen=args.gen, batches=_batches(args.batch), tp=args.tp, pp=args.pp,
+                    ep=args.ep,
                     comm_profile=args.comm_profile,
                     weights=args.weights, kv_dtype=args.kv_dtype,
                     token_budget=args.token_budget,

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=int, default=1,
                    help="pipeline stages of --tp GPUs each, batches in flight through them "
                         "(default 1)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel): a "
+                        "multiple of --tp, ep / tp data-parallel attention ranks (default 1)")
     p.add_argument("--replicas", type=int, default=1,
                    help="data-parallel engines of --tp GPUs behind one router that deals the "
                         "requests out in turn (default 1)")
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.max_rate_under_slo and args.rate is None and args.concurrency is None:
         raise UsageError("give --rate QPS or --concurrency N (or --max-rate-under-slo)")
     engine = ServingEngine(args.hf_config, args.device, dtype=args.dtype, tp=args.tp,
-                           pp=args.pp, max_num_seqs=args.max_num_seqs,
+                           pp=args.pp, ep=args.ep, max_num_seqs=args.max_num_seqs,
                            token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
                            kv_dtype=args.kv_dtype, comm_profile=args.comm_profile)

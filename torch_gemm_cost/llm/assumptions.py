@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from ..hardware.catalog import DeviceSpec
+from .experts import ExpertParallel
 from .schedule import CUDA_GRAPH_SIZES, DECODE_POINTS
 from .weights import FP4_BLOCK, GROUP_SIZE, WEIGHT_BYTES
 
-__all__ = ["assumptions"]
+__all__ = ["assumptions", "expert_parallelism"]
 
 
 def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization: float,
                 max_num_seqs: int, *, pp: int = 1, stages: tuple[int, ...] = (),
-                comm: str = "", spec: DeviceSpec | None = None) -> tuple[str, ...]:
+                comm: str = "", spec: DeviceSpec | None = None,
+                experts: ExpertParallel | None = None) -> tuple[str, ...]:
     """What a plan assumes, with its sources, in the order the plan prints them: ``stages``
     the layers of each pipeline stage, ``comm`` what priced the collectives
-    (``StepCollectives.source``), ``spec`` the device (its fp4 rate named)."""
+    (``StepCollectives.source``), ``spec`` the device (its fp4 rate named), ``experts`` the
+    expert parallelism."""
     out = [
         ("Engine: vLLM's V1 engine. The batch's requests arrive together; their prompts are "
         f"prefilled first, in forward passes of at most {budget} tokens (chunked prefill, "
@@ -96,6 +99,8 @@ def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization:
             "Embedding, lm_head, norms and MoE router stay in the activations' dtype.")
     if comm:
         out.append(f"Collectives: {comm}.")
+    if experts is not None:
+        out.append(expert_parallelism(experts))
     if pp > 1:
         out.append(
             f"Pipeline parallelism {pp}: the decoder layers split {'/'.join(map(str, stages))} "
@@ -140,3 +145,25 @@ def assumptions(tp: int, fmt: str | None, kernel: str, budget: int, utilization:
     out.append("Not priced: sampling (one reduction over the logits a step), the host's "
                "scheduler and detokenizer, preemption.")
     return tuple(out)
+
+
+def expert_parallelism(ep: ExpertParallel) -> str:
+    """What expert parallelism assumes, with its sources."""
+    dp = (f"{ep.dp} data-parallel attention ranks of {ep.tp} GPU{'s' * (ep.tp > 1)} each "
+          "(vLLM's --data-parallel-size), each serving 1/dp of the sequences, all ranks "
+          "stepping together with equal shares; " if ep.dp > 1 else
+          "no data-parallel ranks (EP = TP), every GPU holding every token; ")
+    comm = ("each MoE layer dispatches every token's top-k copies of its hidden state to its "
+            "experts' GPUs and combines their outputs back, two all-to-alls of tokens x k / tp "
+            "x hidden x 2 bytes a GPU (vLLM's all2all backends, e.g. pplx or DeepEP), priced as "
+            "the Collectives item says" if ep.dp > 1 else
+            "the experts' partial outputs are summed by the all-reduce tensor parallelism runs "
+            "after the MoE anyway, so no all-to-all runs (vLLM uses all2all kernels only with "
+            "data parallelism)")
+    return (f"Expert parallelism {ep.ep} (vLLM's --enable-expert-parallel: the EP group is the "
+            f"TP x DP GPUs): {dp}the {ep.experts} experts whole, {ep.local_experts} a GPU, "
+            f"attention and the rest tensor-parallel over {ep.tp}; a GPU's experts compute "
+            f"tokens x {ep.top_k} / {ep.tp} rows a step, routed uniformly over its experts (the "
+            f"expected number reached, each of ceil(rows / reached) rows: no load imbalance, no "
+            f"EPLB); {comm}. NB: the router and the routing ops are priced on the GPU's "
+            f"{ep.local_experts} experts, not all {ep.experts} (a small share of a step).")

@@ -1,5 +1,6 @@
-"""A serving step's collectives: tensor parallelism's all-reduces and logit gather, pipeline
-parallelism's sends of the hidden states between stages, each priced by ``predict.collectives``
+"""A serving step's collectives: tensor parallelism's all-reduces and logit gather, expert
+parallelism's all-to-all dispatch and combine, pipeline parallelism's sends of the hidden
+states between stages, each priced by ``predict.collectives``
 on the device's usual node, or from a cluster's nccl-tests profile (``predict.comm_profile``)
 where it covers the call; which of the two priced each call is counted, for the plan to say.
 """
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from ..hardware.catalog import DeviceSpec
 from ..predict.collectives import check_call, predict_collective_ms
 from ..predict.comm_profile import CommProfile
+from .experts import ExpertParallel
 from .shape import ServingShape, padded_vocab
 
 __all__ = ["StepCollectives"]
@@ -30,6 +32,7 @@ class StepCollectives:
     act_bytes: int
     pp: int = 1
     profile: CommProfile | None = None
+    ep: ExpertParallel | None = None
     # (collective, GPUs) -> Counter of "measured" / "model": who priced each distinct call
     priced_by: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
     _cache: dict[tuple[str, float, int, int], float] = field(default_factory=dict, repr=False)
@@ -64,6 +67,22 @@ class StepCollectives:
                                              * self.act_bytes), self.tp)
         return (2 * n + 1) * reduce + gather
 
+    def step_ms(self, tokens: int, sampled: int) -> float:
+        """A step's collectives within a stage: tensor parallelism's (``tp_ms``) and expert
+        parallelism's (``ep_ms``)."""
+        return self.tp_ms(tokens, sampled) + self.ep_ms(tokens)
+
+    def ep_ms(self, tokens: int) -> float:
+        """Expert parallelism's all-to-alls of a step whose every rank runs ``tokens`` tokens
+        (0 without data-parallel ranks: with ep = tp every GPU holds every token, and the
+        experts' outputs are summed by the all-reduce tensor parallelism runs anyway): an MoE
+        layer dispatches each token's top-k copies of its hidden state to the experts' GPUs and
+        combines their outputs back, each GPU sending tokens · k / tp of them."""
+        if self.ep is None or self.ep.dp == 1:
+            return 0.0
+        size = float(self.ep.rows(tokens) * self.shape.hidden * self.act_bytes)
+        return 2 * self.shape.layers * self.ms("alltoall", size, self.ep.ep)
+
     def send_ms(self, tokens: int) -> float:
         """One stage's hand-off to the next (0 without pipeline parallelism): the hidden states
         and the residual of ``tokens`` tokens (vLLM's ``IntermediateTensors`` of a Llama-style
@@ -81,11 +100,12 @@ class StepCollectives:
         """Price the smallest calls the engine makes, so that a group the node cannot hold
         fails before any capture (a ValueError naming tp and pp)."""
         try:
-            self.tp_ms(1, 1)
+            self.step_ms(1, 1)
             self.send_ms(1)
         except ValueError as e:
             pp = f", pp={self.pp}" if self.pp > 1 else ""
-            raise ValueError(f"tp={self.tp}{pp} on {self.spec.id}: {e}") from e
+            ep = f", ep={self.ep.ep}" if self.ep is not None else ""
+            raise ValueError(f"tp={self.tp}{pp}{ep} on {self.spec.id}: {e}") from e
         self.priced_by.clear()
         self._cache.clear()
 

@@ -47,6 +47,7 @@ from .checks import (
     serving_dtype,
 )
 from .comm import StepCollectives
+from .experts import check_ep
 from .memory import (
     LOGIT_BYTES,
     activation_bytes_per_token,
@@ -78,6 +79,7 @@ def plan_llm(
     batches: Iterable[int] | int,
     tp: int = 1,
     pp: int = 1,
+    ep: int = 1,
     weights: str | None = None,
     kv_dtype: str | None = None,
     token_budget: int = TOKEN_BUDGET,
@@ -94,6 +96,9 @@ def plan_llm(
     activations' (bf16 or fp16; None: the config's, else bf16). ``prompt`` and ``gen``: tokens
     in and out per request. ``tp``: tensor-parallel GPUs a stage (the device's usual node);
     ``pp``: pipeline stages (vLLM's pipeline_parallel_size; ``tp`` · ``pp`` GPUs in all).
+    ``ep``: expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel, EP = TP × DP): a
+    multiple of ``tp`` dividing the experts, ep / tp data-parallel attention ranks each serving
+    its share of a batch (``llm.experts``; ``ep`` · ``pp`` GPUs in all).
     ``weights``: None (the dtype), ``"int8"``, ``"int4"`` (weight-only), ``"fp8"`` (weights and
     activations, on a device with fp8 tensor cores), ``"w4a8"``, ``"nvfp4"`` or ``"mxfp4"``
     (``llm.weights``). ``kv_dtype``: None (the dtype) or ``"fp8"``. ``token_budget``: tokens a
@@ -117,10 +122,12 @@ def plan_llm(
     sizes = check_serving(full, prompt, gen, batches, token_budget, memory_utilization,
                           max_num_seqs)
     check_pp(pp, full.layers)
-    gpu_config = shard_config(config, tp)
+    experts = check_ep(ep, tp, full)
+    dp = experts.dp if experts is not None else 1
+    gpu_config = shard_config(config, tp, experts)
     shape = ServingShape.of(gpu_config)
     profile = load_comm_profile(comm_profile) if comm_profile is not None else None
-    comm = StepCollectives(spec, shape, full.vocab, tp, cd.in_bytes, pp, profile)
+    comm = StepCollectives(spec, shape, full.vocab, tp, cd.in_bytes, pp, profile, experts)
     comm.check()  # fail before any capture if the node cannot hold the groups
     key = config_key(gpu_config)
     say(f"build: the {getattr(config, 'model_type', 'causal LM')} model on the meta device")
@@ -128,7 +135,7 @@ def plan_llm(
     pricer = StepPricer(key, spec, cd, kv, fmt, full, shape,
                         predictor or profile_predictor(target) or default_predictor(), comm, say)
     stages = stage_layers(full.layers, pp)
-    held = stage_weights_bytes(model, full.experts, fmt, stages)
+    held = stage_weights_bytes(model, shape.experts, fmt, stages)
     vocab = padded_vocab(full.vocab)
     # per stage: a sequence's KV cache over the stage's layers (sliding windows as they fall)
     starts = [sum(stages[:s]) for s in range(pp)]
@@ -139,30 +146,33 @@ def plan_llm(
     usable = memory_utilization * float(spec.mem_bytes or 0.0)  # bytes, as the spec gives them
     mid = prompt + gen // 2
     rows, reports = [], []
+    # a data-parallel rank's share of each batch (all of it without expert parallelism)
+    rank = {b: -(-b // dp) for b in sizes}
     # every attention call of the plan predicted in one call of the attention model
-    micro = {b: -(-b // min(pp, b)) for b in sizes}
+    micro = {b: -(-rank[b] // min(pp, rank[b])) for b in sizes}
     pricer.attention.times([(n, q, k) for b in sizes
-                            for (_, _, chunks) in prefill_steps(b, prompt, token_budget)
+                            for (_, _, chunks) in prefill_steps(rank[b], prompt, token_budget)
                             for (q, k), n in Counter(chunks).items()]
                            + [(micro[b], 1, ctx) for b in sizes
                               for ctx, _ in decode_contexts(prompt, gen)])
     for i, b in enumerate(sizes, 1):
         say(f"price: batch {b} ({i} of {len(sizes)}), prefill")
-        pre = pricer.prefill(b, prompt, token_budget)
+        pre = pricer.prefill(rank[b], prompt, token_budget)
         say(f"price: batch {b} ({i} of {len(sizes)}), decode")
-        dec, step, p = pricer.decode(b, prompt, gen)
+        dec, step, p = pricer.decode(rank[b], prompt, gen)
         tpot = dec.tpot_ms
         request = pre.ttft_max_ms + (gen - 1) * tpot
         # the stage whose weights, KV cache and logits take the most memory at this batch
-        per_stage = [held[s] + kv_seq[s] * b + fixed + b * logits[s] for s in range(pp)]
+        r_b = rank[b]
+        per_stage = [held[s] + kv_seq[s] * r_b + fixed + r_b * logits[s] for s in range(pp)]
         worst = max(range(pp), key=per_stage.__getitem__)
         decode_bytes = p.weight_read_bytes + kv_cache_bytes(
             shape.windows, shape.kv_heads, shape.head_dim, mid, dec.micro_batch, kv.in_bytes)
         rows.append(LlmPlanRow(
             batch=b, ttft_mean_ms=pre.ttft_mean_ms, ttft_max_ms=pre.ttft_max_ms, tpot_ms=tpot,
             tokens_per_s=b * gen / request * 1e3, request_ms=request,
-            weights_bytes=held[worst], kv_cache_bytes=kv_seq[worst] * b,
-            activation_bytes=fixed + b * logits[worst], fits=max(per_stage) <= usable,
+            weights_bytes=held[worst], kv_cache_bytes=kv_seq[worst] * r_b,
+            activation_bytes=fixed + r_b * logits[worst], fits=max(per_stage) <= usable,
             above_max_num_seqs=b > max_num_seqs,
             prefill_steps=pre.steps, prefill_attention_ms=pre.attention_ms,
             prefill_comm_ms=pre.comm_ms, decode_attention_ms=dec.attention_ms,
@@ -173,18 +183,18 @@ def plan_llm(
                                      dec.micro_batch, mid))
     return LlmPlan(
         model=type(model).__name__, device=spec, dtype=cd.name,
-        weights=fmt or cd.name, kv_dtype=kv.name, tp=tp, pp=pp, prompt=prompt, gen=gen,
+        weights=fmt or cd.name, kv_dtype=kv.name, tp=tp, pp=pp, ep=ep, prompt=prompt, gen=gen,
         token_budget=token_budget, memory_utilization=float(memory_utilization),
         usable_bytes=usable,
-        max_batch=min(max_batch_fitting(usable, held[s], fixed,
-                                        kv_seq[s] + logits[s], token_budget)
-                      for s in range(pp)),
+        max_batch=dp * min(max_batch_fitting(usable, held[s], fixed,
+                                             kv_seq[s] + logits[s], token_budget)
+                           for s in range(pp)),
         max_num_seqs=max_num_seqs, rows=tuple(rows), attention_kernel=pricer.attention.kernel,
         predictor=f"{getattr(pricer.predictor, 'name', type(pricer.predictor).__name__)} "
                   f"v{getattr(pricer.predictor, 'version', '')}",
         assumptions=assumptions(tp, fmt, pricer.attention.kernel, token_budget,
                                 memory_utilization, max_num_seqs, pp=pp, stages=stages,
-                                comm=comm.source(), spec=spec),
+                                comm=comm.source(), spec=spec, experts=experts),
         decode_reports=tuple(reports))
 
 

@@ -17,6 +17,7 @@ from ..predict import Predictor
 from ..predict.ops import OpCostModel, load_op_costs
 from .attention import ServingAttention
 from .comm import StepCollectives
+from .experts import routed
 from .pipeline import decode_cycle_ms, pipelined_finish_ms, stage_ms, stage_shares
 from .pricing import PricedStep, price_step
 from .schedule import PrefillStep, cuda_graph_mode, decode_contexts, prefill_order
@@ -71,6 +72,7 @@ class StepPricer:
                  fmt: str | None, full: ServingShape, shape: ServingShape, predictor: Predictor,
                  comm: StepCollectives, say: Callable[[str], None] | None = None) -> None:
         self.key, self.spec, self.cd, self.kv, self.fmt = key, spec, cd, kv, fmt
+        self.ep = comm.ep  # the key names the config, and the config its expert parallelism
         self.full, self.shape, self.predictor, self.comm = full, shape, predictor, comm
         self.say = say or _silent
         self.costs: OpCostModel = load_op_costs()
@@ -86,6 +88,8 @@ class StepPricer:
             self.say(f"capture: a forward pass of {tokens} token{'s' * (tokens > 1)}, "
                      f"sampling {sampled}")
         step = captured_step(self.key, self.cd.name, tokens, sampled)
+        if self.ep is not None:
+            step = routed(step, self.ep, tokens)
         if key in _PRICED:
             _PRICED.move_to_end(key)
         else:
@@ -127,7 +131,7 @@ class StepPricer:
         tokens, sampled, chunks = step
         _, p = self.dense(tokens, sampled, cuda_graph_mode(tokens, True) != "eager")
         a_ms, a_flops = self.attention.prefill(chunks)
-        c_ms = self.comm.tp_ms(tokens, sampled)
+        c_ms = self.comm.step_ms(tokens, sampled)
         peak = self.spec.peak_flops_per_s(self.cd)
         return (p.dense_ms + a_ms + c_ms + self.launch_ms(tokens, True), a_ms,
                 c_ms + (self.comm.pp - 1) * self.comm.send_ms(tokens), p.flops + a_flops,
@@ -142,7 +146,7 @@ class StepPricer:
         step, p = self.dense(m, m, cuda_graph_mode(m, False) != "eager")
         attn = sum(w * self.attention.decode(m, ctx)[0] for ctx, w in decode_contexts(prompt,
                                                                                       gen))
-        tp_ms = self.comm.tp_ms(m, m)
+        tp_ms = self.comm.step_ms(m, m)
         latency = p.dense_ms + attn + tp_ms + self.launch_ms(m, False)
         tpot = decode_cycle_ms(self.stages(latency, m), in_flight)
         comm = tp_ms + (self.comm.pp - 1) * self.comm.send_ms(m)

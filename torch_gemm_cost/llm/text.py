@@ -54,7 +54,9 @@ def plan_table(plan: LlmPlanRecord) -> str:
 def plan_footer(plan: LlmPlanRecord) -> str:
     tp = f", tensor parallel {plan.tp}" if plan.tp > 1 else ""
     tp += f", pipeline parallel {plan.pp}" if plan.pp > 1 else ""
-    gpu = " per GPU" if plan.tp * plan.pp > 1 else ""
+    tp += (f", expert parallel {plan.ep} ({plan.ep // plan.tp} data-parallel attention ranks)"
+           if plan.ep > 1 else "")
+    gpu = " per GPU" if max(plan.tp, plan.ep) * plan.pp > 1 else ""
     seqs = plan.max_num_seqs
     flagged = [r.batch for r in plan.rows if r.above_max_num_seqs]
     above = f", above max_num_seqs {seqs}" if plan.max_batch > seqs else ""

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..hardware.catalog import DeviceSpec
 from ..hardware.dtypes import ComputeDtype
+from ..llm.experts import ExpertParallel, routed
 from ..llm.pricing import kernel_floors, price_records_in, serving_records
 from ..llm.schedule import CUDA_GRAPH_SIZES
 from ..llm.step import Step, step_family
@@ -109,8 +110,12 @@ class DenseCurve:
     shape by shape as a simulation asks for them, each priced shape cached."""
 
     def __init__(self, key: str, cd: ComputeDtype, spec: DeviceSpec, predictor: Predictor,
-                 fmt: str | None, kv: ComputeDtype, costs: OpCostModel, max_tokens: int) -> None:
+                 fmt: str | None, kv: ComputeDtype, costs: OpCostModel, max_tokens: int,
+                 experts: ExpertParallel | None = None) -> None:
+        """``experts``: the expert parallelism the config (``key``) was sharded for; each
+        step's expert GEMMs then run the rows a GPU receives (``llm.experts.routed``)."""
         self.spec, self.predictor, self.fmt, self.kv, self.costs = spec, predictor, fmt, kv, costs
+        self.experts = experts
         self.family = step_family(key, cd.name, max_tokens)
         self._step_ms: dict[tuple[int, int], float] = {}
         self._sampled_ms: dict[tuple[int, bool], float] = {}
@@ -135,8 +140,10 @@ class DenseCurve:
 
     def _priced(self, tokens: int, sampled: int) -> float:
         if (tokens, sampled) not in self._step_ms:
-            self._step_ms[(tokens, sampled)] = self._price(
-                self.family.of(tokens, sampled), tokens <= CUDA_GRAPH_SIZES[-1])
+            step = self.family.of(tokens, sampled)
+            if self.experts is not None:
+                step = routed(step, self.experts, tokens)
+            self._step_ms[(tokens, sampled)] = self._price(step, tokens <= CUDA_GRAPH_SIZES[-1])
         return self._step_ms[(tokens, sampled)]
 
     def _sampled(self, sampled: int, graph: bool) -> float:

@@ -111,11 +111,12 @@ class ServingSim:
     kv_used: tuple[float, ...] = field(repr=False)
     assumptions: tuple[str, ...] = field(default=(), repr=False)
     pp: int = 1  # pipeline stages of tp GPUs each
+    ep: int = 1  # expert-parallel GPUs a stage: tp x the data-parallel attention ranks
 
     @property
     def gpus(self) -> int:
-        """GPUs the run holds: tp · pp a replica, every replica."""
-        return self.tp * self.pp * self.replicas
+        """GPUs the run holds: max(tp, ep) · pp a replica, every replica."""
+        return max(self.tp, self.ep) * self.pp * self.replicas
 
     @property
     def kv_peak(self) -> float:

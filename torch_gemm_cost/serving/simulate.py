@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..hardware.catalog import DeviceLike, DeviceSpec
+from ..llm.assumptions import expert_parallelism
 from ..llm.attention import ServingAttention
 from ..llm.checks import (
     MEMORY_UTILIZATION,
@@ -29,6 +30,7 @@ from ..llm.checks import (
     serving_dtype,
 )
 from ..llm.comm import StepCollectives
+from ..llm.experts import ExpertParallel, check_ep
 from ..llm.memory import (
     LOGIT_BYTES,
     activation_bytes_per_token,
@@ -68,6 +70,7 @@ def simulate_serving(
     num_requests: int = 200,
     tp: int = 1,
     pp: int = 1,
+    ep: int = 1,
     replicas: int = 1,
     seed: int = 0,
     arrival: str = "poisson",
@@ -80,7 +83,8 @@ def simulate_serving(
     predictor: Predictor | None = None,
 ) -> ServingSim:
     """``num_requests`` requests served by vLLM V1 on ``device`` (``tp`` GPUs a pipeline stage,
-    ``pp`` stages, batches in flight through them as V1's batch queue keeps them): arriving at
+    ``pp`` stages, batches in flight through them as V1's batch queue keeps them; ``ep``
+    expert-parallel GPUs of an MoE, ep / tp data-parallel ranks, ``llm.experts``): arriving at
     ``rate_qps`` (``arrival``: ``"poisson"`` or ``"constant"`` gaps), or from ``concurrency``
     clients in a closed loop (exactly one of the two). ``prompt`` and ``gen``: a token count or
     a distribution (``Lengths``, or a string ``Lengths.parse`` reads: ``"lognormal:512:256"``).
@@ -88,7 +92,8 @@ def simulate_serving(
     deals the requests out in turn. The other arguments as ``plan_llm``'s; ``max_num_seqs``
     and ``token_budget`` (max_num_batched_tokens) are the scheduler's limits; ``comm_profile``
     a collective profile (``calibrate-comm``) that prices the collectives it measured."""
-    engine = ServingEngine(config, device, dtype=dtype, tp=tp, pp=pp, max_num_seqs=max_num_seqs,
+    engine = ServingEngine(config, device, dtype=dtype, tp=tp, pp=pp, ep=ep,
+                           max_num_seqs=max_num_seqs,
                            token_budget=token_budget, memory_utilization=memory_utilization,
                            weights=weights, kv_dtype=kv_dtype, comm_profile=comm_profile,
                            predictor=predictor)
@@ -101,7 +106,8 @@ class ServingEngine:
     cached across ``run`` calls."""
 
     def __init__(self, config: Any, device: DeviceLike, *, dtype: Any = None, tp: int = 1,
-                 pp: int = 1, max_num_seqs: int = MAX_NUM_SEQS, token_budget: int = TOKEN_BUDGET,
+                 pp: int = 1, ep: int = 1, max_num_seqs: int = MAX_NUM_SEQS,
+                 token_budget: int = TOKEN_BUDGET,
                  memory_utilization: float = MEMORY_UTILIZATION, weights: str | None = None,
                  kv_dtype: str | None = None,
                  comm_profile: CommProfile | str | os.PathLike[str] | None = None,
@@ -122,10 +128,13 @@ class ServingEngine:
                              f"; nearest good: {MEMORY_UTILIZATION}")
         self.full = ServingShape.of(cfg)
         check_pp(pp, self.full.layers)
-        gpu = shard_config(cfg, tp)
+        self.experts = check_ep(ep, tp, self.full)
+        self.dp = self.experts.dp if self.experts is not None else 1
+        gpu = shard_config(cfg, tp, self.experts)
         shape = ServingShape.of(gpu)
         profile = load_comm_profile(comm_profile) if comm_profile is not None else None
-        self.comm = StepCollectives(spec, shape, self.full.vocab, tp, cd.in_bytes, pp, profile)
+        self.comm = StepCollectives(spec, shape, self.full.vocab, tp, cd.in_bytes, pp, profile,
+                                    self.experts)
         self.comm.check()
         key = config_key(gpu)
         model = meta_model(key, cd.name)
@@ -135,16 +144,17 @@ class ServingEngine:
         self.model_name = type(model).__name__
         self.shape = shape
         self.max_context = self.full.max_positions or DEFAULT_CONTEXT
-        held = stage_weights_bytes(model, self.full.experts, fmt, self.stages)
+        held = stage_weights_bytes(model, shape.experts, fmt, self.stages)
         self.limits = EngineLimits(token_budget, max_num_seqs, min(
             self._kv_blocks(spec, shape, held[s], token_budget, max_num_seqs,
                             memory_utilization, s) for s in range(pp)))
         pred = predictor or profile_predictor(target) or default_predictor()
         attention = ServingAttention(spec, shape, cd, kv)
         self.cost = StepCost(
-            DenseCurve(key, cd, spec, pred, fmt, kv, load_op_costs(), token_budget),
+            DenseCurve(key, cd, spec, pred, fmt, kv, load_op_costs(), token_budget,
+                       self.experts),
             AttentionTable(attention, self.max_context),
-            self.comm.tp_ms, shape.layers * load_op_costs().launch_ms)
+            self.comm.step_ms, shape.layers * load_op_costs().launch_ms)
         self.attention_kernel = attention.kernel
 
     def _kv_blocks(self, spec: DeviceSpec, shape: ServingShape, held: int, budget: int,
@@ -199,7 +209,9 @@ class ServingEngine:
             prompt: Any = 2048, gen: Any = 256, num_requests: int = 200, seed: int = 0,
             arrival: str = "poisson", replicas: int = 1) -> ServingSim:
         """Serve one workload (see ``simulate_serving``): on ``replicas`` copies of the
-        engine, request i on copy i mod replicas (a closed loop's clients dealt out alike)."""
+        engine, request i on copy i mod replicas (a closed loop's clients dealt out alike);
+        with expert parallelism each copy's dp ranks are dealt requests alike, each rank's
+        steps priced as if every rank ran as many tokens."""
         if (rate_qps is None) == (concurrency is None):
             raise ValueError("give exactly one of rate_qps (open loop) and concurrency (closed "
                              "loop), e.g. rate_qps=4")
@@ -208,16 +220,17 @@ class ServingEngine:
             raise ValueError(f"rate_qps must be a positive number of requests a second, got "
                              f"{rate_qps!r}; e.g. 1")
         _check_int("replicas", replicas, 1)
+        copies = replicas * self.dp  # engines, each a data-parallel rank of a replica
         if concurrency is not None:
-            _check_int("concurrency", concurrency, replicas)
+            _check_int("concurrency", concurrency, copies)
         reqs = self.requests(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt,
                              gen=gen, num_requests=num_requests, seed=seed, arrival=arrival)
         priced = self.cost.dense.priced
         outcomes, traces = [], []
-        for i in range(replicas):
+        for i in range(copies):
             share = None if concurrency is None else \
-                concurrency // replicas + (i < concurrency % replicas)
-            done, trace = run_engine(reqs[i::replicas], self.limits, self.cost, share,
+                concurrency // copies + (i < concurrency % copies)
+            done, trace = run_engine(reqs[i::copies], self.limits, self.cost, share,
                                      self._stage_ms if self.pp > 1 else None)
             outcomes += done
             traces.append(trace)
@@ -237,7 +250,7 @@ class ServingEngine:
             load += f" over {replicas} replicas"
         return ServingSim(
             model=self.model_name, device=self.spec.id, dtype=self.cd.name, tp=self.tp, pp=self.pp,
-            replicas=replicas,
+            ep=self.experts.ep if self.experts is not None else 1, replicas=replicas,
             workload=load, prompt=str(lengths_of(prompt, "prompt")),
             gen=str(lengths_of(gen, "gen")), seed=seed,
             token_budget=self.limits.token_budget, max_num_seqs=self.limits.max_num_seqs,
@@ -252,7 +265,7 @@ class ServingEngine:
             kv_times_ms=tuple(trace.step_end_ms),
             kv_used=tuple(b / self.limits.kv_blocks for b in trace.blocks_used),
             assumptions=assumptions(self.attention_kernel, self.limits, self.tp,
-                                    self.comm.source(), self.stages))
+                                    self.comm.source(), self.stages, self.experts))
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -263,8 +276,17 @@ def _check_int(name: str, value: Any, low: int) -> int:
 
 
 def assumptions(kernel: str, limits: EngineLimits, tp: int, comm: str,
-                stages: tuple[int, ...] = (1,)) -> tuple[str, ...]:
+                stages: tuple[int, ...] = (1,), experts: ExpertParallel | None = None
+                ) -> tuple[str, ...]:
     """What a simulation assumes, beside what ``plan_llm`` assumes of each step."""
+    if experts is not None:
+        ranks = (f" Each of the {experts.dp} data-parallel ranks is an engine of its own, dealt "
+                 "requests in turn, its steps priced as if every rank ran as many tokens; vLLM "
+                 "steps the ranks together (a rank without requests runs a dummy batch), which "
+                 "is not simulated." if experts.dp > 1 else "")
+        moe: tuple[str, ...] = (expert_parallelism(experts) + ranks,)
+    else:
+        moe = ()
     pipeline = () if len(stages) == 1 else ((
         f"Pipeline parallelism {len(stages)} (layers {'/'.join(map(str, stages))}, vLLM's "
         "get_pp_indices): as V1's engine core (step_with_batch_queue, batch queue of "
@@ -275,7 +297,7 @@ def assumptions(kernel: str, limits: EngineLimits, tp: int, comm: str,
         "free. A step's time on a stage is its share of the step (the stage's layers over the "
         "model's) plus, but on the last stage, the send of its hidden states and residual. "
         "The KV cache holds the blocks the most loaded stage fits."),)
-    return (*pipeline,
+    return (*moe, *pipeline,
         (f"Scheduler: vLLM V1's (FCFS): chunked prefill mixed with decode under "
         f"max_num_batched_tokens={limits.token_budget}, at most max_num_seqs="
         f"{limits.max_num_seqs} running requests, KV blocks of {limits.block_size} tokens "
