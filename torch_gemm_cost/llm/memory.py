@@ -13,24 +13,20 @@ from .shape import ServingShape
 from .weights import WEIGHT_BYTES
 
 __all__ = ["LOGIT_BYTES", "activation_bytes_per_token", "kv_cache_bytes", "max_batch_fitting",
-           "stage_weights_bytes", "weights_bytes"]
+           "stage_weights_bytes"]
 
 LOGIT_BYTES = 4  # the sampler reads the logits in fp32
 
 
-def weights_bytes(model: torch.nn.Module, experts: int, fmt: str | None) -> int:
-    """One GPU's weights: the decoder's Linear layers and experts in ``fmt`` (group scales
-    included), everything else (embedding, lm_head, norms, router) in its own dtype."""
-    return stage_weights_bytes(model, experts, fmt, (_layers(model),))[0]
-
-
 def stage_weights_bytes(model: torch.nn.Module, experts: int, fmt: str | None,
                         stages: tuple[int, ...]) -> tuple[int, ...]:
-    """Each pipeline stage's weights on one GPU (``weights_bytes``' formats), the stages
-    holding ``stages`` decoder layers in order: a parameter of layer i (``...layers.i...``)
-    on the stage of that layer, the input embedding on the first stage, every other one (the
-    final norm, the lm_head) on the last; where the lm_head shares the embedding's weight and
-    there are two stages or more, the last holds a copy of it, as vLLM's does."""
+    """Each pipeline stage's weights on one GPU: the decoder's Linear layers and experts in
+    ``fmt`` (group scales included), everything else (embedding, lm_head, norms, router) in
+    its own dtype. The stages hold ``stages`` decoder layers in order: a parameter of layer i
+    (``...layers.i...``) on the stage of that layer, the input embedding on the first stage,
+    every other one (the final norm, the lm_head) on the last; where the lm_head shares the
+    embedding's weight and there are two stages or more, the last holds a copy of it, as
+    vLLM's does."""
     get_head = getattr(model, "get_output_embeddings", None)
     lm_head = get_head() if get_head is not None else None
     get_input = getattr(model, "get_input_embeddings", None)
@@ -66,12 +62,6 @@ def _layer_index(name: str) -> int | None:
         if a in ("layers", "h", "layer", "blocks") and b.isdigit():
             return int(b)
     return None
-
-
-def _layers(model: torch.nn.Module) -> int:
-    """How many decoder layers the model has (the largest layer index + 1; 0 without any)."""
-    found = [i for name, _ in model.named_parameters() if (i := _layer_index(name)) is not None]
-    return max(found) + 1 if found else 0
 
 
 def activation_bytes_per_token(shape: ServingShape, act_bytes: int) -> int:
