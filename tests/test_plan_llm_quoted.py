@@ -96,7 +96,7 @@ def test_cli_takes_max_num_seqs_and_flags_the_rows(tmp_path, capsys):
 def test_progress_shows_each_stage_on_a_terminal_only(tmp_path, capsys, monkeypatch):
     from collections import OrderedDict
 
-    from torch_gemm_cost.llm import plan as plan_module
+    from torch_gemm_cost.llm import pricer as plan_module
 
     # a step priced by an earlier plan of this process is not captured again: start afresh
     monkeypatch.setattr(plan_module, "_PRICED", OrderedDict())

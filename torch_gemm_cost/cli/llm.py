@@ -1,7 +1,8 @@
 """``torch-gemm-cost llm``: a serving plan of a causal LM, per batch size.
 
     torch-gemm-cost llm --hf-config llama3_8b.json --device h100_sxm5_80gb --dtype bf16 \\
-        --prompt 2048 --gen 256 --batch 1,8,64 [--tp 2] [--weights int4] [--kv-dtype fp8]
+        --prompt 2048 --gen 256 --batch 1,8,64 [--tp 2] [--pp 2] [--weights int4] \\
+        [--kv-dtype fp8] [--comm-profile comm.json]
 
 On a terminal each stage (building, capture, pricing a batch) is a line on stderr; --quiet
 hides them.
@@ -21,7 +22,7 @@ from typing import NoReturn, TextIO
 
 from . import UsageError, config_file
 
-WEIGHTS = ("int8", "int4", "fp8")
+WEIGHTS = ("int8", "int4", "fp8", "w4a8", "nvfp4", "mxfp4")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,8 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", default="1,8,64", metavar="B[,B...]",
                    help="batch sizes, comma separated (default 1,8,64)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages of --tp GPUs each (default 1)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel): a "
+                        "multiple of --tp, ep / tp data-parallel attention ranks (default 1)")
     p.add_argument("--weights", choices=WEIGHTS, default=None,
-                   help="weight format of the linear layers (default: the dtype)")
+                   help="weight format of the linear layers (default: the dtype; nvfp4 and "
+                        "mxfp4 need fp4 tensor cores, w4a8 and fp8 fp8 ones)")
     p.add_argument("--kv-dtype", choices=("fp8",), default=None,
                    help="KV cache dtype (default: the dtype)")
     p.add_argument("--token-budget", type=int, default=8192,
@@ -55,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
                    help="most sequences the engine schedules at once (default 256, vLLM's "
                    "max_num_seqs); larger batches are flagged")
+    p.add_argument("--comm-profile", metavar="PATH", default=None,
+                   help="a collective profile from `calibrate-comm`: measured collectives")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="GEMM predictor: the package's default, or the pure roofline")
     p.add_argument("--layers", nargs="?", type=int, const=2, default=None, metavar="DEPTH",
@@ -109,8 +118,12 @@ def run(args: argparse.Namespace, *, stderr_tty: bool | None = None) -> int:
         raise UsageError(f"--layers must be 0 or more, got {args.layers}; try --layers 2")
     if args.json and args.json != "-" and not Path(args.json).parent.exists():
         raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} does not exist")
+    if args.comm_profile is not None and not Path(args.comm_profile).is_file():
+        raise UsageError(f"--comm-profile {args.comm_profile}: no such file")
     plan = plan_llm(args.hf_config, device=args.device, dtype=args.dtype, prompt=args.prompt,
-                    gen=args.gen, batches=_batches(args.batch), tp=args.tp,
+                    gen=args.gen, batches=_batches(args.batch), tp=args.tp, pp=args.pp,
+                    ep=args.ep,
+                    comm_profile=args.comm_profile,
                     weights=args.weights, kv_dtype=args.kv_dtype,
                     token_budget=args.token_budget,
                     memory_utilization=args.memory_utilization,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import UsageError, config_file
 
-WEIGHTS = ("int8", "int4", "fp8")
+WEIGHTS = ("int8", "int4", "fp8", "w4a8", "nvfp4", "mxfp4")
 SLO_FLAGS = tuple((m, q) for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99))
 
 
@@ -48,6 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-requests", type=int, default=200, help="requests (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrivals")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages of --tp GPUs each, batches in flight through them "
+                        "(default 1)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel): a "
+                        "multiple of --tp, ep / tp data-parallel attention ranks (default 1)")
     p.add_argument("--replicas", type=int, default=1,
                    help="data-parallel engines of --tp GPUs behind one router that deals the "
                         "requests out in turn (default 1)")
@@ -61,6 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="running requests at most (default 256, vLLM's)")
     p.add_argument("--memory-utilization", type=float, default=0.9,
                    help="share of GPU memory the engine uses (default 0.9, vLLM's)")
+    p.add_argument("--comm-profile", metavar="PATH", default=None,
+                   help="a collective profile from `calibrate-comm`: measured collectives")
     p.add_argument("--max-rate-under-slo", action="store_true",
                    help="find the largest Poisson rate meeting every --slo-* bound (bisection)")
     for m, q in SLO_FLAGS:
@@ -81,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     config_file("--hf-config", args.hf_config)
     if args.json and args.json != "-" and not Path(args.json).parent.exists():
         raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} does not exist")
+    if args.comm_profile is not None and not Path(args.comm_profile).is_file():
+        raise UsageError(f"--comm-profile {args.comm_profile}: no such file")
     slo = {f"{m}_p{q}": v for m, q in SLO_FLAGS
            if (v := getattr(args, f"slo_{m}_p{q}_ms")) is not None}
     if args.max_rate_under_slo and not slo:
@@ -93,9 +103,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.max_rate_under_slo and args.rate is None and args.concurrency is None:
         raise UsageError("give --rate QPS or --concurrency N (or --max-rate-under-slo)")
     engine = ServingEngine(args.hf_config, args.device, dtype=args.dtype, tp=args.tp,
-                           max_num_seqs=args.max_num_seqs, token_budget=args.token_budget,
+                           pp=args.pp, ep=args.ep, max_num_seqs=args.max_num_seqs,
+                           token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
-                           kv_dtype=args.kv_dtype)
+                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile)
     workload = {"prompt": args.prompt, "gen": args.gen, "num_requests": args.num_requests,
                 "seed": args.seed, "arrival": args.arrival, "replicas": args.replicas}
     if args.max_rate_under_slo:

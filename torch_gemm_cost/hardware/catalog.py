@@ -84,7 +84,8 @@ class DeviceSpec:
     l1_bytes_per_sm: float | None
     smem_bytes_per_sm: float | None
     regfile_bytes_per_sm: float | None
-    # keys: fp64, fp32, fp32_matrix, tf32, fp16, bf16, fp8, int8; None where the device lacks it
+    # keys: fp64, fp32, fp32_matrix, tf32, fp16, bf16, fp8, int8, fp4; None where the device
+    # lacks it
     peak_flops: tuple[tuple[str, float | None], ...]
     aliases: tuple[str, ...] = ()
     tdp_w: float | None = None  # board power: power-capped parts sustain less than their peak

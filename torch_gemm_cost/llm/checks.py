@@ -7,13 +7,13 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ..hardware.catalog import DeviceSpec, is_cpu
+from ..hardware.catalog import DeviceSpec, is_cpu, list_devices
 from ..hardware.dtypes import ComputeDtype, resolve_dtype
 from ..hardware.target import Target, resolve_target
 from ..predict.attention.sdpa import runs_fused_attention
 from ..suggest import check_choice
 from .shape import ServingShape
-from .weights import FP8_DTYPE, WEIGHT_FORMATS
+from .weights import FP4_FORMATS, FP8_DTYPE, WEIGHT_FORMATS
 
 __all__ = ["MEMORY_UTILIZATION", "check_device", "check_kv_dtype", "check_serving",
            "check_weights", "serving_dtype"]
@@ -84,6 +84,15 @@ def check_weights(weights: Any, spec: DeviceSpec, cd: ComputeDtype) -> str | Non
         have = [k for k, v in spec.peak_flops if v is not None]
         raise ValueError(f"weights='fp8' needs fp8 tensor cores; {spec.id} ({spec.name}) "
                          f"supports {', '.join(have)}: use weights='int8' or 'int4'")
+    if fmt in FP4_FORMATS and spec.peak("fp4") is None:
+        raise ValueError(f"weights={fmt!r} needs fp4 tensor cores; {spec.id} ({spec.name}) has "
+                         f"none. Catalog devices with them: {', '.join(_with_peak('fp4'))}; "
+                         "on this device use weights='fp8' or 'int4'")
+    if fmt == "w4a8" and (spec.vendor != "NVIDIA" or not spec.supports(FP8_DTYPE)):
+        raise ValueError(f"weights='w4a8' runs int4 weights against fp8 activations on NVIDIA "
+                         f"fp8 tensor cores; {spec.id} ({spec.name}) has none. Catalog devices "
+                         f"with them: {', '.join(_with_peak('fp8', 'NVIDIA'))}; on this device "
+                         "use weights='int4'")
     if fmt in ("int8", "int4"):
         major = spec.compute_capability.split(".")[0]
         if spec.vendor != "NVIDIA" or not major.isdigit() or int(major) < 8:
@@ -91,6 +100,12 @@ def check_weights(weights: Any, spec: DeviceSpec, cd: ComputeDtype) -> str | Non
                              f"NVIDIA GPU of compute capability 8.0 or newer; {spec.id} is "
                              f"{spec.vendor} {spec.compute_capability}: use weights=None")
     return fmt
+
+
+def _with_peak(key: str, vendor: str | None = None) -> list[str]:
+    """The catalog devices with a ``key`` tensor rate (of ``vendor``)."""
+    return [d.id for d in list_devices() if d.peak(key) is not None
+            and (vendor is None or d.vendor == vendor)]
 
 
 def check_kv_dtype(kv_dtype: Any, cd: ComputeDtype) -> ComputeDtype:

@@ -15,9 +15,15 @@ import torch
 
 from ..hardware.dtypes import DTYPES
 
-__all__ = ["ATTENTION", "causal_lm", "config_key", "config_of", "meta_model"]
+__all__ = ["ATTENTION", "FUSED_QKV_MODELS", "SHARD_HEAD_DIM", "causal_lm", "config_key",
+           "config_of", "meta_model"]
 
 ATTENTION = "torch_gemm_cost_serving"  # the attention implementation the capture registers
+# models whose attention derives its head size from hidden_size / num_attention_heads and holds
+# q, k and v in one Linear (``query_key_value``): one GPU's shard of them is built with the
+# model's head size, kept in the sharded config under SHARD_HEAD_DIM (``llm.shard``)
+FUSED_QKV_MODELS: frozenset[str] = frozenset({"falcon", "gpt_neox"})
+SHARD_HEAD_DIM = "serving_shard_head_dim"
 
 
 def config_of(model_or_config: Any) -> Any:
@@ -66,7 +72,53 @@ def config_key(config: Any) -> str:
 def meta_model(key: str, dtype: str) -> torch.nn.Module:
     """The causal LM of a config (``config_key``) on the meta device, serving attention."""
     _register_attention()
-    return causal_lm(key, dtype, ATTENTION).eval()
+    model = causal_lm(key, dtype, ATTENTION).eval()
+    config = model.config
+    if getattr(config, SHARD_HEAD_DIM, None):
+        _shard_fused_attention(model, config, int(getattr(config, SHARD_HEAD_DIM)), dtype)
+    return model
+
+
+def _shard_fused_attention(model: torch.nn.Module, config: Any, head_dim: int,
+                           dtype: str) -> None:
+    """One GPU's tensor-parallel shard of a Falcon or GPT-NeoX model whose config holds its
+    share of the heads: each attention's fused q/k/v Linear and output Linear rebuilt for
+    those heads at the model's ``head_dim`` (transformers derives the head size from
+    hidden_size / heads, which a shard of the heads doubles), its head counts set, and the
+    rotary embedding built at that head size."""
+    heads = config.num_attention_heads
+    falcon = getattr(config, "model_type", None) == "falcon"
+    new_arch = falcon and bool(getattr(config, "new_decoder_architecture", False))
+    multi_query = falcon and not new_arch and bool(getattr(config, "multi_query", True))
+    kv = (getattr(config, "num_kv_heads", None) or heads) if new_arch else (
+        1 if multi_query else heads)
+    hidden = config.hidden_size
+    torch_dtype = DTYPES[dtype].torch_dtype
+    for found in model.modules():
+        module: Any = found  # an attention module, its attributes set below
+        qkv, dense = getattr(module, "query_key_value", None), getattr(module, "dense", None)
+        if not isinstance(qkv, torch.nn.Linear) or not isinstance(dense, torch.nn.Linear):
+            continue
+        with torch.device("meta"):
+            module.query_key_value = type(qkv)(hidden, (heads + 2 * kv) * head_dim,
+                                               bias=qkv.bias is not None, dtype=torch_dtype)
+            module.dense = type(dense)(heads * head_dim, hidden, bias=dense.bias is not None,
+                                       dtype=torch_dtype)
+        if falcon:
+            module.head_dim, module.num_heads, module.num_kv_heads = head_dim, heads, kv
+            module.num_key_value_groups = heads // kv
+        else:  # GPT-NeoX
+            ratio = module.rotary_ndims / module.head_size
+            module.head_size, module.rotary_ndims = head_dim, int(head_dim * ratio)
+        module.scaling = head_dim ** -0.5
+    if falcon:  # its rotary embedding reads the head size the config derives
+        base = getattr(model, "transformer", model)
+        rotary = getattr(base, "rotary_emb", None)
+        if rotary is not None:
+            whole = copy.deepcopy(config)
+            whole.num_attention_heads = hidden // head_dim
+            with torch.device("meta"):
+                base.rotary_emb = type(rotary)(config=whole)
 
 
 def causal_lm(key: str, dtype: str, attention: str) -> torch.nn.Module:

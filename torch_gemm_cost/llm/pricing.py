@@ -4,11 +4,12 @@ price_records``), with what the serving engine adds as explicit inputs and recor
 - the records it runs (``serving_records``): each weight GEMM in the plan's weight format
   (``llm.weights``), the SDPA GEMMs left to the attention kernel (``llm.attention``), and one
   KV-cache write a layer (``kv_writes``);
-- CUDA graphs (``kernel_floors``): the ops priced without launch cost, each kernel then at
-  least its floor;
+- CUDA graphs (``kernel_floors``): the ops of a step vLLM runs in graphs priced without launch
+  cost, each kernel then at least its floor; a step above the largest captured size
+  (``schedule.cuda_graph_mode``) runs eagerly, each kernel with the op model's launch gap;
 - the attention ops at zero here, each layer's attention priced as the serving engine's
   kernel (``llm.attention``); the copies of an attention output it does not run left out;
-- the tensor-parallel collectives (``comm_ms``).
+- the collectives are ``llm.comm``'s.
 """
 
 from __future__ import annotations
@@ -20,17 +21,15 @@ from dataclasses import dataclass, replace
 from ..hardware.catalog import DeviceSpec
 from ..hardware.dtypes import DTYPES, ComputeDtype
 from ..predict import Predictor
-from ..predict.collectives import predict_collective_ms
 from ..predict.ops import OpCostModel
 from ..predict.price import GemmEstimate, OpEstimate, PricedRecords, price_records
 from ..records import GemmSite, OtherOp
 from ..records.types import FusedKernel
-from .shape import ServingShape, padded_vocab
 from .step import Step
-from .weights import is_weight_gemm, quantized
+from .weights import FP4_FORMATS, FP8_DTYPE, fp4_device, is_weight_gemm, quantized
 
-__all__ = ["PricedStep", "comm_ms", "kernel_floors", "kv_writes", "price_step",
-           "serving_records", "step_ms"]
+__all__ = ["PricedStep", "gemm_peak_flops_per_s", "kernel_floors", "kv_writes", "price_records_in",
+           "price_step", "serving_records", "step_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -106,17 +105,19 @@ def kernel_floors(ops: Sequence[OpEstimate], kernels: Sequence[FusedKernel],
 
 
 def price_step(step: Step, spec: DeviceSpec, predictor: Predictor, fmt: str | None,
-               kv: ComputeDtype, costs: OpCostModel) -> PricedStep:
+               kv: ComputeDtype, costs: OpCostModel, graph: bool = True) -> PricedStep:
     """``step``'s GEMMs and kernels but attention on ``spec``: ``price_records`` of its serving
-    records, the ops without launch cost, then each kernel at least its floor."""
+    records; in a CUDA graph (``graph``) the ops without launch cost, then each kernel at least
+    its floor; eagerly, each kernel with the op model's launch gap (``OpCostModel.launch_ms``),
+    as ``estimate`` prices an eager model."""
     sites, others = serving_records(step, fmt, kv)
     # each distinct GEMM predicted once (a model's layers repeat theirs), then given to each site
     unique = {_unnamed(s): s for s in reversed(sites)}
-    priced = price_records(list(unique.values()), others, spec, predictor, kernels=step.kernels,
-                           op_costs=replace(costs, launch_ms=0.0))
+    priced = price_records_in(fmt, list(unique.values()), others, spec, predictor,
+                              step.kernels, replace(costs, launch_ms=0.0) if graph else costs)
     by_shape = {_unnamed(g.site): g for g in priced.gemms}
     priced = replace(priced, gemms=tuple(replace(by_shape[_unnamed(s)], site=s) for s in sites))
-    ops = _in_a_cuda_graph(step, priced, costs)
+    ops = _in_a_cuda_graph(step, priced, costs) if graph else _eager(step, priced)
     unmodelled = sorted({o.op.op for o in ops if o.time_ms is None})
     if unmodelled:
         log.warning("%s: ops with no cost model are left out of the plan: %s",
@@ -124,10 +125,37 @@ def price_step(step: Step, spec: DeviceSpec, predictor: Predictor, fmt: str | No
     return PricedStep(
         gemms=priced.gemms, ops=ops, dense_ms=step_ms(priced.gemms, ops),
         flops=float(sum(s.flops for s in sites)),
-        roofline_ms=sum(s.flops / spec.peak_flops_per_s(s.dtype) for s in sites) * 1e3,
+        roofline_ms=sum(s.flops / gemm_peak_flops_per_s(spec, s, fmt) for s in sites) * 1e3,
         weight_read_bytes=float(sum(
             s.batch * s.k * s.n * (DTYPES[s.dtype].in_bytes if s.b_bytes is None else s.b_bytes)
             for s in sites)))
+
+
+def price_records_in(fmt: str | None, sites: Sequence[GemmSite], others: Sequence[OtherOp],
+                     spec: DeviceSpec, predictor: Predictor, kernels: Sequence[FusedKernel],
+                     op_costs: OpCostModel) -> PricedRecords:
+    """``price_records`` of a step's serving records in weight format ``fmt``: an fp4
+    format's GEMMs (fp8-typed, ``weights.quantized``) priced on the device at its fp4 rate
+    (``weights.fp4_device``), the rest as they are; the GEMMs in ``sites``' order."""
+    if fmt not in FP4_FORMATS:
+        return price_records(list(sites), list(others), spec, predictor, kernels=kernels,
+                             op_costs=op_costs)
+    fp4 = [s for s in sites if s.dtype == FP8_DTYPE]
+    rest = [s for s in sites if s.dtype != FP8_DTYPE]
+    priced = price_records(rest, list(others), spec, predictor, kernels=kernels,
+                           op_costs=op_costs)
+    narrow = iter(price_records(fp4, [], fp4_device(spec), predictor, op_costs=op_costs).gemms
+                  if fp4 else ())
+    wide = iter(priced.gemms)
+    return replace(priced, gemms=tuple(next(narrow) if s.dtype == FP8_DTYPE else next(wide)
+                                       for s in sites))
+
+
+def gemm_peak_flops_per_s(spec: DeviceSpec, site: GemmSite, fmt: str | None) -> float:
+    """The dense peak a serving GEMM runs at: its dtype's, the fp4 rate for an fp4 format's."""
+    if fmt in FP4_FORMATS and site.dtype == FP8_DTYPE:
+        return float(spec.peak("fp4") or 0.0)
+    return spec.peak_flops_per_s(site.dtype)
 
 
 def _unnamed(site: GemmSite) -> GemmSite:
@@ -140,20 +168,6 @@ def step_ms(gemms: Sequence[GemmEstimate], ops: Sequence[OpEstimate]) -> float:
     return sum(g.time_ms for g in gemms) + sum(o.time_ms or 0.0 for o in ops)
 
 
-def comm_ms(spec: DeviceSpec, shape: ServingShape, vocab: int, tp: int, act_bytes: int,
-            tokens: int, sampled: int) -> float:
-    """A step's tensor-parallel collectives on ``spec``'s usual node: two all-reduces a layer
-    and one after the embedding of ``tokens`` × hidden activations, and the all-gather of the
-    ``sampled`` tokens' logits over the (padded) vocabulary ``vocab``; 0 without tp."""
-    if tp == 1:
-        return 0.0
-    reduce = predict_collective_ms(spec, "all_reduce", size_bytes=float(
-        tokens * shape.hidden * act_bytes), num_gpus=tp)
-    gather = predict_collective_ms(spec, "all_gather", size_bytes=float(
-        sampled * padded_vocab(vocab) * act_bytes), num_gpus=tp)
-    return (2 * shape.layers + 1) * reduce + gather
-
-
 def _in_a_cuda_graph(step: Step, priced: PricedRecords, costs: OpCostModel
                      ) -> tuple[OpEstimate, ...]:
     """The priced ops as the serving engine runs them: each kernel at least its floor
@@ -162,6 +176,13 @@ def _in_a_cuda_graph(step: Step, priced: PricedRecords, costs: OpCostModel
     times = kernel_floors(priced.ops, step.kernels, costs)
     return tuple(OpEstimate(o.op, 0.0 if o.op.attention is not None else t, o.kernel)
                  for i, (o, t) in enumerate(zip(priced.ops, times)) if i not in step.dropped)
+
+
+def _eager(step: Step, priced: PricedRecords) -> tuple[OpEstimate, ...]:
+    """The priced ops as an eager step runs them: each with its launch gap as priced, the
+    attention ops at zero, the attention-output copies the engine does not run left out."""
+    return tuple(OpEstimate(o.op, 0.0 if o.op.attention is not None else o.time_ms, o.kernel)
+                 for i, o in enumerate(priced.ops) if i not in step.dropped)
 
 
 def _pnorm(a: float, b: float, p: float) -> float:

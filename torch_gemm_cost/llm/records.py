@@ -67,7 +67,8 @@ class LlmPlanRecord:
     assumes.
 
     ``decode_reports`` holds each row's decode step (mid context) as a ``CostReport`` of one
-    GPU. ``LlmPlan`` (``llm.result``) is this record with its text.
+    GPU (every stage's layers, of one micro-batch with pipeline parallelism). ``LlmPlan``
+    (``llm.result``) is this record with its text.
     """
 
     model: str
@@ -87,6 +88,8 @@ class LlmPlanRecord:
     attention_kernel: str  # the attention kernel structure the plan prices (vLLM's choice)
     predictor: str
     assumptions: tuple[str, ...] = ()
+    pp: int = 1  # pipeline stages, tp GPUs each (ep with expert parallelism)
+    ep: int = 1  # expert-parallel GPUs a stage: tp x the data-parallel attention ranks
     decode_reports: tuple[CostReport, ...] = field(default=(), compare=False, repr=False)
 
     def row(self, batch: int) -> LlmPlanRow:
@@ -108,6 +111,8 @@ class LlmPlanRecord:
             "weights": self.weights,
             "kv_dtype": self.kv_dtype,
             "tp": self.tp,
+            "pp": self.pp,
+            "ep": self.ep,
             "prompt": self.prompt,
             "gen": self.gen,
             "token_budget": self.token_budget,

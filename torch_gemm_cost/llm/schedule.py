@@ -5,14 +5,32 @@ from __future__ import annotations
 
 from collections import Counter
 
-__all__ = ["DECODE_POINTS", "MAX_NUM_SEQS", "TOKEN_BUDGET", "PrefillStep", "decode_contexts",
-           "prefill_order", "prefill_steps"]
+__all__ = ["CUDA_GRAPH_SIZES", "DECODE_POINTS", "MAX_NUM_SEQS", "TOKEN_BUDGET", "PrefillStep",
+           "cuda_graph_mode", "decode_contexts", "prefill_order", "prefill_steps"]
 
 TOKEN_BUDGET = 8192  # tokens a forward pass holds (vLLM's max_num_batched_tokens)
 # sequences the scheduler runs at once (vLLM's max_num_seqs; its OpenAI server's default
 # outside GPUs of 70 GiB or more, where recent versions raise it to 1024)
 MAX_NUM_SEQS = 256
 DECODE_POINTS = 5  # context lengths a plan prices decode attention at (Simpson's rule)
+# vLLM V1's CUDA-graph batch sizes (vllm/config.py, cuda_graph_sizes default 512): a step of at
+# most 512 tokens runs its graph padded to the next size; a larger one runs without graphs
+CUDA_GRAPH_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
+
+
+def cuda_graph_mode(tokens: int, prefill: bool) -> str:
+    """How vLLM V1 runs a step of ``tokens`` tokens (its default ``cudagraph_mode``
+    FULL_AND_PIECEWISE): ``"full"``, one CUDA graph with attention inside, for a decode-only
+    step of at most the largest captured size; ``"piecewise"``, graphs between the layers'
+    attention calls, which run eagerly, for a step holding a prefill chunk; ``"eager"`` above
+    the largest captured size, every kernel launched from the host.
+
+    >>> cuda_graph_mode(64, False), cuda_graph_mode(512, True), cuda_graph_mode(513, False)
+    ('full', 'piecewise', 'eager')
+    """
+    if tokens > CUDA_GRAPH_SIZES[-1]:
+        return "eager"
+    return "piecewise" if prefill else "full"
 
 
 PrefillStep = tuple[int, int, tuple[tuple[int, int], ...]]  # (tokens, finished, chunks)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.hf_config import read_hf_config
+from .model import SHARD_HEAD_DIM
 
 __all__ = ["VOCAB_PADDING", "ServingShape", "padded_vocab"]
 
@@ -45,7 +46,8 @@ class ServingShape:
             inter = hf.intermediate_size or 4 * hidden
         return cls(layers=layers, hidden=hidden, heads=heads,
                    kv_heads=hf.num_key_value_heads or heads,
-                   head_dim=hf.head_dim or hidden // heads, intermediate=inter, vocab=vocab,
+                   head_dim=getattr(config, SHARD_HEAD_DIM, None) or hf.head_dim
+                   or hidden // heads, intermediate=inter, vocab=vocab,
                    experts=hf.num_experts, top_k=hf.experts_per_token,
                    windows=hf.sliding_windows, max_positions=hf.max_position_embeddings)
 

@@ -25,7 +25,7 @@ def format_llm_layers(plan: LlmPlanRecord, batch: int | None = None, depth: int 
         raise ValueError("this plan holds no decode reports")
     i = len(plan.rows) - 1 if batch is None else plan.rows.index(plan.row(batch))
     r, report = plan.rows[i], plan.decode_reports[i]
-    comm = f" + {r.decode_comm_ms:.3f} ms of all-reduces" if plan.tp > 1 else ""
+    comm = f" + {r.decode_comm_ms:.3f} ms of collectives" if plan.tp * plan.pp > 1 else ""
     return (f"decode step at batch {r.batch}, context {plan.prompt + plan.gen // 2} "
             f"(one GPU{comm}):\n{report.table(depth=depth)}\n{report.footer()}")
 
@@ -53,7 +53,10 @@ def plan_table(plan: LlmPlanRecord) -> str:
 
 def plan_footer(plan: LlmPlanRecord) -> str:
     tp = f", tensor parallel {plan.tp}" if plan.tp > 1 else ""
-    gpu = " per GPU" if plan.tp > 1 else ""
+    tp += f", pipeline parallel {plan.pp}" if plan.pp > 1 else ""
+    tp += (f", expert parallel {plan.ep} ({plan.ep // plan.tp} data-parallel attention ranks)"
+           if plan.ep > 1 else "")
+    gpu = " per GPU" if max(plan.tp, plan.ep) * plan.pp > 1 else ""
     seqs = plan.max_num_seqs
     flagged = [r.batch for r in plan.rows if r.above_max_num_seqs]
     above = f", above max_num_seqs {seqs}" if plan.max_batch > seqs else ""

@@ -7,8 +7,11 @@
   every request's KV cache once), and on each prefill chunk against its context. Calls are
   priced on a grid of contexts, 16 a doubling above 64 tokens, a whole row of the grid in one
   call of the attention model, and read between grid points linearly;
-- collectives: ``llm.pricing.comm_ms`` on the tokens the step runs (0 without tensor
-  parallelism).
+- launches: one launch gap a layer for its attention call where the step is not one full
+  CUDA graph (``llm.schedule.cuda_graph_mode``: a step holding a prefill chunk, or an eager
+  one);
+- collectives: ``llm.comm.StepCollectives.tp_ms`` on the tokens the step runs (0 without
+  tensor parallelism).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 from collections.abc import Callable
 
 from ..llm.attention import ServingAttention
+from ..llm.schedule import cuda_graph_mode
 from .dense import GRID_PER_OCTAVE, DenseCurve, cuda_graph_tokens
 from .scheduler import StepBatch
 
@@ -90,8 +94,11 @@ class StepCost:
     """A step's time (ms) from its batch: dense + attention + collectives."""
 
     def __init__(self, dense: DenseCurve, attention: AttentionTable,
-                 comm: Callable[[int, int], float]) -> None:
+                 comm: Callable[[int, int], float], attention_launch_ms: float = 0.0) -> None:
+        """``attention_launch_ms``: the launch gaps of every layer's attention call, paid by a
+        step outside a full CUDA graph."""
         self.dense, self.attention, self.comm = dense, attention, comm
+        self.attention_launch_ms = attention_launch_ms
         self._comm: dict[tuple[int, int], float] = {}
         self.steps = 0
         self.dense_ms = self.attention_ms = self.comm_ms = 0.0
@@ -101,6 +108,8 @@ class StepCost:
         dense = self.dense.ms(tokens, sampled)
         attn = self.attention.decode_ms(batch.decode_contexts) + sum(
             self.attention.prefill_ms(q, k) for q, k in batch.prefill_chunks)
+        if cuda_graph_mode(cuda_graph_tokens(tokens), bool(batch.prefill_chunks)) != "full":
+            attn += self.attention_launch_ms
         key = (cuda_graph_tokens(tokens), sampled)
         if key not in self._comm:
             self._comm[key] = self.comm(*key)

@@ -5,8 +5,9 @@ a CUDA graph) and cached, so a simulation of thousands of steps prices a few hun
 - ``grouped_dense_ms``: ``llm.pricing.price_step(step).dense_ms``, each distinct record priced
   once and counted as often as the step runs it (a model's layers repeat their records);
 - ``DenseCurve``: the dense time of one model on one device. A step of at most
-  ``CUDA_GRAPH_SIZES[-1]`` tokens runs padded to the next CUDA-graph size, as vLLM V1 runs it;
-  a larger one between the two ``grid_tokens`` points around it, linearly. The sampled tokens
+  ``CUDA_GRAPH_SIZES[-1]`` tokens runs padded to the next CUDA-graph size, in graphs, as vLLM V1
+  runs it; a larger one eagerly (each kernel with its launch gap), between the two
+  ``grid_tokens`` points around it, linearly. The sampled tokens
   (the lm_head's rows and the logits) are priced apart where the step separates into a part of
   the tokens and a part of the sampled tokens (``StepFamily.sampled_part``).
 """
@@ -20,20 +21,18 @@ from typing import Any
 
 from ..hardware.catalog import DeviceSpec
 from ..hardware.dtypes import ComputeDtype
-from ..llm.pricing import kernel_floors, serving_records
+from ..llm.experts import ExpertParallel, routed
+from ..llm.pricing import kernel_floors, price_records_in, serving_records
+from ..llm.schedule import CUDA_GRAPH_SIZES
 from ..llm.step import Step, step_family
 from ..predict import Predictor
 from ..predict.ops import OpCostModel
-from ..predict.price import price_records
 from ..records import GemmSite, OtherOp
 from ..records.types import FusedKernel
 
 __all__ = ["CUDA_GRAPH_SIZES", "GRID_PER_OCTAVE", "DenseCurve", "cuda_graph_tokens",
            "grid_tokens", "grouped_dense_ms"]
 
-# vLLM V1's CUDA-graph batch sizes (vllm/config.py, cuda_graph_sizes default 512): a step of at
-# most 512 tokens runs its piecewise graph padded to the next size
-CUDA_GRAPH_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
 GRID_PER_OCTAVE = 16  # points a doubling of tokens is priced at above the CUDA-graph sizes
 
 
@@ -62,11 +61,12 @@ def grid_tokens(tokens: int) -> tuple[int, int]:
 
 
 def grouped_dense_ms(step: Step, spec: DeviceSpec, predictor: Predictor, fmt: str | None,
-                     kv: ComputeDtype, costs: OpCostModel) -> float:
-    """``price_step(step, ...).dense_ms``, pricing each distinct record once: the serving
-    records (``serving_records``) priced by ``price_records`` with no launch cost, each kernel
-    then at least its floor (``kernel_floors``), the attention ops at zero and the copies the
-    engine does not run left out, every record's time counted as often as the step runs it."""
+                     kv: ComputeDtype, costs: OpCostModel, graph: bool = True) -> float:
+    """``price_step(step, ..., graph).dense_ms``, pricing each distinct record once: the serving
+    records (``serving_records``) priced by ``price_records``, in a CUDA graph (``graph``) with
+    no launch cost and each kernel then at least its floor (``kernel_floors``), eagerly with
+    each kernel's launch gap; the attention ops at zero and the copies the engine does not run
+    left out, every record's time counted as often as the step runs it."""
     sites, others = serving_records(step, fmt, kv)
     gemms: dict[GemmSite, list[Any]] = {}
     for s in sites:
@@ -90,9 +90,10 @@ def grouped_dense_ms(step: Step, spec: DeviceSpec, predictor: Predictor, fmt: st
         for i in members:
             ops.append(others[i])
             weights.append(0.0 if i in step.dropped else float(count))
-    priced = price_records([g[0] for g in gemms.values()], ops, spec, predictor,
-                           kernels=kernels, op_costs=replace(costs, launch_ms=0.0))
-    times = kernel_floors(priced.ops, kernels, costs)
+    priced = price_records_in(fmt, [g[0] for g in gemms.values()], ops, spec, predictor,
+                              kernels, replace(costs, launch_ms=0.0) if graph else costs)
+    times = kernel_floors(priced.ops, kernels, costs) if graph else [o.time_ms
+                                                                     for o in priced.ops]
     gemm_ms = sum(e.time_ms * g[1] for e, g in zip(priced.gemms, gemms.values()))
     op_ms = sum(w * (t or 0.0) for o, t, w in zip(priced.ops, times, weights)
                 if o.op.attention is None)
@@ -109,11 +110,15 @@ class DenseCurve:
     shape by shape as a simulation asks for them, each priced shape cached."""
 
     def __init__(self, key: str, cd: ComputeDtype, spec: DeviceSpec, predictor: Predictor,
-                 fmt: str | None, kv: ComputeDtype, costs: OpCostModel, max_tokens: int) -> None:
+                 fmt: str | None, kv: ComputeDtype, costs: OpCostModel, max_tokens: int,
+                 experts: ExpertParallel | None = None) -> None:
+        """``experts``: the expert parallelism the config (``key``) was sharded for; each
+        step's expert GEMMs then run the rows a GPU receives (``llm.experts.routed``)."""
         self.spec, self.predictor, self.fmt, self.kv, self.costs = spec, predictor, fmt, kv, costs
+        self.experts = experts
         self.family = step_family(key, cd.name, max_tokens)
         self._step_ms: dict[tuple[int, int], float] = {}
-        self._sampled_ms: dict[int, float] = {}
+        self._sampled_ms: dict[tuple[int, bool], float] = {}
         self.priced = 0  # shapes priced so far
 
     def ms(self, tokens: int, sampled: int) -> float:
@@ -127,20 +132,27 @@ class DenseCurve:
         return self._at(run, sampled)
 
     def _at(self, tokens: int, sampled: int) -> float:
+        graph = tokens <= CUDA_GRAPH_SIZES[-1]
         if self.family.separable:
-            return self._priced(tokens, 1) + self._sampled(sampled) - self._sampled(1)
+            return (self._priced(tokens, 1) + self._sampled(sampled, graph)
+                    - self._sampled(1, graph))
         return self._priced(tokens, min(sampled, tokens))
 
     def _priced(self, tokens: int, sampled: int) -> float:
         if (tokens, sampled) not in self._step_ms:
-            self._step_ms[(tokens, sampled)] = self._price(self.family.of(tokens, sampled))
+            step = self.family.of(tokens, sampled)
+            if self.experts is not None:
+                step = routed(step, self.experts, tokens)
+            self._step_ms[(tokens, sampled)] = self._price(step, tokens <= CUDA_GRAPH_SIZES[-1])
         return self._step_ms[(tokens, sampled)]
 
-    def _sampled(self, sampled: int) -> float:
-        if sampled not in self._sampled_ms:
-            self._sampled_ms[sampled] = self._price(self.family.sampled_part(sampled))
-        return self._sampled_ms[sampled]
+    def _sampled(self, sampled: int, graph: bool) -> float:
+        if (sampled, graph) not in self._sampled_ms:
+            self._sampled_ms[(sampled, graph)] = self._price(self.family.sampled_part(sampled),
+                                                             graph)
+        return self._sampled_ms[(sampled, graph)]
 
-    def _price(self, step: Step) -> float:
+    def _price(self, step: Step, graph: bool) -> float:
         self.priced += 1
-        return grouped_dense_ms(step, self.spec, self.predictor, self.fmt, self.kv, self.costs)
+        return grouped_dense_ms(step, self.spec, self.predictor, self.fmt, self.kv, self.costs,
+                                graph)

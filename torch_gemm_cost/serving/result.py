@@ -78,8 +78,8 @@ class RequestLatency:
 
 @dataclass(frozen=True)
 class ServingSim:
-    """A simulated serving run of one model on ``replicas`` copies of an engine of ``tp``
-    GPUs: every request, their latency percentiles, the throughput, and the KV cache's
+    """A simulated serving run of one model on ``replicas`` copies of an engine of ``tp`` ·
+    ``pp`` GPUs: every request, their latency percentiles, the throughput, and the KV cache's
     occupancy after each step of the first copy (``kv_times_ms``, ``kv_used``: a share of its
     ``kv_blocks``)."""
 
@@ -110,11 +110,13 @@ class ServingSim:
     kv_times_ms: tuple[float, ...] = field(repr=False)
     kv_used: tuple[float, ...] = field(repr=False)
     assumptions: tuple[str, ...] = field(default=(), repr=False)
+    pp: int = 1  # pipeline stages of tp GPUs each
+    ep: int = 1  # expert-parallel GPUs a stage: tp x the data-parallel attention ranks
 
     @property
     def gpus(self) -> int:
-        """GPUs the run holds: tp a replica, every replica."""
-        return self.tp * self.replicas
+        """GPUs the run holds: max(tp, ep) · pp a replica, every replica."""
+        return max(self.tp, self.ep) * self.pp * self.replicas
 
     @property
     def kv_peak(self) -> float:

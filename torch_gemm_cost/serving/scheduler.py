@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from .workload import Request
 
-__all__ = ["BLOCK_SIZE", "EngineLimits", "Outcome", "StepBatch", "StepTimer", "run_engine"]
+__all__ = ["BLOCK_SIZE", "EngineLimits", "Outcome", "StageTimer", "StepBatch", "StepTimer",
+           "run_engine"]
 
 BLOCK_SIZE = 16  # tokens a KV-cache block holds (vLLM's default block_size on CUDA)
 
@@ -50,6 +51,8 @@ class StepBatch:
 
 
 StepTimer = Callable[[StepBatch], float]  # a step's time in ms
+# a step's time on each pipeline stage (ms), from its batch and its StepTimer's time
+StageTimer = Callable[[StepBatch, float], list[float]]
 
 
 @dataclass(frozen=True)
@@ -102,10 +105,18 @@ class EngineTrace:
 
 
 def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepTimer,
-               concurrency: int | None = None) -> tuple[list[Outcome], EngineTrace]:
+               concurrency: int | None = None, stages: StageTimer | None = None
+               ) -> tuple[list[Outcome], EngineTrace]:
     """Serve ``requests`` to the end. With ``concurrency``, a closed loop: that many clients,
     each sending its next request (in ``requests`` order) when its last one finishes; the
-    requests' own arrival times are then ignored."""
+    requests' own arrival times are then ignored.
+
+    ``stages``: the engine's pipeline stages, a step's time on each from its batch and its
+    ``step_ms`` (None: one stage). As vLLM V1's engine core does (``step_with_batch_queue``),
+    up to one batch a stage is in flight: the scheduler forms the next batch while the queue
+    has room, of the requests with tokens not yet scheduled (a decoding request's next token
+    waits for its last; a prompt's next chunk may follow its last one), and otherwise waits
+    for the oldest batch to finish. A batch enters a stage once the stage is free."""
     pending = deque(sorted(requests, key=lambda r: (r.arrival_ms, r.id)))
     if concurrency is not None:
         pending = deque(requests)
@@ -119,66 +130,52 @@ def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepT
     done: list[Outcome] = []
     trace = EngineTrace()
     bs = limits.block_size
-    while pending or arrived or running:
+    timer = stages or (lambda batch, ms: [ms])
+    stage_free: list[float] = []  # when each stage is next free
+    # batches in flight, oldest first: (end ms, [(request, its preemptions then, samples)])
+    in_flight: deque[tuple[float, list[tuple[_Live, int, bool]], int]] = deque()
+    depth = 1
+    while pending or arrived or running or in_flight:
         if concurrency is None:
             while pending and pending[0].arrival_ms <= now:
                 arrived.append(_Live(pending.popleft()))
-        if not arrived and not running:  # idle until the next arrival
+        if not arrived and not running and not in_flight:  # idle until the next arrival
             now = pending[0].arrival_ms
             continue
-        budget = limits.token_budget
         scheduled: list[tuple[_Live, int]] = []
-        preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            live = running[i]
-            n = min(live.tokens - live.computed, budget)
-            need = -(-(live.computed + n) // bs) - live.blocks
-            itself = False
-            while need > free and not itself:  # preempt the newest running request
-                victim = running.pop()
-                free += victim.blocks
-                victim.blocks, victim.computed = 0, 0
-                victim.preemptions += 1
-                trace.preemptions += 1
-                arrived.appendleft(victim)
-                preempted, itself = True, victim is live
-            if itself:
-                break
-            live.blocks += need
-            free -= need
-            scheduled.append((live, n))
-            budget -= n
-            i += 1
-        if not preempted:
-            while arrived and budget > 0 and len(running) < limits.max_num_seqs:
-                live = arrived[0]
-                n = min(live.tokens - live.computed, budget)
-                need = -(-(live.computed + n) // bs) - live.blocks
-                if need > free:
-                    break
-                arrived.popleft()
-                running.append(live)
-                live.blocks += need
-                free -= need
-                scheduled.append((live, n))
-                budget -= n
-        if not scheduled:
+        if len(in_flight) < depth:
+            scheduled, freed = _schedule(running, arrived, limits, free, trace)
+            free = freed
+        if scheduled:
+            batch = StepBatch(
+                decode_contexts=tuple(live.computed + n for live, n in scheduled
+                                      if n == 1 and live.computed >= live.req.prompt),
+                prefill_chunks=tuple((n, live.computed + n) for live, n in scheduled
+                                     if not (n == 1 and live.computed >= live.req.prompt)))
+            times = timer(batch, step_ms(batch))
+            if not stage_free:
+                stage_free, depth = [0.0] * len(times), len(times)
+            t = now
+            for i, dt in enumerate(times):
+                t = max(t, stage_free[i]) + dt
+                stage_free[i] = t
+            entries = []
+            for live, n in scheduled:
+                live.computed += n
+                entries.append((live, live.preemptions, live.computed >= live.tokens))
+            in_flight.append((t, entries, batch.tokens))
+            continue
+        if not in_flight:
             if not running and arrived:
                 r = arrived[0].req
                 raise ValueError(f"request {r.id} ({r.prompt} + {r.gen} tokens) cannot start: "
                                  f"the KV cache holds {limits.kv_blocks} blocks of {bs} tokens")
             now = pending[0].arrival_ms if pending else now
             continue
-        batch = StepBatch(
-            decode_contexts=tuple(live.computed + n for live, n in scheduled
-                                  if n == 1 and live.computed >= live.req.prompt),
-            prefill_chunks=tuple((n, live.computed + n) for live, n in scheduled
-                                 if not (n == 1 and live.computed >= live.req.prompt)))
-        now += step_ms(batch)
-        for live, n in scheduled:
-            live.computed += n
-            if live.computed < live.tokens:
+        end, entries, tokens = in_flight.popleft()  # wait for the oldest batch
+        now = max(now, end)
+        for live, preemptions, samples in entries:
+            if not samples or live.preemptions != preemptions:  # a partial chunk, or dropped
                 continue
             live.output += 1
             if live.first_token_ms is None:
@@ -191,8 +188,59 @@ def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepT
                     arrived.append(_Live(_at(pending.popleft(), now)))
         trace.step_end_ms.append(now)
         trace.blocks_used.append(limits.kv_blocks - free)
-        trace.step_tokens.append(batch.tokens)
+        trace.step_tokens.append(tokens)
     return sorted(done, key=lambda o: o.request.id), trace
+
+
+def _schedule(running: list[_Live], arrived: deque[_Live], limits: EngineLimits, free: int,
+              trace: EngineTrace) -> tuple[list[tuple[_Live, int]], int]:
+    """One step's requests and their new tokens, and the free KV blocks after: the running
+    requests oldest first (the newest preempted while the cache cannot hold them), then, if
+    none was preempted, waiting ones while the budget, ``max_num_seqs`` and the cache allow.
+    A request with no token left to schedule (in flight) is passed over."""
+    bs = limits.block_size
+    budget = limits.token_budget
+    scheduled: list[tuple[_Live, int]] = []
+    preempted = False
+    i = 0
+    while i < len(running) and budget > 0:
+        live = running[i]
+        n = min(live.tokens - live.computed, budget)
+        if n <= 0:
+            i += 1
+            continue
+        need = -(-(live.computed + n) // bs) - live.blocks
+        itself = False
+        while need > free and not itself:  # preempt the newest running request
+            victim = running.pop()
+            free += victim.blocks
+            victim.blocks, victim.computed = 0, 0
+            victim.preemptions += 1
+            trace.preemptions += 1
+            arrived.appendleft(victim)
+            preempted, itself = True, victim is live
+            scheduled = [(q, m) for q, m in scheduled if q is not victim]
+        if itself:
+            break
+        live.blocks += need
+        free -= need
+        scheduled.append((live, n))
+        budget -= n
+        i += 1
+    if not preempted:
+        while arrived and budget > 0 and len(running) < limits.max_num_seqs:
+            live = arrived[0]
+            n = min(live.tokens - live.computed, budget)
+            need = -(-(live.computed + n) // bs) - live.blocks
+            if need > free:
+                break
+            arrived.popleft()
+            running.append(live)
+            live.blocks += need
+            free -= need
+            scheduled.append((live, n))
+            budget -= n
+    return scheduled, free
 
 
 def _at(r: Request, arrival_ms: float) -> Request:

@@ -13,12 +13,14 @@ and ``run`` it at many rates, as the SLO search does (``serving.slo``).
 from __future__ import annotations
 
 import math
+import os
 import random
 from typing import Any
 
 import torch
 
 from ..hardware.catalog import DeviceLike, DeviceSpec
+from ..llm.assumptions import expert_parallelism
 from ..llm.attention import ServingAttention
 from ..llm.checks import (
     MEMORY_UTILIZATION,
@@ -27,20 +29,27 @@ from ..llm.checks import (
     check_weights,
     serving_dtype,
 )
-from ..llm.memory import LOGIT_BYTES, activation_bytes_per_token, kv_cache_bytes, weights_bytes
+from ..llm.comm import StepCollectives
+from ..llm.experts import ExpertParallel, check_ep
+from ..llm.memory import (
+    LOGIT_BYTES,
+    activation_bytes_per_token,
+    kv_cache_bytes,
+    stage_weights_bytes,
+)
 from ..llm.model import config_key, config_of, meta_model
-from ..llm.pricing import comm_ms
+from ..llm.pipeline import check_pp, stage_layers, stage_ms, stage_shares
 from ..llm.schedule import TOKEN_BUDGET
 from ..llm.shape import ServingShape, padded_vocab
 from ..llm.shard import shard_config
 from ..predict import Predictor, default_predictor
-from ..predict.collectives import predict_collective_ms
+from ..predict.comm_profile import CommProfile, load_comm_profile
 from ..predict.ops import load_op_costs
 from ..predict.profile import profile_predictor
 from .cost import AttentionTable, StepCost
 from .dense import DenseCurve
 from .result import Percentiles, RequestLatency, ServingSim
-from .scheduler import BLOCK_SIZE, EngineLimits, run_engine
+from .scheduler import BLOCK_SIZE, EngineLimits, StepBatch, run_engine
 from .workload import Lengths, Request, arrival_times_ms, lengths_of
 
 __all__ = ["MAX_NUM_SEQS", "ServingEngine", "simulate_serving"]
@@ -60,6 +69,8 @@ def simulate_serving(
     gen: int | str | Lengths = 256,
     num_requests: int = 200,
     tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
     replicas: int = 1,
     seed: int = 0,
     arrival: str = "poisson",
@@ -68,18 +79,24 @@ def simulate_serving(
     memory_utilization: float = MEMORY_UTILIZATION,
     weights: str | None = None,
     kv_dtype: str | None = None,
+    comm_profile: CommProfile | str | os.PathLike[str] | None = None,
     predictor: Predictor | None = None,
 ) -> ServingSim:
-    """``num_requests`` requests served by vLLM V1 on ``device`` (``tp`` GPUs): arriving at
+    """``num_requests`` requests served by vLLM V1 on ``device`` (``tp`` GPUs a pipeline stage,
+    ``pp`` stages, batches in flight through them as V1's batch queue keeps them; ``ep``
+    expert-parallel GPUs of an MoE, ep / tp data-parallel ranks, ``llm.experts``): arriving at
     ``rate_qps`` (``arrival``: ``"poisson"`` or ``"constant"`` gaps), or from ``concurrency``
     clients in a closed loop (exactly one of the two). ``prompt`` and ``gen``: a token count or
     a distribution (``Lengths``, or a string ``Lengths.parse`` reads: ``"lognormal:512:256"``).
     ``replicas``: data-parallel copies of the engine (``tp`` GPUs each) behind one router that
     deals the requests out in turn. The other arguments as ``plan_llm``'s; ``max_num_seqs``
-    and ``token_budget`` (max_num_batched_tokens) are the scheduler's limits."""
-    engine = ServingEngine(config, device, dtype=dtype, tp=tp, max_num_seqs=max_num_seqs,
+    and ``token_budget`` (max_num_batched_tokens) are the scheduler's limits; ``comm_profile``
+    a collective profile (``calibrate-comm``) that prices the collectives it measured."""
+    engine = ServingEngine(config, device, dtype=dtype, tp=tp, pp=pp, ep=ep,
+                           max_num_seqs=max_num_seqs,
                            token_budget=token_budget, memory_utilization=memory_utilization,
-                           weights=weights, kv_dtype=kv_dtype, predictor=predictor)
+                           weights=weights, kv_dtype=kv_dtype, comm_profile=comm_profile,
+                           predictor=predictor)
     return engine.run(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt, gen=gen,
                       num_requests=num_requests, seed=seed, arrival=arrival, replicas=replicas)
 
@@ -89,9 +106,12 @@ class ServingEngine:
     cached across ``run`` calls."""
 
     def __init__(self, config: Any, device: DeviceLike, *, dtype: Any = None, tp: int = 1,
-                 max_num_seqs: int = MAX_NUM_SEQS, token_budget: int = TOKEN_BUDGET,
+                 pp: int = 1, ep: int = 1, max_num_seqs: int = MAX_NUM_SEQS,
+                 token_budget: int = TOKEN_BUDGET,
                  memory_utilization: float = MEMORY_UTILIZATION, weights: str | None = None,
-                 kv_dtype: str | None = None, predictor: Predictor | None = None) -> None:
+                 kv_dtype: str | None = None,
+                 comm_profile: CommProfile | str | os.PathLike[str] | None = None,
+                 predictor: Predictor | None = None) -> None:
         target = check_device(device)
         spec = target.spec
         cfg = config_of(config)
@@ -107,39 +127,49 @@ class ServingEngine:
             raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization!r}"
                              f"; nearest good: {MEMORY_UTILIZATION}")
         self.full = ServingShape.of(cfg)
-        gpu = shard_config(cfg, tp)
-        if tp > 1:
-            try:
-                predict_collective_ms(spec, "all_reduce", size_bytes=2.0, num_gpus=tp)
-            except ValueError as e:
-                raise ValueError(f"tp={tp} on {spec.id}: {e}") from e
+        check_pp(pp, self.full.layers)
+        self.experts = check_ep(ep, tp, self.full)
+        self.dp = self.experts.dp if self.experts is not None else 1
+        gpu = shard_config(cfg, tp, self.experts)
+        shape = ServingShape.of(gpu)
+        profile = load_comm_profile(comm_profile) if comm_profile is not None else None
+        self.comm = StepCollectives(spec, shape, self.full.vocab, tp, cd.in_bytes, pp, profile,
+                                    self.experts)
+        self.comm.check()
         key = config_key(gpu)
         model = meta_model(key, cd.name)
-        self.spec, self.cd, self.kv, self.fmt, self.tp = spec, cd, kv, fmt, tp
+        self.spec, self.cd, self.kv, self.fmt, self.tp, self.pp = spec, cd, kv, fmt, tp, pp
+        self.stages = stage_layers(self.full.layers, pp)
+        self.shares = stage_shares(self.full.layers, pp)
         self.model_name = type(model).__name__
-        self.shape = shape = ServingShape.of(gpu)
+        self.shape = shape
         self.max_context = self.full.max_positions or DEFAULT_CONTEXT
-        self.limits = EngineLimits(token_budget, max_num_seqs, self._kv_blocks(
-            spec, shape, weights_bytes(model, self.full.experts, fmt), token_budget,
-            max_num_seqs, memory_utilization))
+        held = stage_weights_bytes(model, shape.experts, fmt, self.stages)
+        self.limits = EngineLimits(token_budget, max_num_seqs, min(
+            self._kv_blocks(spec, shape, held[s], token_budget, max_num_seqs,
+                            memory_utilization, s) for s in range(pp)))
         pred = predictor or profile_predictor(target) or default_predictor()
         attention = ServingAttention(spec, shape, cd, kv)
         self.cost = StepCost(
-            DenseCurve(key, cd, spec, pred, fmt, kv, load_op_costs(), token_budget),
+            DenseCurve(key, cd, spec, pred, fmt, kv, load_op_costs(), token_budget,
+                       self.experts),
             AttentionTable(attention, self.max_context),
-            lambda t, s: comm_ms(spec, shape, self.full.vocab, tp, cd.in_bytes, t, s))
+            self.comm.step_ms, shape.layers * load_op_costs().launch_ms)
         self.attention_kernel = attention.kernel
 
     def _kv_blocks(self, spec: DeviceSpec, shape: ServingShape, held: int, budget: int,
-                   max_num_seqs: int, utilization: float) -> int:
-        """KV blocks that fit beside the weights, the activations of a full token budget and
-        the logits of ``max_num_seqs`` requests (``llm.memory``'s arithmetic, as vLLM's
-        profiling run leaves the cache its memory)."""
+                   max_num_seqs: int, utilization: float, stage: int = 0) -> int:
+        """KV blocks that fit on a GPU of pipeline stage ``stage`` beside its weights, the
+        activations of a full token budget and, on the last stage, the logits of
+        ``max_num_seqs`` requests (``llm.memory``'s arithmetic, as vLLM's profiling run leaves
+        the cache its memory; with stages, the engine takes the fewest blocks any holds)."""
         usable = utilization * float(spec.mem_bytes or 0.0)
-        fixed = (budget * activation_bytes_per_token(shape, self.cd.in_bytes)
-                 + max_num_seqs * padded_vocab(self.full.vocab) * LOGIT_BYTES)
-        block = kv_cache_bytes(shape.windows, shape.kv_heads, shape.head_dim, BLOCK_SIZE, 1,
-                               self.kv.in_bytes)
+        fixed = budget * activation_bytes_per_token(shape, self.cd.in_bytes)
+        if stage == self.pp - 1:
+            fixed += max_num_seqs * padded_vocab(self.full.vocab) * LOGIT_BYTES
+        first = sum(self.stages[:stage])
+        block = kv_cache_bytes(shape.windows[first:first + self.stages[stage]], shape.kv_heads,
+                               shape.head_dim, BLOCK_SIZE, 1, self.kv.in_bytes)
         blocks = math.floor((usable - held - fixed) / block)
         if blocks < 1:
             raise ValueError(
@@ -147,6 +177,11 @@ class ServingEngine:
                 f"{held / 1e9:.2f} GB, activations {fixed / 1e9:.2f} GB; use more tensor-"
                 "parallel GPUs (tp), narrower weights (weights='int4') or a smaller token budget")
         return blocks
+
+    def _stage_ms(self, batch: StepBatch, step_ms: float) -> list[float]:
+        """A step's time on each pipeline stage: its share of the step and, but on the last
+        stage, the send of its hidden states (``llm.pipeline.stage_ms``)."""
+        return stage_ms(step_ms, self.shares, self.comm.send_ms(batch.tokens))
 
     def requests(self, *, rate_qps: float | None, concurrency: int | None, prompt: Any,
                  gen: Any, num_requests: int, seed: int, arrival: str) -> list[Request]:
@@ -174,7 +209,9 @@ class ServingEngine:
             prompt: Any = 2048, gen: Any = 256, num_requests: int = 200, seed: int = 0,
             arrival: str = "poisson", replicas: int = 1) -> ServingSim:
         """Serve one workload (see ``simulate_serving``): on ``replicas`` copies of the
-        engine, request i on copy i mod replicas (a closed loop's clients dealt out alike)."""
+        engine, request i on copy i mod replicas (a closed loop's clients dealt out alike);
+        with expert parallelism each copy's dp ranks are dealt requests alike, each rank's
+        steps priced as if every rank ran as many tokens."""
         if (rate_qps is None) == (concurrency is None):
             raise ValueError("give exactly one of rate_qps (open loop) and concurrency (closed "
                              "loop), e.g. rate_qps=4")
@@ -183,16 +220,18 @@ class ServingEngine:
             raise ValueError(f"rate_qps must be a positive number of requests a second, got "
                              f"{rate_qps!r}; e.g. 1")
         _check_int("replicas", replicas, 1)
+        copies = replicas * self.dp  # engines, each a data-parallel rank of a replica
         if concurrency is not None:
-            _check_int("concurrency", concurrency, replicas)
+            _check_int("concurrency", concurrency, copies)
         reqs = self.requests(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt,
                              gen=gen, num_requests=num_requests, seed=seed, arrival=arrival)
         priced = self.cost.dense.priced
         outcomes, traces = [], []
-        for i in range(replicas):
+        for i in range(copies):
             share = None if concurrency is None else \
-                concurrency // replicas + (i < concurrency % replicas)
-            done, trace = run_engine(reqs[i::replicas], self.limits, self.cost, share)
+                concurrency // copies + (i < concurrency % copies)
+            done, trace = run_engine(reqs[i::copies], self.limits, self.cost, share,
+                                     self._stage_ms if self.pp > 1 else None)
             outcomes += done
             traces.append(trace)
         outcomes.sort(key=lambda o: o.request.id)
@@ -210,8 +249,8 @@ class ServingEngine:
         if replicas > 1:
             load += f" over {replicas} replicas"
         return ServingSim(
-            model=self.model_name, device=self.spec.id, dtype=self.cd.name, tp=self.tp,
-            replicas=replicas,
+            model=self.model_name, device=self.spec.id, dtype=self.cd.name, tp=self.tp, pp=self.pp,
+            ep=self.experts.ep if self.experts is not None else 1, replicas=replicas,
             workload=load, prompt=str(lengths_of(prompt, "prompt")),
             gen=str(lengths_of(gen, "gen")), seed=seed,
             token_budget=self.limits.token_budget, max_num_seqs=self.limits.max_num_seqs,
@@ -225,7 +264,8 @@ class ServingEngine:
             preemptions=sum(t.preemptions for t in traces), priced_shapes=self.cost.dense.priced - priced,
             kv_times_ms=tuple(trace.step_end_ms),
             kv_used=tuple(b / self.limits.kv_blocks for b in trace.blocks_used),
-            assumptions=assumptions(self.attention_kernel, self.limits, self.tp))
+            assumptions=assumptions(self.attention_kernel, self.limits, self.tp,
+                                    self.comm.source(), self.stages, self.experts))
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -235,9 +275,29 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
-def assumptions(kernel: str, limits: EngineLimits, tp: int) -> tuple[str, ...]:
+def assumptions(kernel: str, limits: EngineLimits, tp: int, comm: str,
+                stages: tuple[int, ...] = (1,), experts: ExpertParallel | None = None
+                ) -> tuple[str, ...]:
     """What a simulation assumes, beside what ``plan_llm`` assumes of each step."""
-    return (
+    if experts is not None:
+        ranks = (f" Each of the {experts.dp} data-parallel ranks is an engine of its own, dealt "
+                 "requests in turn, its steps priced as if every rank ran as many tokens; vLLM "
+                 "steps the ranks together (a rank without requests runs a dummy batch), which "
+                 "is not simulated." if experts.dp > 1 else "")
+        moe: tuple[str, ...] = (expert_parallelism(experts) + ranks,)
+    else:
+        moe = ()
+    pipeline = () if len(stages) == 1 else ((
+        f"Pipeline parallelism {len(stages)} (layers {'/'.join(map(str, stages))}, vLLM's "
+        "get_pp_indices): as V1's engine core (step_with_batch_queue, batch queue of "
+        f"{len(stages)}), the scheduler forms a new batch while fewer than {len(stages)} are "
+        "in flight, of the requests with tokens left to schedule (a decoding request's next "
+        "token waits for its last; a prompt's next chunk may follow its last through the "
+        "stages), else waits for the oldest batch; a batch enters a stage once the stage is "
+        "free. A step's time on a stage is its share of the step (the stage's layers over the "
+        "model's) plus, but on the last stage, the send of its hidden states and residual. "
+        "The KV cache holds the blocks the most loaded stage fits."),)
+    return (*moe, *pipeline,
         (f"Scheduler: vLLM V1's (FCFS): chunked prefill mixed with decode under "
         f"max_num_batched_tokens={limits.token_budget}, at most max_num_seqs="
         f"{limits.max_num_seqs} running requests, KV blocks of {limits.block_size} tokens "
@@ -245,9 +305,12 @@ def assumptions(kernel: str, limits: EngineLimits, tp: int) -> tuple[str, ...]:
         "running request when the cache cannot hold a step."),
         ("Steps: each priced as plan_llm prices one (dense GEMMs and kernels, attention as "
         f"{kernel}, tensor-parallel collectives{' over ' + str(tp) + ' GPUs' if tp > 1 else ''}"
-        "); a step of at most 512 tokens runs padded to vLLM's next CUDA-graph size; larger "
-        "ones are read between token counts priced 16 a doubling; decode attention as one call "
-        "of the decoding requests at their mean context."),
+        "); a step of at most 512 tokens runs padded to vLLM's next CUDA-graph size (a decode-"
+        "only step in one full graph, a step holding a prefill chunk piecewise, each layer's "
+        "attention launched outside the graphs); larger ones run eagerly, every kernel with its "
+        "launch gap, read between token counts priced 16 a doubling; decode attention as one "
+        "call of the decoding requests at their mean context."),
+        *((f"Collectives: {comm}.",) if comm else ()),
         ("Not modelled: the host (scheduling, sampling, detokenization, HTTP), prefix caching "
         "(random prompts share no blocks), speculative decoding, sliding-window layers freeing "
         "blocks outside their window."),

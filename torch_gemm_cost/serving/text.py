@@ -17,6 +17,8 @@ def format_serving(sim: Any) -> str:
         ("TTFT ms", sim.ttft), ("TPOT ms", sim.tpot), ("latency ms", sim.e2e))]
     table = tabulate(rows, headers=["", "mean", "p50", "p90", "p99"], floatfmt=".2f")
     tp = f", tensor parallel {sim.tp}" if sim.tp > 1 else ""
+    tp += f", pipeline parallel {sim.pp}" if sim.pp > 1 else ""
+    tp += f", expert parallel {sim.ep}" if sim.ep > 1 else ""
     if sim.replicas > 1:
         tp += f", {sim.replicas} replicas ({sim.gpus} GPUs)"
     return (

@@ -116,9 +116,9 @@ def _llm(args: argparse.Namespace, combos: Sequence[Mapping[str, Any]]) -> list[
     default = _batches(args.batch)[0]  # a sweep without batches: the command's first
     batches = [int(c["batch"]) if "batch" in c else default for c in combos]
     plan = plan_llm(args.hf_config, device=args.device, dtype=args.dtype, prompt=args.prompt,
-                    gen=args.gen, batches=batches, tp=args.tp, weights=args.weights,
-                    kv_dtype=args.kv_dtype, token_budget=args.token_budget,
-                    memory_utilization=args.memory_utilization,
+                    gen=args.gen, batches=batches, tp=args.tp, pp=args.pp, ep=args.ep,
+                    weights=args.weights, kv_dtype=args.kv_dtype, token_budget=args.token_budget,
+                    memory_utilization=args.memory_utilization, comm_profile=args.comm_profile,
                     predictor=RooflinePredictor() if args.predictor == "roofline" else None)
     out = []
     for c, b in zip(combos, batches):
@@ -127,7 +127,7 @@ def _llm(args: argparse.Namespace, combos: Sequence[Mapping[str, Any]]) -> list[
                     "tpot_ms": r.tpot_ms,
                     "tokens_per_s": r.tokens_per_s, "request_ms": r.request_ms,
                     "memory_bytes": r.memory_bytes, "fits": r.fits, "max_batch": plan.max_batch,
-                    "gpus": plan.tp, "error": ""})
+                    "gpus": max(plan.tp, plan.ep) * plan.pp, "error": ""})
     return out
 
 
@@ -141,9 +141,10 @@ def _serve_sim(args: argparse.Namespace) -> dict[str, Any]:
     if args.rate is None and args.concurrency is None:
         raise ValueError("a serve-sim sweep needs rate or concurrency")
     engine = ServingEngine(args.hf_config, args.device, dtype=args.dtype, tp=args.tp,
-                           max_num_seqs=args.max_num_seqs, token_budget=args.token_budget,
+                           pp=args.pp, ep=args.ep, max_num_seqs=args.max_num_seqs,
+                           token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
-                           kv_dtype=args.kv_dtype)
+                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile)
     sim = engine.run(rate_qps=args.rate, concurrency=args.concurrency, prompt=args.prompt,
                      gen=args.gen, num_requests=args.num_requests, seed=args.seed,
                      arrival=args.arrival, replicas=args.replicas)

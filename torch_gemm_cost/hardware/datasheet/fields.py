@@ -132,8 +132,8 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     SpecField("peak_tflops_fp8_fp16acc", "float", "ignored", "TFLOP/s", "FP8 with fp16 "
               "accumulate", 0.1, 100000, _TFLOPS_MISREAD),
     _peak("peak_tops_int8", "INT8 tensor (or DP4A)", 0.1, 100000),
-    SpecField("peak_tflops_fp4", "float", "ignored", "TFLOP/s", "FP4 tensor", 0.1, 200000,
-              _TFLOPS_MISREAD),
+    # FP4 (NVFP4 and MXFP4 on Blackwell's tensor cores): B200 9000 TFLOP/s dense
+    _peak("peak_tflops_fp4", "FP4 tensor (NVFP4/MXFP4 blocks)", 0.1, 200000),
     # memory: 8 GB (P4) to 288 GB (MI355X); DRAM bandwidth 192 GB/s (P4) to 8000 GB/s (MI355X)
     SpecField("mem_gb", "float", "optional", "GB", "memory size as the vendor writes it (an "
               "'80 GB' board: 80; read as GiB)", 0.5, 4096,
@@ -216,7 +216,7 @@ PEAK_FIELDS: dict[str, str] = {
     "fp64": "peak_tflops_fp64", "fp32": "peak_tflops_fp32",
     "fp32_matrix": "peak_tflops_fp32_matrix", "tf32": "peak_tflops_tf32",
     "fp16": "peak_tflops_fp16", "bf16": "peak_tflops_bf16", "fp8": "peak_tflops_fp8",
-    "int8": "peak_tops_int8",
+    "int8": "peak_tops_int8", "fp4": "peak_tflops_fp4",
 }
 VENDORS = ("NVIDIA", "AMD")
 NODE_FABRICS = ("nvswitch", "nvlink_pairs", "mesh", "pcie")
