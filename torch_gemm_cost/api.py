@@ -29,7 +29,7 @@ from .hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
 from .hardware.dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .hardware.target import Target, resolve_target
 from .predict import Predictor, default_predictor
-from .predict.call import TIMINGS, CallTime, call_time, check_timing, kernel_sequence
+from .predict.call import TIMINGS, CallTime, call_time, kernel_sequence
 from .predict.host import HostCosts, HostPrior, host_prior, point_prior
 from .predict.intervals import ReportUncertainty
 from .predict.price import GemmEstimate, OpEstimate, price_records, total_ms
@@ -174,9 +174,7 @@ def compare(
                  inputs=(args, kwargs))
     if not isinstance(compiled, bool):
         raise TypeError(f"compiled must be True or False, got {compiled!r}")
-    timing = DEFAULT_TIMING if timing is None else timing
-    for target in plan.targets:
-        check_timing(timing, target.spec)
+    timing = _check_timing(DEFAULT_TIMING if timing is None else timing, plan.targets)
     if isinstance(host, HostCosts):
         host = point_prior(host, "given")
     elif host is not None and not isinstance(host, HostPrior):
@@ -186,6 +184,8 @@ def compare(
     inner = unwrap_model(model)  # what capture traces (a torch.compile wrapper's module)
     captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
                                   method=capture_method, real_bytes_limit=real_bytes_limit))
+    # what a graph replay copies into its static buffers each call: the tensor inputs
+    input_bytes = sum(t.numel() * t.element_size() for t in tensor_leaves((args, kwargs)))
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
     order: dict[str, dict[str, int]] = {}  # each dtype's graph: node name -> its position
@@ -207,6 +207,11 @@ def compare(
                                        (*records[run.cd.name][1], *optimizer_records),
                                        run.spec, run.predictor, kernels=kernels[run.cd.name]))
               for run in runs]
+    calls = [call_time(kernel_sequence(p.gemms, p.ops, order[run.cd.name], compiled=compiled,
+                                       input_bytes=input_bytes),
+                       timing, host or _host_of(target), run.spec)
+             for (target, _), run, p in zip(itertools.product(plan.targets, plan.dtypes),
+                                            runs, priced)]
     advice = [_step(bar, tuple(padding_advice(p.gemms, run.predictor, run.spec,
                                               model_ms=total_ms(p.gemms, p.ops),
                                               config=captured.config)))
@@ -216,12 +221,6 @@ def compare(
     for name, (sites, _) in records.items():
         _warn_fp8_off_16(captured.model_name, name, sites)
     asked = _asked(model, args, kwargs, optimizer)
-    input_bytes = sum(t.numel() * t.element_size() for t in tensor_leaves((args, kwargs)))
-    calls = [call_time(kernel_sequence(p.gemms, p.ops, order[run.cd.name], compiled=compiled,
-                                       input_bytes=input_bytes),
-                       timing, host or _host_of(target), run.spec)
-             for (target, _), run, p in zip(itertools.product(plan.targets, plan.dtypes),
-                                            runs, priced)]
     return Comparison(_report(captured, run, p.gemms, p.ops, mode, adv, compiled,
                               p.uncertainty, mem, asked, call)
                       for run, p, adv, mem, call in zip(runs, priced, advice, memory, calls))
@@ -292,6 +291,17 @@ def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
     if optimizer not in (None, "none") and mode != "train":
         raise ValueError(f"optimizer={optimizer!r} needs mode='train', got mode={mode!r}")
     return _Plan(targets, cds, native)
+
+
+def _check_timing(timing: str, targets: Sequence[Target]) -> str:
+    """``timing`` checked at the boundary: one of ``TIMINGS`` (else the error names the
+    nearest), and no graph replay on a CPU."""
+    check_choice("timing", timing, TIMINGS)
+    cpu = [t.spec.name for t in targets if t.spec.architecture == "cpu"]
+    if timing == "graph" and cpu:
+        raise ValueError(f"timing='graph' is a CUDA graph replay, which {cpu[0]} does not "
+                         "run; use timing='event' or 'kernel'")
+    return timing
 
 
 def _host_of(target: Target) -> HostPrior:

@@ -188,11 +188,12 @@ _TIMING_TEXT = {"event": "timed by events around the call",
 
 def timing_text(report: ReportRecord) -> str:
     """What the total measures, and its GPU and host parts side by side."""
-    gpu = (f"GPU {report.gpu_ms:.3f} ms: GEMM {report.gemm_ms:.3f} ms in {len(report.gemms)} "
-           f"GEMMs, other {report.other_ms:.3f} ms")
+    parts = (f"GEMM {report.gemm_ms:.3f} ms in {len(report.gemms)} GEMMs, other "
+             f"{report.other_ms:.3f} ms")
     call = report.call
-    if call is None:
-        return f"({gpu})"
+    if call is None:  # a report built by hand: the kernels' sum
+        return f"({parts})"
+    gpu = f"GPU {report.gpu_ms:.3f} ms: {parts}"
     host = (f"host {call.host_ms:.3f} ms" if call.timing != "graph" else
             f"replay floor {call.host_ms:.3f} ms, input copies {call.copy_ms:.3f} ms")
     spread = f" [{call.lo_ms:.3f}-{call.hi_ms:.3f} ms over the hosts' range]" \

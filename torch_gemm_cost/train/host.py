@@ -138,7 +138,7 @@ def load_rows(data: str | Path, levels: Sequence[int] = (1, 2, 3)) -> list[HostR
                     rows.append(HostRow(r.board, spec.id, spec.chip or spec.id, r.mode, prog.name,
                                         float(r.mean_ms), s,
                                         input_copy_ms(s.input_bytes, spec)))
-            print(f"{tree} level{prog.level} {prog.name}", file=sys.stderr, flush=True)
+            log.info("%s level%d %s", tree, prog.level, prog.name)
     return rows
 
 
