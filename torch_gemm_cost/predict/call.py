@@ -4,7 +4,8 @@
 ``kernel_sequence`` orders a run's priced records as the host issues them: in eager mode each
 GEMM and each ATen op is one issue (a view issues no kernel, but still costs the host), with
 ``torch.compile`` each fused kernel and each extern GEMM is one (views cost nothing: inductor's
-generated code reinterprets its buffers). ``call_time`` prices the sequence under a timing
+generated code reinterprets its buffers). Records of one graph node are one issue: one call
+through the dispatcher, whatever it launches from C++. ``call_time`` prices the sequence under a timing
 (``TIMINGS``) with a host's costs (``host.HostPrior``):
 
 - ``"kernel"``: the kernels' sum, as a profiler's kernel table shows it;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -77,37 +79,40 @@ def kernel_sequence(gemms: Sequence[GemmEstimate], ops: Sequence[OpEstimate],
                     position: Mapping[str, int], *, compiled: bool,
                     input_bytes: int = 0) -> KernelSequence:
     """The issues of a run's priced records (``position``: each graph node's index, which
-    orders them). Eager: a GEMM (not one inside an attention kernel) or an op is one issue
-    each, a view an issue without a kernel. Compiled: a fused kernel is one issue at its first
-    op, a GEMM or an op inductor does not fuse one, a view none."""
-    keyed: list[tuple[tuple[int, int], int, float]] = []  # (order key, kind, gpu ms)
+    orders them). Eager: each graph node is one issue, a call through the dispatcher however
+    many kernels it launches from C++ (an LSTM's cuDNN steps, an einsum's bmm calls), a node of
+    views only an issue without a kernel. Compiled: a fused kernel is one issue at its first
+    op, a node inductor leaves to an extern call (a GEMM, an op it does not fuse) one, a view
+    none."""
+    issues: dict[tuple[str, ...], list[Any]] = {}  # id -> [order key, kind, gpu ms]
+    view, op_kind = ISSUE_KINDS.index("view"), ISSUE_KINDS.index("kernel" if compiled else "op")
 
-    def key(node: str, phase: str) -> tuple[int, int]:
-        pos = position.get(node, len(position))
-        rank = _PHASE_RANK.get(phase, 0)
-        return rank, -pos if rank == 1 else pos
+    def add(node: str, phase: str, kind: int, ms: float, kernel: str = "") -> None:
+        # a record derived from a node's call is named after it (an LSTM's
+        # ``lstm_input.rnn_step.0.0.3``, a fork's ``<node>.grad_sum``): the same issue
+        node = node.partition(".")[0]
+        ident = ("kernel", kernel) if kernel else ("node", node, phase)
+        if ident not in issues:
+            pos = position.get(node, len(position))
+            rank = _PHASE_RANK.get(phase, 0)
+            issues[ident] = [(rank, -pos if rank == 1 else pos), kind, 0.0]
+        entry = issues[ident]
+        entry[1] = min(entry[1], kind)  # a node that launches a kernel is an op, not a view
+        entry[2] += ms
 
-    op_kind = ISSUE_KINDS.index("kernel" if compiled else "op")
     for g in gemms:
-        if g.bound != "fused":
-            keyed.append((key(g.site.node, g.site.phase), op_kind, g.time_ms))
-    kernels: dict[str, int] = {}  # a compiled kernel's name -> its entry in keyed
+        if g.bound != "fused":  # not inside an attention kernel
+            add(g.site.node, g.site.phase, op_kind, g.time_ms)
     for o in ops:
-        t = o.time_ms or 0.0
         if o.op.op_class == "view":
             if not compiled:
-                keyed.append((key(o.op.node, o.op.phase), ISSUE_KINDS.index("view"), 0.0))
-            continue
-        if compiled and o.kernel:
-            if o.kernel in kernels:
-                k, kind, gpu = keyed[kernels[o.kernel]]
-                keyed[kernels[o.kernel]] = (k, kind, gpu + t)
-                continue
-            kernels[o.kernel] = len(keyed)
-        keyed.append((key(o.op.node, o.op.phase), op_kind, t))
-    keyed.sort(key=lambda e: e[0])
-    return KernelSequence(torch.tensor([e[2] for e in keyed], dtype=torch.float64),
-                          torch.tensor([e[1] for e in keyed], dtype=torch.long), input_bytes,
+                add(o.op.node, o.op.phase, view, 0.0)
+        else:
+            add(o.op.node, o.op.phase, op_kind, o.time_ms or 0.0,
+                o.kernel if compiled else "")
+    ordered = sorted(issues.values(), key=lambda e: e[0])
+    return KernelSequence(torch.tensor([e[2] for e in ordered], dtype=torch.float64),
+                          torch.tensor([e[1] for e in ordered], dtype=torch.long), input_bytes,
                           compiled)
 
 
