@@ -145,6 +145,22 @@ def test_json_to_stdout(capsys, tiny_gpt2):
     assert data["device"] == "h100_sxm5_80gb" and data["dtype"] == "bfloat16"
 
 
+def test_timing_option_reaches_the_json(capsys, tiny_gpt2):
+    """--timing picks what the total measures; the kernels' sum is the rows' sum either way."""
+    totals = {}
+    for timing in ("event", "kernel", "graph"):
+        rc, out, _ = run(capsys, "estimate", "--hf-config", tiny_gpt2, "--batch", "1", "--seq",
+                         "64", "--device", "h100_sxm5_80gb", "--json", "--timing", timing)
+        assert rc == 0
+        data = json.loads(out)
+        assert data["timing"] == timing and data["call"]["timing"] == timing
+        totals[timing] = (data["total_ms"], data["gpu_ms"])
+    assert totals["kernel"][0] == totals["kernel"][1]
+    assert totals["event"][0] > totals["kernel"][0] and totals["graph"][0] > totals["kernel"][0]
+    rc, _, err = run(capsys, "estimate", "--hf-config", tiny_gpt2, "--timing", "events")
+    assert rc == 2 and "'event'" in err
+
+
 def test_two_devices_give_a_comparison(capsys, tiny_gpt2):
     rc, out, _ = run(capsys, "estimate", "--hf-config", tiny_gpt2, "--batch", "1", "--seq", "128",
                      "--predictor", "roofline", "--device", "a100_sxm4_80gb", "--device", "l4",

@@ -235,7 +235,7 @@ def test_estimate_fills_the_inputs_and_every_rendering_states_them() -> None:
     assert json.loads(r.to_json())["inputs"]["seq"] == 32
     line = r.footer().splitlines()[0]
     assert line.startswith("inputs: Sequential, batch 4, seq 32, float16, train, optimizer "
-                           "adamw, device l4 (from the catalog), predictor ")
+                           "adamw, event timing, device l4 (from the catalog), predictor ")
     first = next(csv.DictReader(io.StringIO(r.to_csv())))
     assert list(first)[:len(INPUT_COLUMNS)] == list(INPUT_COLUMNS)
     assert (first["batch_size"], first["seq_len"], first["device"], first["task"]) == (

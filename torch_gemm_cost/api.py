@@ -29,6 +29,8 @@ from .hardware.catalog import DeviceLike, DeviceSpec, check_dtype_on_device
 from .hardware.dtypes import DTYPES, FP8_MULTIPLE, ComputeDtype, resolve_dtype
 from .hardware.target import Target, resolve_target
 from .predict import Predictor, default_predictor
+from .predict.call import TIMINGS, CallTime, call_time, kernel_sequence
+from .predict.host import HostCosts, HostPrior, host_prior, point_prior
 from .predict.intervals import ReportUncertainty
 from .predict.price import GemmEstimate, OpEstimate, price_records, total_ms
 from .predict.profile import profile_predictor
@@ -40,11 +42,12 @@ from .report import Comparison, CostReport
 from .report.inputs import ReportInputs, device_origin, tensor_inputs
 from .suggest import check_choice
 
-__all__ = ["MODES", "annotate", "compare", "estimate"]
+__all__ = ["DEFAULT_TIMING", "MODES", "TIMINGS", "annotate", "compare", "estimate"]
 
 log = logging.getLogger(__name__)
 
 MODES: tuple[str, ...] = ("inference", "train")
+DEFAULT_TIMING = "event"  # what a user's event pair around model(*inputs) measures
 _T = TypeVar("_T")
 
 
@@ -61,6 +64,8 @@ def estimate(
     capture_method: str = "auto",
     compiled: bool = False,
     real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
+    timing: str | None = None,
+    host: HostPrior | HostCosts | None = None,
 ) -> CostReport:
     """Predict the GPU time of ``model(*args, **kwargs)`` on ``device``, GEMM by GEMM.
 
@@ -92,6 +97,18 @@ def estimate(
     op's ``OpEstimate.kernel`` names its kernel. Hand-written attention that inductor replaces
     with SDPA (``compiled.attention_rewrite``) is priced as that SDPA call. On a GPU, SDPA is one
     FlashAttention-class kernel whether compiled or not (``predict.attention.sdpa``).
+
+    ``timing`` says what ``report.total_ms`` measures (``predict.call``): ``"event"`` (the
+    default) a CUDA event pair around the call, the host's Python, dispatch and launch of each
+    op overlapped with the GPU as one stream allows (with ``compiled=True``, inductor's
+    kernels launched by its generated code after dynamo's guards); ``"kernel"`` the kernels'
+    sum, as a profiler shows it; ``"graph"`` a CUDA graph replay (``mode="reduce-overhead"``,
+    the ``cudagraphs`` backend): its floor, the copy of the inputs into the graph's buffers,
+    the kernels. The host's costs are the median of the hosts fitted on KernelBench whose GPU
+    is another chip (their range the interval ``report.call``), or a calibration profile's
+    measured host (``torch-gemm-cost calibrate --host``). ``report.gpu_ms`` is the kernels'
+    sum whatever the timing, and the table's rows sum to it. ``host`` replaces those costs
+    (``predict.host.HostCosts``, or a ``HostPrior`` with a range).
     """
     return compare(
         model,
@@ -105,6 +122,8 @@ def estimate(
         capture_method=capture_method,
         compiled=compiled,
         real_bytes_limit=real_bytes_limit,
+        timing=timing,
+        host=host,
     )[0]
 
 
@@ -142,27 +161,38 @@ def compare(
     progress: bool = False,
     compiled: bool = False,
     real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
+    timing: str | None = None,
+    host: HostPrior | HostCosts | None = None,
 ) -> Comparison:
     """One report per (device, dtype), devices outer, from a single capture of the model.
 
     The result is a list of ``CostReport``; printing it shows totals and the top layers side by
     side. ``progress`` shows a progress bar on stderr (``tqdm``) once the work passes a second:
-    the capture, then each (device, dtype)'s pricing and padding advice. ``compiled`` and
-    ``real_bytes_limit``: as in ``estimate``."""
+    the capture, then each (device, dtype)'s pricing and padding advice. ``compiled``,
+    ``real_bytes_limit``, ``timing`` and ``host``: as in ``estimate``."""
     plan = _plan(model, devices, dtypes, mode, capture_method, predictor, optimizer,
                  inputs=(args, kwargs))
     if not isinstance(compiled, bool):
         raise TypeError(f"compiled must be True or False, got {compiled!r}")
+    timing = _check_timing(DEFAULT_TIMING if timing is None else timing, plan.targets)
+    if isinstance(host, HostCosts):
+        host = point_prior(host, "given")
+    elif host is not None and not isinstance(host, HostPrior):
+        raise TypeError(f"host must be a HostCosts or a HostPrior, got {host!r}")
     bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
                unit="step", file=sys.stderr, delay=1.0, leave=False, disable=not progress)
     inner = unwrap_model(model)  # what capture traces (a torch.compile wrapper's module)
     captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
                                   method=capture_method, real_bytes_limit=real_bytes_limit))
+    # what a graph replay copies into its static buffers each call: the tensor inputs
+    input_bytes = sum(t.numel() * t.element_size() for t in tensor_leaves((args, kwargs)))
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
+    order: dict[str, dict[str, int]] = {}  # each dtype's graph: node name -> its position
     rewrite = compiled and mode == "inference"  # inductor's attention rewrite, inference only
     for cd in plan.dtypes:  # fusion reads the records extract has just put on the graph
         graph = rewrite_attention(captured, cd.name)[0] if rewrite else captured
+        order[cd.name] = {n.name: i for i, n in enumerate(graph.graph_module.graph.nodes)}
         sites, others = extract(graph, cd, mode=mode, native_dtype=plan.native)
         kernels[cd.name] = ()
         if compiled:
@@ -177,6 +207,11 @@ def compare(
                                        (*records[run.cd.name][1], *optimizer_records),
                                        run.spec, run.predictor, kernels=kernels[run.cd.name]))
               for run in runs]
+    calls = [call_time(kernel_sequence(p.gemms, p.ops, order[run.cd.name], compiled=compiled,
+                                       input_bytes=input_bytes),
+                       timing, host or _host_of(target), run.spec)
+             for (target, _), run, p in zip(itertools.product(plan.targets, plan.dtypes),
+                                            runs, priced)]
     advice = [_step(bar, tuple(padding_advice(p.gemms, run.predictor, run.spec,
                                               model_ms=total_ms(p.gemms, p.ops),
                                               config=captured.config)))
@@ -187,8 +222,8 @@ def compare(
         _warn_fp8_off_16(captured.model_name, name, sites)
     asked = _asked(model, args, kwargs, optimizer)
     return Comparison(_report(captured, run, p.gemms, p.ops, mode, adv, compiled,
-                              p.uncertainty, mem, asked)
-                      for run, p, adv, mem in zip(runs, priced, advice, memory))
+                              p.uncertainty, mem, asked, call)
+                      for run, p, adv, mem, call in zip(runs, priced, advice, memory, calls))
 
 
 def _memory(model: torch.nn.Module, captured: Captured, kwargs: Mapping[str, Any], plan: _Plan,
@@ -258,6 +293,23 @@ def _plan(model: torch.nn.Module, devices: Iterable[DeviceLike],
     return _Plan(targets, cds, native)
 
 
+def _check_timing(timing: str, targets: Sequence[Target]) -> str:
+    """``timing`` checked at the boundary: one of ``TIMINGS`` (else the error names the
+    nearest), and no graph replay on a CPU."""
+    check_choice("timing", timing, TIMINGS)
+    cpu = [t.spec.name for t in targets if t.spec.architecture == "cpu"]
+    if timing == "graph" and cpu:
+        raise ValueError(f"timing='graph' is a CUDA graph replay, which {cpu[0]} does not "
+                         "run; use timing='event' or 'kernel'")
+    return timing
+
+
+def _host_of(target: Target) -> HostPrior:
+    """The host costs of a run: a calibration profile's measured host, else the fitted
+    hosts' prior without the target GPU's chip."""
+    return host_prior(target.profile, target.spec)
+
+
 def _predictor_of(given: Predictor | None, target: Target) -> Predictor:
     """The predictor of a run: the one given, else the profile's, else the default."""
     if given is not None:
@@ -281,14 +333,16 @@ def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
             advice: tuple[PaddingAdvice, ...], compiled: bool = False,
             uncertainty: ReportUncertainty | None = None,
             memory: MemoryEstimate | None = None,
-            asked: Mapping[str, Any] | None = None) -> CostReport:
+            asked: Mapping[str, Any] | None = None,
+            call: CallTime | None = None) -> CostReport:
     name = getattr(run.predictor, "name", type(run.predictor).__name__)
     version = str(getattr(run.predictor, "version", ""))
     origin, file = device_origin(run.source)
     inputs = ReportInputs(model=captured.model_name, dtype=run.cd.name, mode=mode,
                           device=run.spec.id, device_name=run.spec.name, device_origin=origin,
                           device_file=file, predictor=name, predictor_version=version,
-                          compiled=compiled, **(asked or {}))
+                          compiled=compiled,
+                          timing="kernel" if call is None else call.timing, **(asked or {}))
     return CostReport(
         model=captured.model_name,
         device=run.spec,
@@ -305,6 +359,7 @@ def _report(captured: Captured, run: _Run, gemms: tuple[GemmEstimate, ...],
         uncertainty=uncertainty,
         memory=memory,
         inputs=inputs,
+        call=call,
     )
 
 

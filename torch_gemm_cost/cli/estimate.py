@@ -87,6 +87,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compiled", action="store_true",
                    help="price the model as torch.compile (inductor, default mode) runs it: "
                    "non-GEMM ops fused into kernels")
+    p.add_argument("--timing", choices=("event", "kernel", "graph"), default="event",
+                   help="what the total measures: event (default: CUDA events around the call, "
+                   "the host's Python, dispatch and launches included), kernel (the kernels' "
+                   "sum, as a profiler shows it) or graph (a CUDA graph replay: its floor, the "
+                   "input copies, the kernels)")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="the package's default predictor, or the pure roofline (a floor)")
     p.add_argument("--depth", type=int, default=None,
@@ -325,7 +330,8 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
                                        capture_method=args.capture_method,
                                        optimizer=_optimizer(args),
                                        progress=not args.quiet and sys.stderr.isatty(),
-                                       compiled=getattr(args, "compiled", False)))
+                                       compiled=getattr(args, "compiled", False),
+                                       timing=getattr(args, "timing", "event")))
     except CaptureError as e:  # the model or its inputs, not this program
         text = e.message(_cli_option(args))
         raise (UserCodeError(text) if args.callable else UsageError(text)) from e

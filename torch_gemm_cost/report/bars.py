@@ -56,7 +56,7 @@ _WITHIN = {"master weights": "optimizer"}
 def time_bars(report: ReportRecord) -> list[tuple[str, list[Part]]]:
     """(heading, parts) of the time: GEMMs, then each non-GEMM class, costliest first; and,
     for a report of more than one phase (a training step), fwd, dgrad, wgrad and optim."""
-    total = report.total_ms or 1.0
+    total = report.gpu_ms or 1.0
     classes = [("GEMMs", report.gemm_ms)] + [
         (TIME_CLASSES[k], ms) for k, ms in sorted(by_op_class(report).items(),
                                                   key=lambda kv: -kv[1])]

@@ -3,7 +3,7 @@
 optim), and the per-operator table of ``table(by="op")``.
 
 Each breakdown sums to its total: the classes to ``other_ms``, the phases and the operator rows
-to ``total_ms``.
+to ``gpu_ms`` (the kernels' sum).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def by_op_class(report: ReportRecord) -> dict[str, float]:
 
 def by_phase(report: ReportRecord) -> dict[str, float]:
     """The time (ms) of each phase present, fwd, dgrad, wgrad, optim in order; sums to
-    ``total_ms``."""
+    ``gpu_ms``."""
     out = dict.fromkeys(PHASES, 0.0)
     seen: set[str] = set()
     for g in report.gemms:

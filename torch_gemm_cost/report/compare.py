@@ -45,13 +45,13 @@ def format_comparison(reports: Sequence[ReportRecord], top: int = 5,
         raise ValueError("format_comparison needs at least one report")
     base = reports[0].total_ms or 1.0
     body = [
-        [r.device.id, r.dtype, r.total_ms, r.gemm_ms, r.other_ms, r.achieved_tflops,
+        [r.device.id, r.dtype, r.total_ms, r.gemm_ms, r.other_ms, r.host_ms, r.achieved_tflops,
          base / r.total_ms if r.total_ms else float("nan"), len(r.unmodelled)]
         for r in reports
     ]
-    headers = ["device", "dtype", "total ms", "GEMM ms", "other ms", "TFLOP/s", "speedup",
-               "unmodelled"]
-    fmt: tuple[str, ...] = ("", "", ".3f", ".3f", ".3f", ".1f", ".2f", "")
+    headers = ["device", "dtype", f"total ms ({reports[0].timing})", "GEMM ms", "other ms",
+               "host ms", "TFLOP/s", "speedup", "unmodelled"]
+    fmt: tuple[str, ...] = ("", "", ".3f", ".3f", ".3f", ".3f", ".1f", ".2f", "")
     if any(r.uncertainty is not None for r in reports):
         # an overlap means the speedup may go either way: the intervals do not exclude it
         for line, r in zip(body, reports):

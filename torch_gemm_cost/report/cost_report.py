@@ -49,7 +49,7 @@ class CostReport(ReportRecord):
 
     def module_rows(self, depth: int | None = None) -> list[dict[str, Any]]:
         """Times aggregated by the module tree, cut at ``depth`` levels, repeats collapsed,
-        costliest first (see ``tree.module_rows``); the rows sum to ``total_ms``."""
+        costliest first (see ``tree.module_rows``); the rows sum to ``gpu_ms``."""
         return tree.module_rows(self, depth)
 
     def by_op_class(self) -> dict[str, float]:
@@ -60,7 +60,7 @@ class CostReport(ReportRecord):
 
     def by_phase(self) -> dict[str, float]:
         """The time (ms) by phase: fwd, and in a training step dgrad, wgrad and optim; sums to
-        ``total_ms``."""
+        ``gpu_ms`` (the kernels' sum)."""
         return breakdown.by_phase(self)
 
     def top(self, k: int = 10, depth: int | None = None) -> list[dict[str, Any]]:

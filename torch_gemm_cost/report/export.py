@@ -31,7 +31,7 @@ def rows(report: ReportRecord) -> list[dict[str, Any]]:
     """One dict per GEMM, in execution order. ``phase`` is fwd, dgrad or wgrad; ``bound`` is
     the side of the roofline's ridge its intensity falls on (``fused`` inside an attention
     kernel), as the tables and the plot say."""
-    total = report.total_ms or 1.0
+    total = report.gpu_ms or 1.0
     ridge = report.ridge_flops_per_byte
     return [
         {
@@ -84,7 +84,8 @@ def to_dict(report: ReportRecord, advice: bool = True) -> dict[str, Any]:
     """Everything as plain data. ``inputs`` is the question (``ReportInputs``); ``rows`` holds
     one dict per GEMM and sums to ``gemm_ms``; ``by_op_class`` the non-GEMM time by op class,
     summing to ``other_ms``; ``by_phase`` and ``by_op`` (one dict per operator and phase, as
-    ``table(by="op")``) sum to ``total_ms``."""
+    ``table(by="op")``) sum to ``gpu_ms``, the kernels' sum; ``total_ms`` is what ``timing``
+    measures (``call`` holds its parts: GPU, host, a graph replay's input copies)."""
     out: dict[str, Any] = {
         "inputs": asdict(report.question()),
         "model": report.model,
@@ -94,7 +95,10 @@ def to_dict(report: ReportRecord, advice: bool = True) -> dict[str, Any]:
         "mode": report.mode,
         "predictor": report.predictor,
         "predictor_version": report.predictor_version,
+        "timing": report.timing,
         "total_ms": report.total_ms,
+        "gpu_ms": report.gpu_ms,
+        "host_ms": report.host_ms,
         "gemm_ms": report.gemm_ms,
         "other_ms": report.other_ms,
         "total_flops": report.total_flops,
@@ -114,6 +118,12 @@ def to_dict(report: ReportRecord, advice: bool = True) -> dict[str, Any]:
         lo, hi = report.interval(DEFAULT_LEVEL)
         out.update(interval_level=DEFAULT_LEVEL, total_lo_ms=lo, total_hi_ms=hi,
                    novelty=report.uncertainty.novelty)
+    if report.call is not None:
+        c = report.call
+        out["call"] = {"timing": c.timing, "total_ms": c.total_ms, "gpu_ms": c.gpu_ms,
+                       "host_ms": c.host_ms, "copy_ms": c.copy_ms, "host_lo_ms": c.lo_ms,
+                       "host_hi_ms": c.hi_ms, "host_costs": c.host,
+                       "issues": len(c.issues.gpu_ms)}
     if report.memory is not None:
         out["memory"] = report.memory.to_dict()
     if advice and report.advice is not None:

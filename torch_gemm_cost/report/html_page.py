@@ -213,6 +213,10 @@ def to_html(report: ReportRecord, path: str | Path | None = None, depth: int | N
             f"{DEFAULT_LEVEL:.0%} interval",
             "{:.3f}-{:.3f} ms, ".format(*report.interval(DEFAULT_LEVEL))
             + NOVELTY_TEXT[report.uncertainty.novelty])]),
+        ("timing", report.timing),
+        ("GPU", f"{report.gpu_ms:.3f} ms, the kernels' sum"),
+        ("host", f"{report.host_ms:.3f} ms"
+         + ("" if report.call is None else f" ({report.call.host})")),
         ("GEMMs", (f"{report.gemm_ms:.3f} ms in {len(report.gemms)} GEMMs, "
                    f"{report.total_flops / 1e9:.2f} GFLOP")),
         ("other ops", f"{report.other_ms:.3f} ms in {len(report.others)} ops"),

@@ -42,6 +42,8 @@ class ReportInputs:
     image_size: int | None = None  # pixels per side
     attention: str | None = None  # the model's attention implementation ("sdpa", "eager")
     compiled: bool = False  # priced as torch.compile (inductor) runs it
+    # what the total measures: "event", "kernel" or "graph"; None in a report built by hand
+    timing: str | None = None
     optimizer: str | None = None  # the optimizer whose step a training report includes
     tensors: tuple[str, ...] = ()  # each input tensor: "input_ids 8×1024 int64"
 
@@ -101,6 +103,8 @@ def inputs_line(inputs: ReportInputs, omit: tuple[str, ...] = ()) -> str:
         parts.append(f"attention {inputs.attention}")
     if inputs.compiled:
         parts.append("torch.compile")
+    if inputs.timing:
+        parts.append(f"{inputs.timing} timing")
     origin = _ORIGIN_TEXT.get(inputs.device_origin, f"from {inputs.device_origin}")
     if inputs.device_file:
         origin += f" {inputs.device_file}"

@@ -17,6 +17,7 @@ from ..advise import PaddingAdvice
 from ..hardware.catalog import DeviceSpec
 from ..hardware.dtypes import resolve_dtype
 from ..predict.attention.sdpa import FLASH_PREFIX
+from ..predict.call import CallTime
 from ..predict.intervals import DEFAULT_LEVEL, ReportUncertainty, check_level
 from ..predict.price import GemmEstimate, OpEstimate, gemm_ms, other_ms, total_ms
 from ..records.memory import MemoryEstimate
@@ -41,6 +42,9 @@ class ReportRecord:
     ``inputs`` is the question the report answers (``ReportInputs``), filled by the entry
     point (``estimate``, ``compare``, the command line); ``question()`` reads it, or, in a
     report built by hand, the one the other fields say.
+    ``call`` is the call's time under the timing the entry point was asked for
+    (``predict.call.CallTime``): ``total_ms`` is its total; None (a report built by hand, the
+    serving planner's) times the kernels' sum. The rows, phases and classes sum to ``gpu_ms``.
     """
 
     model: str  # class name of the estimated model
@@ -58,6 +62,7 @@ class ReportRecord:
     uncertainty: ReportUncertainty | None = field(default=None, compare=False, repr=False)
     memory: MemoryEstimate | None = field(default=None, compare=False, repr=False)
     inputs: ReportInputs | None = field(default=None, compare=False, repr=False)
+    call: CallTime | None = field(default=None, compare=False, repr=False)
 
     def question(self) -> ReportInputs:
         """What the report answers: ``inputs`` where the entry point filled it, else the
@@ -81,8 +86,24 @@ class ReportRecord:
         return other_ms(self.others)
 
     @property
-    def total_ms(self) -> float:
+    def gpu_ms(self) -> float:
+        """The kernels' sum: GEMMs and modelled ops, what the table's rows sum to."""
         return total_ms(self.gemms, self.others)
+
+    @property
+    def total_ms(self) -> float:
+        """The call's time as ``timing`` measures it (``call``), else the kernels' sum."""
+        return self.gpu_ms if self.call is None else self.call.total_ms
+
+    @property
+    def timing(self) -> str:
+        """What ``total_ms`` measures: ``event``, ``kernel`` or ``graph`` (``predict.call``)."""
+        return "kernel" if self.call is None else self.call.timing
+
+    @property
+    def host_ms(self) -> float:
+        """The host's own time in the call (``CallTime.host_ms``); 0 without a call."""
+        return 0.0 if self.call is None else self.call.host_ms
 
     @property
     def total_flops(self) -> int:
@@ -108,12 +129,26 @@ class ReportRecord:
 
     @property
     def total_interval_ms(self) -> tuple[float, float] | None:
-        """(lo, hi) of the whole model's time at 80%; None without a calibration."""
-        return None if self.uncertainty is None else self.interval(DEFAULT_LEVEL)
+        """(lo, hi) of ``total_ms`` at 80%: the GPU interval and, under an event or graph
+        timing, the host costs' range; None where neither is known."""
+        if self.uncertainty is None:
+            if self.call is None or self.call.timing == "kernel":
+                return None
+            return self.call.lo_ms, self.call.hi_ms
+        return self.interval(DEFAULT_LEVEL)
 
     def interval(self, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
-        """(lo, hi) of the whole model's time: the measured time falls inside with probability
-        ``level`` (calibrated on GPUs held out of the fit; see ``predict/intervals.py``)."""
+        """(lo, hi) of ``total_ms``: the kernels' time falls inside its interval with
+        probability ``level`` (calibrated on GPUs held out of the fit; see
+        ``predict/intervals.py``); under an event or graph timing the call is evaluated with
+        every kernel at those ends and the host costs at the ends of their range."""
+        lo, hi = self.gpu_interval(level)
+        if self.call is None or self.call.timing == "kernel":
+            return lo, hi
+        return self.call.bounds(lo, hi)
+
+    def gpu_interval(self, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+        """(lo, hi) of ``gpu_ms``, the kernels' sum, at ``level``."""
         level = check_level(level, "level")
         if self.uncertainty is None:
             raise ValueError(
@@ -180,7 +215,7 @@ def totals_of(report: ReportRecord, gemm_index: Sequence[int],
         "gemm_ms": gemm_ms,
         "other_ms": other_ms,
         "time_ms": gemm_ms + other_ms,
-        "pct_of_total": 100.0 * (gemm_ms + other_ms) / (report.total_ms or 1.0),
+        "pct_of_total": 100.0 * (gemm_ms + other_ms) / (report.gpu_ms or 1.0),
         "intensity": flops / dram_bytes if dram_bytes else None,  # FLOP per compulsory byte
         "bound": bound,
         "lo_ms": None if span is None else span[0],

@@ -171,8 +171,7 @@ def footer(report: ReportRecord) -> str:
     return "\n".join([
         inputs_line(report.question()),
         (f"{report.model} on {report.device.name} ({report.device.id}), {report.dtype}, "
-         f"{report.mode}: total {report.total_ms:.3f} ms{span} (GEMM {report.gemm_ms:.3f} ms "
-         f"in {len(report.gemms)} GEMMs, other {report.other_ms:.3f} ms), "
+         f"{report.mode}: total {report.total_ms:.3f} ms{span} {timing_text(report)}, "
          f"{report.achieved_tflops:.1f} TFLOP/s achieved"),
         *breakdown_lines(report),
         (f"predictor {report.predictor} v{report.predictor_version}; "
@@ -182,10 +181,32 @@ def footer(report: ReportRecord) -> str:
     ])
 
 
+_TIMING_TEXT = {"event": "timed by events around the call",
+                "kernel": "as the kernels' sum",
+                "graph": "timed by events around a CUDA graph replay"}
+
+
+def timing_text(report: ReportRecord) -> str:
+    """What the total measures, and its GPU and host parts side by side."""
+    parts = (f"GEMM {report.gemm_ms:.3f} ms in {len(report.gemms)} GEMMs, other "
+             f"{report.other_ms:.3f} ms")
+    call = report.call
+    if call is None:  # a report built by hand: the kernels' sum
+        return f"({parts})"
+    gpu = f"GPU {report.gpu_ms:.3f} ms: {parts}"
+    host = (f"host {call.host_ms:.3f} ms" if call.timing != "graph" else
+            f"replay floor {call.host_ms:.3f} ms, input copies {call.copy_ms:.3f} ms")
+    spread = f" [{call.lo_ms:.3f}-{call.hi_ms:.3f} ms over the hosts' range]" \
+        if call.timing != "kernel" and call.hi_ms > call.lo_ms else ""
+    hidden = " (not in this timing)" if call.timing == "kernel" else ""
+    return (f"{_TIMING_TEXT[call.timing]}{spread} ({gpu}; {host}{hidden}, costs of "
+            f"{call.host})")
+
+
 def breakdown_lines(report: ReportRecord) -> list[str]:
     """The non-GEMM time by op class, costliest first, and where the report holds more than
-    one phase (a training step) the time by phase; each in ms and % of the total."""
-    total = report.total_ms or 1.0
+    one phase (a training step) the time by phase; each in ms and % of the GPU time."""
+    total = report.gpu_ms or 1.0
 
     def part(name: str, ms: float) -> str:
         return f"{name} {ms:.3f} ms ({100 * ms / total:.1f}%)"

@@ -88,7 +88,7 @@ def module_rows(report: ReportRecord, depth: int | None = None) -> list[dict[str
     ``depth=None`` gives one row per GEMM, one per fused attention kernel, and one per class
     of the other non-GEMM ops (``(non-GEMM ops)`` ``normalization``, ...). At a finite depth the
     non-GEMM ops count towards their module. Rows holding only free ops (views) are left out. A
-    collapsed row's ``time_ms`` sums every repeat, so the rows sum to ``total_ms``. In a
+    collapsed row's ``time_ms`` sums every repeat, so the rows sum to ``gpu_ms``. In a
     training step a row holds one phase.
     """
     return [r.cells for r in module_table_rows(report, depth)]

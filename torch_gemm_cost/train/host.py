@@ -1,0 +1,306 @@
+"""Fit each host's costs (``predict.host.HostCosts``) on KernelBench's v0 timings.
+
+KernelBench (MIT, ScalingIntelligence/KernelBench) times 250 small PyTorch programs with a CUDA
+event pair around ``model(*inputs)``, on several GPUs at several clouds (``board``: one GPU at
+one cloud, so one kind of host). Most v0 programs are small enough that the host's Python,
+dispatch and launches set their time. Each program is captured and priced once per GPU that
+timed it (``estimate(..., timing="kernel")``: its kernels in issue order,
+``predict.call.KernelSequence``), and each board's costs are fitted to its timings through the
+same schedule ``estimate`` evaluates:
+
+- eager (``eager``): ``eager_call_ms`` and ``eager_op_ms`` through ``event_time_ms``, a view
+  at an op's cost (``eager_view_ms``: the timings cannot tell the two apart);
+- compiled without CUDA graphs (``compile_inductor_default``,
+  ``..._max-autotune-no-cudagraphs``): ``compiled_call_ms``, ``compiled_kernel_ms``;
+- CUDA graph replays (``compile_cudagraphs`` over the eager kernels, ``..._reduce-overhead``
+  and ``..._max-autotune`` over inductor's): ``graph_call_ms`` through ``graph_time_ms``.
+
+Each by Adam on the mean absolute log error (robust: a program whose GPU time the predictor
+misses should not drag a host's costs), costs kept positive through their logs. The GPU times
+are the predictor's, never fitted here. ``leave_chip_out`` scores each chip's boards with the
+prior of the other chips' hosts (``HostCostTable.prior``), as ``estimate`` prices a GPU.
+
+    python -m torch_gemm_cost.train.host [--data ../shared/data] [--out torch_gemm_cost/data/host_costs.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..hardware.catalog import get_device
+from ..measured.kernelbench import build, programs
+from ..predict.call import ISSUE_KINDS, KernelSequence, input_copy_ms
+from ..predict.host import (
+    COST_FIELDS,
+    VERSION,
+    HostCosts,
+    HostCostTable,
+    event_time_ms,
+    graph_time_ms,
+)
+from ..predict.registry import SHIPPED
+
+__all__ = ["GROUPS", "HostRow", "fit_group", "fit_host_costs", "load_rows", "main", "predict_rows"]
+
+log = logging.getLogger(__name__)
+
+# KernelBench mode -> (the group of costs it fits, compiled)
+GROUPS: dict[str, tuple[str, bool]] = {
+    "eager": ("eager", False),
+    "compile_inductor_default": ("compiled", True),
+    "compile_inductor_max-autotune-no-cudagraphs": ("compiled", True),
+    "compile_cudagraphs": ("graph", False),
+    "compile_inductor_reduce-overhead": ("graph", True),
+    "compile_inductor_max-autotune": ("graph", True),
+}
+# the costs each group fits, and where a fit starts (ms)
+_FITS: dict[str, dict[str, float]] = {
+    # NB: a view's cost is tied to an op's: fitted apart, one board's views came out dearer than
+    # its ops and another's four times cheaper at the same error, as the two counts move together
+    "eager": {"eager_call_ms": 0.01, "eager_op_ms": 0.01},
+    "compiled": {"compiled_call_ms": 0.03, "compiled_kernel_ms": 0.01},
+    "graph": {"graph_call_ms": 0.03},
+}
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One canonical v0 timing with its program's issues on the GPU that timed it."""
+
+    board: str
+    gpu: str  # catalog id
+    chip: str
+    mode: str
+    program: str
+    measured_ms: float
+    issues: KernelSequence
+    copy_ms: float  # a graph replay's input copies on this GPU
+
+
+def _timings(data: Path) -> Any:
+    import pandas as pd
+
+    path = data / "kernelbench" / "timings.csv.gz"
+    if not path.is_file():
+        raise FileNotFoundError(f"no KernelBench timings at {path} (expected ../shared/data)")
+    df = pd.read_csv(path)
+    return df[(df.canonical == 1) & df.problem_file.notna() & (df.problem_set == "v0")
+              & df["mode"].isin(list(GROUPS))]
+
+
+def load_rows(data: str | Path, levels: Sequence[int] = (1, 2, 3)) -> list[HostRow]:
+    """Every canonical v0 timing of ``levels`` with its program's issues, each program
+    captured once and priced on every GPU that timed it, eager and compiled."""
+    from ..api import compare  # the whole pipeline prices the programs
+
+    data = Path(data)
+    df = _timings(data)
+    df = df[df.level.isin(list(levels))]
+    ids = {name: get_device(name).id for name in df.gpu_name.unique()}
+    zero = HostCosts(0.0, 0.0, 0.0)
+    rows: list[HostRow] = []
+    for tree in sorted({f.split("/")[1] for f in df.problem_file}):
+        for prog in programs(data / "kernelbench" / "problems" / tree, tuple(levels)):
+            mine = df[df.problem_file.str.endswith(f"{tree}/level{prog.level}/{prog.name}")]
+            if mine.empty:
+                continue
+            gpus = sorted({ids[g] for g in mine.gpu_name})
+            specs = [get_device(g) for g in gpus]
+            for compiled in (False, True):
+                wanted = mine[[GROUPS[m][1] == compiled for m in mine["mode"]]]
+                if wanted.empty:
+                    continue
+                try:
+                    built = build(prog)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        reports = compare(built.model, built.inputs, devices=specs,
+                                          compiled=compiled, timing="kernel", host=zero)
+                except Exception as e:  # noqa: BLE001 - a program that fails is left out
+                    log.info("%s/%s: %s", tree, prog.name, e)
+                    continue
+                seq = {spec.id: r.call.issues for spec, r in zip(specs, reports)
+                       if r.call is not None}
+                for r in wanted.itertuples():
+                    spec = get_device(ids[r.gpu_name])
+                    s = seq[spec.id]
+                    rows.append(HostRow(r.board, spec.id, spec.chip or spec.id, r.mode, prog.name,
+                                        float(r.mean_ms), s,
+                                        input_copy_ms(s.input_bytes, spec)))
+            log.info("%s level%d %s", tree, prog.level, prog.name)
+    return rows
+
+
+_Chunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _padded(rows: Sequence[HostRow], chunk: int = 64) -> list[_Chunk]:
+    """The rows in chunks of similar length, each (row index (C,), gpu ms (C, N), kind (C, N)
+    long, copy ms (C,)), N the chunk's longest sequence; a padding issue is of kind
+    ``len(ISSUE_KINDS)``, which costs nothing and runs nothing. Chunks keep a 12,000-issue
+    model from padding every short program to its length."""
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].issues.gpu_ms))
+    out = []
+    for at in range(0, len(order), chunk):
+        idx = order[at:at + chunk]
+        n = max(len(rows[i].issues.gpu_ms) for i in idx)
+        gpu = torch.zeros(len(idx), n, dtype=torch.float64)
+        kind = torch.full((len(idx), n), len(ISSUE_KINDS), dtype=torch.long)
+        for j, i in enumerate(idx):
+            k = len(rows[i].issues.gpu_ms)
+            gpu[j, :k], kind[j, :k] = rows[i].issues.gpu_ms, rows[i].issues.kind
+        out.append((torch.tensor(idx), gpu, kind,
+                    torch.tensor([rows[i].copy_ms for i in idx], dtype=torch.float64)))
+    return out
+
+
+def predict_rows(rows: Sequence[HostRow] | list[_Chunk], group: str,
+                 costs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(R,) each row's time under ``group``'s schedule with ``costs`` (ms, scalar tensors;
+    differentiable in them); ``rows`` may be their ``_padded`` chunks."""
+    chunks = rows if rows and isinstance(rows[0], tuple) else _padded(rows)  # type: ignore[arg-type]
+    zero = torch.zeros((), dtype=torch.float64)
+    if group == "eager":
+        per_kind = torch.stack([costs["eager_op_ms"],
+                                costs.get("eager_view_ms", costs["eager_op_ms"]),
+                                costs["eager_op_ms"], zero])
+        call = costs["eager_call_ms"]
+    else:  # compiled; a graph replay issues nothing
+        per_kind = torch.stack([costs.get("compiled_kernel_ms", zero)] * 3 + [zero])
+        call = costs.get("compiled_call_ms", zero)
+    parts, index = [], []
+    for idx, gpu, kind, copy in chunks:  # type: ignore[misc]
+        if group == "graph":
+            parts.append(graph_time_ms(gpu, copy, costs["graph_call_ms"]))
+        else:
+            parts.append(event_time_ms(per_kind[kind], gpu, call.expand(gpu.shape[0])))
+        index.append(idx)
+    if not parts:
+        return torch.zeros(0, dtype=torch.float64)
+    out = torch.empty(sum(len(i) for i in index), dtype=torch.float64)
+    return out.index_put((torch.cat(index),), torch.cat(parts))
+
+
+def fit_group(rows: Sequence[HostRow], group: str, steps: int = 200, lr: float = 0.05
+              ) -> dict[str, float]:
+    """The costs of ``group`` (``_FITS``) that fit ``rows`` best, by Adam on the mean absolute
+    log error."""
+    raw = {k: torch.tensor(v, dtype=torch.float64).log().requires_grad_()
+           for k, v in _FITS[group].items()}
+    measured = torch.tensor([r.measured_ms for r in rows], dtype=torch.float64).log()
+    opt = torch.optim.Adam(list(raw.values()), lr=lr)
+    padded = _padded(rows)
+    for _ in range(steps):
+        opt.zero_grad()
+        pred = predict_rows(padded, group, {k: v.exp() for k, v in raw.items()})
+        loss = (pred.clamp(min=1e-9).log() - measured).abs().mean()
+        loss.backward()
+        opt.step()
+    return {k: float(v.detach().exp()) for k, v in raw.items()}
+
+
+def _mape(rows: Sequence[HostRow], group: str, costs: HostCosts) -> float:
+    with torch.no_grad():
+        pred = predict_rows(rows, group, {k: torch.tensor(v, dtype=torch.float64)
+                                          for k, v in costs.to_dict().items() if v is not None})
+    meas = torch.tensor([r.measured_ms for r in rows], dtype=torch.float64)
+    return float(((pred - meas).abs() / meas).mean() * 100)
+
+
+def fit_host_costs(rows: Sequence[HostRow], steps: int = 200) -> dict[str, Any]:
+    """The table (``data/host_costs.json``'s content): each board's fitted costs, and the
+    scores of each chip's boards under the prior of the other chips' hosts."""
+    boards = sorted({r.board for r in rows})
+    hosts: dict[str, Any] = {}
+    for board in boards:
+        mine = [r for r in rows if r.board == board]
+        fitted: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for group in _FITS:
+            grows = [r for r in mine if GROUPS[r.mode][0] == group]
+            counts[group] = len(grows)
+            if len(grows) >= 20:  # a cost needs enough programs to stand on
+                fitted.update(fit_group(grows, group, steps))
+        if "eager_op_ms" not in fitted:
+            continue
+        fitted["eager_view_ms"] = fitted["eager_op_ms"]
+        costs = HostCosts.from_dict({f: fitted.get(f) for f in COST_FIELDS})
+        hosts[board] = {"chip": mine[0].chip, "gpus": sorted({r.gpu for r in mine}),
+                        "rows": counts, "costs": costs.to_dict()}
+    table = HostCostTable.from_dict({"hosts": hosts})
+    scores: dict[str, Any] = {}
+    for chip in sorted({v["chip"] for v in hosts.values()}):
+        prior = table.prior([chip]).mid
+        for board in sorted(b for b, v in hosts.items() if v["chip"] == chip):
+            for group in _FITS:
+                grows = [r for r in rows if r.board == board and GROUPS[r.mode][0] == group]
+                if not grows or (group == "graph" and prior.graph_call_ms is None):
+                    continue
+                scores.setdefault(board, {})[group] = {
+                    "n": len(grows), "mape_pct": round(_mape(grows, group, prior), 1),
+                    "own_fit_mape_pct": round(_mape(grows, group, table.hosts[board]), 1)}
+    return {
+        "format": SHIPPED["host_costs"].format,
+        "version": VERSION,
+        "model": "eager: max_j (h_j + g_j + ... + g_N), h_j = eager_call_ms + the issue costs "
+                 "of ops 1..j (eager_op_ms per op with a kernel, eager_view_ms per view), g "
+                 "the predicted kernel times; compiled: the same with compiled_call_ms and "
+                 "compiled_kernel_ms per kernel; graph replay: graph_call_ms + input copies + "
+                 "the kernels' sum",
+        "hosts": hosts,
+        "provenance": {
+            "data": "KernelBench (MIT License, Copyright (c) 2024 Stanford University, "
+                    "ScalingIntelligence/KernelBench): canonical v0 timings of "
+                    "kernelbench/timings.csv.gz, CUDA events around model(*inputs), 100 "
+                    "trials per program",
+            "fit": f"per board and group of modes, Adam on the mean absolute log error, "
+                   f"{steps} steps; the GPU times are the shipped predictors', not fitted here",
+            "prior": "the median of each cost over the boards whose GPU is another chip; the "
+                     "range of those boards is the interval",
+        },
+        "leave_chip_out": scores,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    root = Path(__file__).resolve().parents[2]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(root / ".." / "shared" / "data"))
+    parser.add_argument("--out", default=str(root / "torch_gemm_cost" / "data" /
+                                             "host_costs.json"))
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+    table = fit_host_costs(load_rows(args.data, args.levels), args.steps)
+    table["provenance"]["command"] = "python -m torch_gemm_cost.train.host " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
+    Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
+    lines = ["board                chip    group     rows  held-out MAPE%  own-fit MAPE%"]
+    for board, groups in table["leave_chip_out"].items():
+        for group, m in groups.items():
+            lines.append(f"{board:20s} {table['hosts'][board]['chip']:7s} {group:9s} "
+                         f"{m['n']:5d} {m['mape_pct']:14.1f} {m['own_fit_mape_pct']:14.1f}")
+    print("\n".join(lines))
+    for board, v in table["hosts"].items():
+        print(board, {k: x for k, x in v["costs"].items()})
+    print(f"median eager_op_ms over hosts: "
+          f"{statistics.median(v['costs']['eager_op_ms'] for v in table['hosts'].values()):.4f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
