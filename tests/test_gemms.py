@@ -549,8 +549,46 @@ def test_convolution_gemm_and_backward_by_hand() -> None:
     c2 = next(s for s in sites if s.module == "c2" and s.phase == "forward")
     assert c2.shape == (3, 240, 8, 36) and c2.op == "convolution"
     t2 = next(s for s in sites if s.module == "t2" and s.phase == "forward")
-    # transposed: input positions 2·8·15 = 240 × 10·4·4 = 160 outputs' taps, over 24 channels
-    assert t2.shape == (1, 240, 160, 24) and t2.op == "conv_transpose"
+    # transposed, as cuDNN's dgrad kernel runs it: output positions (8 − 1)·2 − 2 + 4 + 1 = 17
+    # by (15 − 1)·2 − 2 + 4 + 1 = 31, so m = 2·17·31 = 1,054 rows × 10 filters, reducing over
+    # 24·4·4 = 384: 2·1,054·10·384 = 8,094,720 FLOPs run, stride 2 multiplying zeros; the
+    # needed FLOPs are 240 input positions (2·8·15) × 160 (10·4·4) × 24 × 2 = 1,843,200
+    assert t2.shape == (1, 1054, 10, 384) and t2.op == "conv_transpose"
+    assert t2.dense_flops == 8_094_720 and t2.flops == 1_843_200
+
+
+@pytest.mark.parametrize(("cudnn", "matmul"), [(True, False), (False, True)])
+def test_fp32_runs_tf32_where_torch_flags_allow_it(cudnn: bool, matmul: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyTorch's defaults: cuDNN convolutions may use TF32, cuBLAS matmuls may not; the flags
+    # are read when records are made, so a user who flips them gets what they set
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", cudnn)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = matmul  # not an attribute monkeypatch can set
+    try:
+        _check_tf32_sites(cudnn, matmul)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def _check_tf32_sites(cudnn: bool, matmul: bool) -> None:
+
+    class ConvThenLinear(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(4, 8, 3), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.conv(x).mean((2, 3)))
+
+    sites, _ = extract(capture(ConvThenLinear(), (torch.ones(2, 4, 6, 6),), train=True),
+                       "float32", mode="train")
+    want = {"conv": "tf32" if cudnn else "float32", "fc": "tf32" if matmul else "float32"}
+    assert {(s.module, s.dtype) for s in sites} == set(want.items())  # backward as forward
+    assert all(s.out_dtype == "float32" for s in sites)
+    # bf16 asked stays bf16 whatever the flags
+    assert {s.dtype for s in extract(capture(ConvThenLinear(), (torch.ones(2, 4, 6, 6),)),
+                                     "bfloat16")[0]} == {"bfloat16"}
 
 
 def test_fused_attention_keeps_its_score_rows_off_the_load_path() -> None:

@@ -11,15 +11,15 @@ import torch
 from .handlers import ForwardGemm, HandlerContext, attention_shape, bind_arguments
 from .nodes import _qualified, _tensors
 from .op_classes import op_class_of
-from .sizing import _Ctx, _gemm_bytes
+from .sizing import _Ctx, _gemm_bytes, math_dtype
 from .types import GemmSite, OtherOp, alignment_bytes
 
 
 def _site(f: ForwardGemm, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmSite:
-    cd = ctx.cd
+    cd = math_dtype(f.op, ctx.cd)  # fp32 runs TF32 where PyTorch's flags allow it
     dense = 2 * f.batch * f.m * f.n * f.k
-    if f.kept is None:
-        flops = dense
+    if f.kept is None:  # a strided transposed convolution needs fewer than it runs
+        flops = dense if f.needed_flops is None else f.needed_flops
     else:  # kept scores of the (q_len, kv_len) matrix: qk is (m=q, n=kv), pv is (m=q, k=kv)
         kv = f.n if f.op == "sdpa_qk" else f.k
         flops = dense // (f.m * kv) * f.kept
