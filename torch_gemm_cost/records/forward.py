@@ -10,7 +10,7 @@ import torch
 
 from .handlers import ForwardGemm, HandlerContext, attention_shape, bind_arguments
 from .nodes import _qualified, _tensors
-from .op_classes import op_class_of
+from .op_classes import computes_stats, op_class_of, row_elems_of
 from .sizing import _Ctx, _gemm_bytes, math_dtype
 from .types import GemmSite, OtherOp, alignment_bytes
 
@@ -107,6 +107,7 @@ def _other(
                 seen.add(id(t))
                 dram += ctx.tensor_bytes(t)
     floating = any(t.dtype.is_floating_point for t in outs + in_vals)
+    args = bind_arguments(node) if op_class in ("norm", "softmax") else {}
     return OtherOp(
         module=module,
         module_type=module_type,
@@ -117,5 +118,7 @@ def _other(
         dtype=ctx.act_name if floating else str(outs[0].dtype).removeprefix("torch."),
         numel=max(t.numel() for t in outs),
         dram_bytes=int(dram),
+        row_elems=row_elems_of(base, args, in_vals[0] if in_vals else None),
+        computes_stats=computes_stats(base, args),
     )
 

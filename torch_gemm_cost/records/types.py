@@ -187,6 +187,12 @@ class OtherOp:
     flops: int = 0
     # the attention an SDPA call computes; its GEMMs are the node's ``sdpa_qk``/``sdpa_pv`` sites
     attention: AttentionShape | None = None
+    # elements of one row a row-wise kernel reduces (softmax, log-softmax and layer norm run a
+    # block per row; ``predict.rows``); 0 for any other op
+    row_elems: int = 0
+    # a batch, instance or group norm that computes its statistics (training mode; group norm
+    # always): a statistics pass over the input, then the normalizing pass (``predict.rows``)
+    computes_stats: bool = False
 
 
 @dataclass(frozen=True)
