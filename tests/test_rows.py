@@ -82,3 +82,13 @@ def test_capture_records_rows_and_statistics():
             ("aten.native_layer_norm", 4 * 5 * 5, False),  # normalized over (4, 5, 5)
             ("aten._softmax", 4, False),  # over dim 1, of 4 channels
         ]
+
+
+def test_a_reduced_pointwise_loss_writes_and_rereads_its_loss_tensor():
+    # smooth_l1_loss of two 1,000,000-element fp32 tensors to their mean: record 8,000,004 B
+    # (both read, a scalar written); the loss tensor (4,000,000 B) is written, then read by the
+    # mean: 16,000,008 B at the reduction class's 0.9·900e9 = 19.753 µs + two launches (10 µs)
+    loss = row_op("aten.smooth_l1_loss", "reduction", 1, 8_000_004)
+    # with reduction="none" the loss tensor is the output the record already counts
+    each = row_op("aten.smooth_l1_loss", "reduction", 1_000_000, 12_000_000)
+    assert times(loss, each) == pytest.approx([0.029753, 0.019815], rel=1e-4)
