@@ -591,6 +591,27 @@ def _check_tf32_sites(cudnn: bool, matmul: bool) -> None:
                                      "bfloat16")[0]} == {"bfloat16"}
 
 
+def test_tensor_core_convolutions_write_their_nchw_output_through_a_transform(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = nn.Sequential(nn.Conv2d(4, 8, 3), nn.Conv2d(8, 8, 1),
+                          nn.ConvTranspose2d(8, 4, 3, stride=2))
+    x = torch.ones(2, 4, 9, 9)
+
+    def transforms(m: nn.Module, x: torch.Tensor, dtype: str = "float32") -> list[int]:
+        _, others = extract(capture(m, (x,)), dtype)
+        return [o.dram_bytes for o in others if o.node.endswith(".nchw_layout")]
+
+    # TF32 (PyTorch's default for convolutions): the 3x3 conv's (2, 8, 7, 7) output, 784
+    # elements, read and written once more: 2·784·4 = 6,272 B; the 1x1 conv writes NCHW itself;
+    # the transposed conv's (2, 4, 15, 15) output ((7 − 1)·2 + 3 = 15): 2·1,800·4 = 14,400 B
+    assert transforms(model, x) == [6_272, 14_400]
+    assert transforms(model, x, "bfloat16") == [3_136, 7_200]  # 2-byte elements
+    cl = torch.channels_last
+    assert transforms(model.to(memory_format=cl), x.to(memory_format=cl)) == []
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # fp32 SIMT kernels
+    assert transforms(model, x) == []
+
+
 def test_fused_attention_keeps_its_score_rows_off_the_load_path() -> None:
     # 197 tokens (ViT-B/16 on 224 px), head dim 64, bf16. Eagerly, S = QKᵀ is stored with rows
     # of 197·2 = 394 B, which admit only 2-byte loads; the fused kernel never stores S or P.
