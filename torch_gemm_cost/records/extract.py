@@ -136,8 +136,9 @@ class _Walk:
             site = next(r for r in records if isinstance(r, GemmSite))
             layout = nchw_output_elems(fwds[0], DTYPES[site.dtype], out_tensors[0])
             if layout:  # the tensor-core convolution's output, written back to NCHW
-                records.append(self._nchw_layout(node, out_tensors[0], module, module_type))
-                self.fwd_others.append(records[-1])
+                transform = self._nchw_layout(node, out_tensors[0], module, module_type)
+                records.append(transform)
+                self.fwd_others.append(transform)
             if name in RNN_GATES:  # the cell kernel of every step, and its backward
                 cells = rnn_other_ops(node, self.ctx, module, module_type, ctx)
                 self.fwd_others.extend(cells)
