@@ -531,6 +531,36 @@ def test_convolution_flops_match_the_flop_counter(method: str) -> None:
     assert not [o for o in others if o.op_class == "other"]
 
 
+def test_transposed_convolution_flops_match_the_flop_counter() -> None:
+    # grouped, strided, dilated and padded transposed convolutions in 1, 2 and 3 dims: the
+    # records' FLOPs are the needed ones, as FlopCounterMode counts them, while their dims are
+    # the dgrad GEMM over the output that cuDNN runs (which multiplies the stride's zeros)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Transposed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t1 = nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, dilation=2)
+            self.t2 = nn.ConvTranspose2d(8, 12, (3, 5), stride=(2, 3), padding=(1, 2),
+                                         dilation=(2, 1), groups=4)
+            self.t3 = nn.ConvTranspose3d(8, 8, (3, 2, 2), stride=2, padding=1,
+                                         output_padding=1, groups=2)
+
+        def forward(self, x1: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor) -> torch.Tensor:
+            return self.t1(x1).sum() + self.t2(x2).sum() + self.t3(x3).sum()
+
+    model = Transposed()
+    xs = (torch.randn(2, 6, 9), torch.randn(2, 8, 5, 7), torch.randn(1, 8, 3, 4, 5))
+    with FlopCounterMode(display=False) as counter:
+        model(*xs)
+    want = {k.removeprefix("Transposed."): sum(v.values())
+            for k, v in counter.get_flop_counts().items() if k.startswith("Transposed.")}
+    sites, _ = extract(capture(model, xs), "float32")
+    assert {s.module: s.flops for s in sites} == want
+    # each runs more than it needs: stride 2 in 1-D, 2·3 in 2-D, 2·2·2 in 3-D, about
+    assert all(s.dense_flops > s.flops for s in sites)
+
+
 def test_convolution_gemm_and_backward_by_hand() -> None:
     x1 = torch.randn(2, 6, 61, requires_grad=True)
     sites, _ = extract(capture(Convs(), (x1, torch.randn(2, 4, 5, 9, 9)), train=True),
