@@ -14,6 +14,10 @@ between consecutive kernels, instead of that floor.
 - The softmax inside a fused SDPA kernel never touches DRAM for its scores: it costs its FLOPs
   at the device's vector fp32 rate, plus any explicit mask it reads, and launches nothing.
 - The optimizer's update (``records.extract.optimizer_ops``) is ops of phase ``optimizer``.
+- Ops that reduce before they write (long softmax and layer-norm rows, norms that compute
+  statistics, reduced pointwise losses) move more bytes than their record's one pass per
+  tensor, and a row-wise kernel with fewer rows than SMs streams at its blocks' rate
+  (``rows``).
 
 Fused kernels, as serving engines run them and as ``torch.compile`` makes them (``FUSED_OPS``:
 a fused RMSNorm, SiLU·mul, rotary embedding, an embedding gather, and torch's LayerNorm, GELU
