@@ -531,6 +531,36 @@ def test_convolution_flops_match_the_flop_counter(method: str) -> None:
     assert not [o for o in others if o.op_class == "other"]
 
 
+def test_transposed_convolution_flops_match_the_flop_counter() -> None:
+    # grouped, strided, dilated and padded transposed convolutions in 1, 2 and 3 dims: the
+    # records' FLOPs are the needed ones, as FlopCounterMode counts them, while their dims are
+    # the dgrad GEMM over the output that cuDNN runs (which multiplies the stride's zeros)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Transposed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t1 = nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, dilation=2)
+            self.t2 = nn.ConvTranspose2d(8, 12, (3, 5), stride=(2, 3), padding=(1, 2),
+                                         dilation=(2, 1), groups=4)
+            self.t3 = nn.ConvTranspose3d(8, 8, (3, 2, 2), stride=2, padding=1,
+                                         output_padding=1, groups=2)
+
+        def forward(self, x1: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor) -> torch.Tensor:
+            return self.t1(x1).sum() + self.t2(x2).sum() + self.t3(x3).sum()
+
+    model = Transposed()
+    xs = (torch.randn(2, 6, 9), torch.randn(2, 8, 5, 7), torch.randn(1, 8, 3, 4, 5))
+    with FlopCounterMode(display=False) as counter:
+        model(*xs)
+    want = {k.removeprefix("Transposed."): sum(v.values())
+            for k, v in counter.get_flop_counts().items() if k.startswith("Transposed.")}
+    sites, _ = extract(capture(model, xs), "float32")
+    assert {s.module: s.flops for s in sites} == want
+    # each runs more than it needs: stride 2 in 1-D, 2·3 in 2-D, 2·2·2 in 3-D, about
+    assert all(s.dense_flops > s.flops for s in sites)
+
+
 def test_convolution_gemm_and_backward_by_hand() -> None:
     x1 = torch.randn(2, 6, 61, requires_grad=True)
     sites, _ = extract(capture(Convs(), (x1, torch.randn(2, 4, 5, 9, 9)), train=True),
@@ -549,8 +579,67 @@ def test_convolution_gemm_and_backward_by_hand() -> None:
     c2 = next(s for s in sites if s.module == "c2" and s.phase == "forward")
     assert c2.shape == (3, 240, 8, 36) and c2.op == "convolution"
     t2 = next(s for s in sites if s.module == "t2" and s.phase == "forward")
-    # transposed: input positions 2·8·15 = 240 × 10·4·4 = 160 outputs' taps, over 24 channels
-    assert t2.shape == (1, 240, 160, 24) and t2.op == "conv_transpose"
+    # transposed, as cuDNN's dgrad kernel runs it: output positions (8 − 1)·2 − 2 + 4 + 1 = 17
+    # by (15 − 1)·2 − 2 + 4 + 1 = 31, so m = 2·17·31 = 1,054 rows × 10 filters, reducing over
+    # 24·4·4 = 384: 2·1,054·10·384 = 8,094,720 FLOPs run, stride 2 multiplying zeros; the
+    # needed FLOPs are 240 input positions (2·8·15) × 160 (10·4·4) × 24 × 2 = 1,843,200
+    assert t2.shape == (1, 1054, 10, 384) and t2.op == "conv_transpose"
+    assert t2.dense_flops == 8_094_720 and t2.flops == 1_843_200
+
+
+@pytest.mark.parametrize(("cudnn", "matmul"), [(True, False), (False, True)])
+def test_fp32_runs_tf32_where_torch_flags_allow_it(cudnn: bool, matmul: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyTorch's defaults: cuDNN convolutions may use TF32, cuBLAS matmuls may not; the flags
+    # are read when records are made, so a user who flips them gets what they set
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", cudnn)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = matmul  # not an attribute monkeypatch can set
+    try:
+        _check_tf32_sites(cudnn, matmul)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def _check_tf32_sites(cudnn: bool, matmul: bool) -> None:
+
+    class ConvThenLinear(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(4, 8, 3), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.conv(x).mean((2, 3)))
+
+    sites, _ = extract(capture(ConvThenLinear(), (torch.ones(2, 4, 6, 6),), train=True),
+                       "float32", mode="train")
+    want = {"conv": "tf32" if cudnn else "float32", "fc": "tf32" if matmul else "float32"}
+    assert {(s.module, s.dtype) for s in sites} == set(want.items())  # backward as forward
+    assert all(s.out_dtype == "float32" for s in sites)
+    # bf16 asked stays bf16 whatever the flags
+    assert {s.dtype for s in extract(capture(ConvThenLinear(), (torch.ones(2, 4, 6, 6),)),
+                                     "bfloat16")[0]} == {"bfloat16"}
+
+
+def test_tensor_core_convolutions_write_their_nchw_output_through_a_transform(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = nn.Sequential(nn.Conv2d(4, 8, 3), nn.Conv2d(8, 8, 1),
+                          nn.ConvTranspose2d(8, 4, 3, stride=2))
+    x = torch.ones(2, 4, 9, 9)
+
+    def transforms(m: nn.Module, x: torch.Tensor, dtype: str = "float32") -> list[int]:
+        _, others = extract(capture(m, (x,)), dtype)
+        return [o.dram_bytes for o in others if o.node.endswith(".nchw_layout")]
+
+    # TF32 (PyTorch's default for convolutions): the 3x3 conv's (2, 8, 7, 7) output, 784
+    # elements, read and written once more: 2·784·4 = 6,272 B; the 1x1 conv writes NCHW itself;
+    # the transposed conv's (2, 4, 15, 15) output ((7 − 1)·2 + 3 = 15): 2·1,800·4 = 14,400 B
+    assert transforms(model, x) == [6_272, 14_400]
+    assert transforms(model, x, "bfloat16") == [3_136, 7_200]  # 2-byte elements
+    cl = torch.channels_last
+    assert transforms(model.to(memory_format=cl), x.to(memory_format=cl)) == []
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # fp32 SIMT kernels
+    assert transforms(model, x) == []
 
 
 def test_fused_attention_keeps_its_score_rows_off_the_load_path() -> None:

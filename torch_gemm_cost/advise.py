@@ -53,18 +53,20 @@ EAGER_ONLY = ("eager attention only (SDPA's fused kernel keeps the scores on chi
 # positions): the axis of (m, n, k) that holds the plain channels, per op and phase ...
 _CHANNEL_AXIS = {
     ("convolution", "forward"): 1, ("convolution", "backward_dx"): 2,
-    ("convolution", "backward_dw"): 0, ("conv_transpose", "forward"): 2,
-    ("conv_transpose", "backward_dx"): 1, ("conv_transpose", "backward_dw"): 1,
+    ("convolution", "backward_dw"): 0, ("conv_transpose", "forward"): 1,
+    ("conv_transpose", "backward_dx"): 2, ("conv_transpose", "backward_dw"): 0,
 }
 # ... and the axis that holds the other channels times the kernel taps (GemmSite.taps), where a
 # padded channel count is matched and padded in whole channels
 _TAPS_AXIS = {
     ("convolution", "forward"): 2, ("convolution", "backward_dx"): 1,
-    ("convolution", "backward_dw"): 1, ("conv_transpose", "forward"): 1,
-    ("conv_transpose", "backward_dx"): 2, ("conv_transpose", "backward_dw"): 0,
+    ("convolution", "backward_dw"): 1, ("conv_transpose", "forward"): 2,
+    ("conv_transpose", "backward_dx"): 1, ("conv_transpose", "backward_dw"): 1,
 }
-_CHANNEL_ROLE = {"convolution": "out_channels", "conv_transpose": "in_channels"}
-_TAPS_ROLE = {"convolution": "in_channels", "conv_transpose": "out_channels"}
+# a transposed convolution is recorded as its dgrad GEMM, laid out as a convolution's: its
+# output channels on the plain axis, its input channels times the taps on the unfolded one
+_CHANNEL_ROLE = {"convolution": "out_channels", "conv_transpose": "out_channels"}
+_TAPS_ROLE = {"convolution": "in_channels", "conv_transpose": "in_channels"}
 # predictor details quoted in a cause when padding moves them by more than 1%
 _STAGES = (("intensity_flops_per_byte", "FLOP/B"), ("util", "util"), ("h2", "L2 hits"),
            ("tile_n", "tile n"), ("tile_m", "tile m"))

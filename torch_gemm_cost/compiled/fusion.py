@@ -16,7 +16,10 @@ graph; the decisions they encode are the scheduler's, not the code generator's:
    epilogue fusion into a GEMM), as do fallback kernels (sort, topk, scatters, ops of class
    ``other``). An operand an extern GEMM cannot read in place (batch dims that do not flatten
    to one stride) is first copied by a pointwise kernel of its own, as ``matmul``'s reshape
-   is.
+   is. A convolution's NHWC-to-NCHW output transform (``records.copies.nchw_output_elems``)
+   is dropped: inductor runs convolutions channels-last (``config.layout_optimization``).
+   NB: inductor's ``decide_layout_opt`` can decline it (few or tiny convolutions); not
+   followed.
 3. **Candidates and order** (``Scheduler.get_possible_fusions``, ``fuse_nodes_once``, up to 10
    rounds in ``fuse_nodes``): pairs of buffer nodes that use a common buffer, best first by
    ``InductorChoices.score_fusion``: same kind (both reductions or neither), then bytes shared
@@ -69,7 +72,7 @@ from typing import Any
 import torch
 
 from ..hardware.dtypes import resolve_dtype
-from ..records.copies import OPERAND_COPY, operand_copies
+from ..records.copies import NCHW_LAYOUT, OPERAND_COPY, operand_copies
 from ..records.extract import META_KEY
 from ..records.handlers import op_name
 from ..records.nodes import _tensors
@@ -212,6 +215,11 @@ class _BufferGraph:
                 for arg, _ in self._operand_copies(n):
                     self._add_copy(n, arg, copies.pop(f"{n.name}.{OPERAND_COPY}.{arg.name}"))
                 for rec in copies.values():  # a constant operand: inductor folds its copy
+                    self.removed.add(len(self.ops))
+                    self.ops.append(rec)
+            if kind == "extern":  # inductor runs convolutions channels-last: no NCHW transform
+                for rec in [r for r in fwd if r.node == f"{n.name}.{NCHW_LAYOUT}"]:
+                    fwd.remove(rec)
                     self.removed.add(len(self.ops))
                     self.ops.append(rec)
             self._node_ops[n] = list(range(len(self.ops), len(self.ops) + len(fwd)))

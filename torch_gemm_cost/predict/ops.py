@@ -14,6 +14,10 @@ between consecutive kernels, instead of that floor.
 - The softmax inside a fused SDPA kernel never touches DRAM for its scores: it costs its FLOPs
   at the device's vector fp32 rate, plus any explicit mask it reads, and launches nothing.
 - The optimizer's update (``records.extract.optimizer_ops``) is ops of phase ``optimizer``.
+- Ops that reduce before they write (long softmax and layer-norm rows, norms that compute
+  statistics, reduced pointwise losses) move more bytes than their record's one pass per
+  tensor, and a row-wise kernel with fewer rows than SMs streams at its blocks' rate
+  (``rows``).
 
 Fused kernels, as serving engines run them and as ``torch.compile`` makes them (``FUSED_OPS``:
 a fused RMSNorm, SiLU·mul, rotary embedding, an embedding gather, and torch's LayerNorm, GELU
@@ -52,6 +56,7 @@ from ..records import OtherOp
 from ..records.types import FusedKernel
 from .base import Prediction
 from .registry import check_format, load_file, load_shipped
+from .rows import pass_factor, row_bandwidth_bytes_per_s
 
 __all__ = [
     "BACKWARD",
@@ -461,7 +466,11 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
     kernels = torch.tensor([r[2] for r in rows], dtype=torch.float64)
     on_chip_flops = torch.tensor([r[3] for r in rows], dtype=torch.float64)
     eta = torch.tensor(model.eta_on(device), dtype=torch.float64)[cls]
-    time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s)
+    # a row-wise kernel with fewer rows than SMs streams at its blocks' rate (rows.py)
+    row_bw = torch.tensor([row_bandwidth_bytes_per_s(op, device) for op in others],
+                          dtype=torch.float64)
+    bw = torch.minimum(eta * device.dram_bw_bytes_per_s, row_bw) / eta
+    time = memory_time_ms(dram, kernels, eta, model.launch_ms, bw)
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3
     # an op on an empty tensor launches nothing (PyTorch returns early); the optimizer's update
@@ -502,8 +511,11 @@ def _row(op: OtherOp, fwd: OtherOp | None) -> tuple[int, float, float, float]:
     index = _class_index(
         _OTHER_AS.get(base, op.op_class) if op.op_class == "other" else op.op_class
     )
+    if op.computes_stats:  # a plain reduction, then an elementwise transform (rows.py)
+        index = _class_index("elementwise")
     if op.phase != "backward" or fwd is None:  # a backward kernel recorded with its own bytes
-        return index, float(op.dram_bytes), 1.0, 0.0
+        factor, kernels = pass_factor(op, base, _elem_bytes(op))  # re-reads (rows.py)
+        return index, factor * float(op.dram_bytes), float(kernels), 0.0
     fwd_bytes = float(fwd.dram_bytes)
     full = _full_operands(fwd, fwd_bytes)
     if base in ("mul", "div"):

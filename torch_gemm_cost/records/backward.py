@@ -39,7 +39,9 @@ def _backward_site(f: ForwardGemm, fwd: GemmSite, phase: str, m: int, n: int, k:
     """One gradient GEMM of ``fwd``: its dims, and A's and B's (transposed, alignment bytes)."""
     cd = DTYPES[fwd.dtype]
     dense = 2 * fwd.batch * m * n * k
-    flops = dense * fwd.flops // fwd.dense_flops if fwd.causal else dense
+    # the needed share of what runs: kept scores under a causal mask, a strided transposed
+    # convolution's non-zero products
+    flops = dense * fwd.flops // fwd.dense_flops if fwd.flops != fwd.dense_flops else dense
     dram = _gemm_bytes(fwd.batch, m, n, k, cd)
     if f.tensor_elems is not None:  # dX reads dY and W, writes dX; dW reads X and dY
         x, w, y = f.tensor_elems

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from ..capture.graph import NO_GRAD
-from ..hardware.dtypes import ComputeDtype, resolve_dtype
+from ..hardware.dtypes import DTYPES, ComputeDtype, resolve_dtype
 from ..suggest import check_choice
 from .backward import _backward_other, _backward_sites, _bias_grad, _gradient_sums
-from .copies import OPERAND_COPY, operand_copies
+from .copies import NCHW_LAYOUT, OPERAND_COPY, nchw_output_elems, operand_copies
 from .einsum import einsum_other_ops
 from .forward import _other, _sdpa_softmax, _site
 from .handlers import ForwardGemm, HandlerContext, bind_arguments, gemm_handler, op_name
@@ -133,6 +133,12 @@ class _Walk:
             self.fwd_others.extend(copies)
             records, back = self._gemms(node, fwds, out_tensors[0], module, module_type, ctx)
             records[:0] = copies
+            site = next(r for r in records if isinstance(r, GemmSite))
+            layout = nchw_output_elems(fwds[0], DTYPES[site.dtype], out_tensors[0])
+            if layout:  # the tensor-core convolution's output, written back to NCHW
+                transform = self._nchw_layout(node, out_tensors[0], module, module_type)
+                records.append(transform)
+                self.fwd_others.append(transform)
             if name in RNN_GATES:  # the cell kernel of every step, and its backward
                 cells = rnn_other_ops(node, self.ctx, module, module_type, ctx)
                 self.fwd_others.extend(cells)
@@ -152,6 +158,15 @@ class _Walk:
                        node=f"{node.name}.{OPERAND_COPY}.{arg.name}", phase="forward",
                        op_class="copy", dtype=self.ctx.act_name, numel=val.numel(),
                        dram_bytes=2 * self.ctx.tensor_bytes(val))
+
+    def _nchw_layout(self, node: Any, out: torch.Tensor, module: str, module_type: str
+                     ) -> OtherOp:
+        """The kernel that transposes convolution ``node``'s output from the NHWC its
+        tensor-core kernel writes to NCHW (``nchw_output_elems``): reads and writes it once."""
+        return OtherOp(module=module, module_type=module_type, op="aten.clone",
+                       node=f"{node.name}.{NCHW_LAYOUT}", phase="forward", op_class="copy",
+                       dtype=self.ctx.act_name, numel=out.numel(),
+                       dram_bytes=2 * self.ctx.tensor_bytes(out))
 
     def _gemms(self, node: Any, fwds: Sequence[ForwardGemm], out: torch.Tensor, module: str,
                module_type: str, handler_ctx: HandlerContext

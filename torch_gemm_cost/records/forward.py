@@ -10,16 +10,16 @@ import torch
 
 from .handlers import ForwardGemm, HandlerContext, attention_shape, bind_arguments
 from .nodes import _qualified, _tensors
-from .op_classes import op_class_of
-from .sizing import _Ctx, _gemm_bytes
+from .op_classes import computes_stats, op_class_of, row_elems_of
+from .sizing import _Ctx, _gemm_bytes, math_dtype
 from .types import GemmSite, OtherOp, alignment_bytes
 
 
 def _site(f: ForwardGemm, ctx: _Ctx, module: str, module_type: str, node: str) -> GemmSite:
-    cd = ctx.cd
+    cd = math_dtype(f.op, ctx.cd)  # fp32 runs TF32 where PyTorch's flags allow it
     dense = 2 * f.batch * f.m * f.n * f.k
-    if f.kept is None:
-        flops = dense
+    if f.kept is None:  # a strided transposed convolution needs fewer than it runs
+        flops = dense if f.needed_flops is None else f.needed_flops
     else:  # kept scores of the (q_len, kv_len) matrix: qk is (m=q, n=kv), pv is (m=q, k=kv)
         kv = f.n if f.op == "sdpa_qk" else f.k
         flops = dense // (f.m * kv) * f.kept
@@ -107,6 +107,7 @@ def _other(
                 seen.add(id(t))
                 dram += ctx.tensor_bytes(t)
     floating = any(t.dtype.is_floating_point for t in outs + in_vals)
+    args = bind_arguments(node) if op_class in ("norm", "softmax") else {}
     return OtherOp(
         module=module,
         module_type=module_type,
@@ -117,5 +118,7 @@ def _other(
         dtype=ctx.act_name if floating else str(outs[0].dtype).removeprefix("torch."),
         numel=max(t.numel() for t in outs),
         dram_bytes=int(dram),
+        row_elems=row_elems_of(base, args, in_vals[0] if in_vals else None),
+        computes_stats=computes_stats(base, args),
     )
 

@@ -128,6 +128,9 @@ class ForwardGemm:
     # unfolded input): what crosses DRAM, forward and backward, instead of the matrices
     tensor_elems: tuple[int, int, int] | None = None
     taps: int = 1  # a convolution's kernel taps (``GemmSite.taps``)
+    # FLOPs the op needs where the GEMM that runs multiplies zeros too (a strided transposed
+    # convolution's dgrad kernel); None: 2·batch·m·n·k
+    needed_flops: int | None = None
 
 
 @dataclass(frozen=True)
@@ -402,11 +405,17 @@ def _per_dim(value: Any, nd: int, default: int) -> tuple[int, ...]:
 
 def _gemm_convolution(transposed_op: bool):
     """A convolution as the implicit GEMM cuDNN runs, one per group: (N·output positions) rows
-    by C_out/g filters, reducing over C_in/g·kernel taps. A transposed convolution runs the data
-    gradient's GEMM: (N·input positions) by C_out/g·taps, reducing over C_in/g. Its bytes are
-    the input, weight and output tensors', not the unfolded matrix's; A's alignment is the
+    by C_out/g filters, reducing over C_in/g·kernel taps. A transposed convolution is cuDNN's
+    data-gradient (dgrad) kernel of the convolution it transposes: the same implicit GEMM over
+    its own output, (N·output positions) by C_out/g, reducing over C_in/g·taps, where a stride
+    s puts s − 1 inserted zeros between input positions that the kernel multiplies as well, so
+    it runs about s^d times the FLOPs a transposed convolution needs (KernelBench's strided
+    ones: ``81_conv_transposed_2D`` at stride 5 runs 4.8 GFLOP in 4.16 ms on an L40S, 1.2
+    TFLOP/s useful, 29 counting the 25x zeros, the rate of its unstrided ones). ``flops``
+    counts the needed FLOPs (as ``FlopCounterMode``); the dims are the GEMM that runs. Bytes
+    are the input, weight and output tensors', not the unfolded matrix's; A's alignment is the
     unfolded row's. A depthwise convolution (one input channel per group) is no GEMM: the
-    handler declines it and it is costed as the memory-bound op it is."""
+    handler declines it and it is costed as the stencil it is (``predict.ops``)."""
 
     def handler(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
         x, w = ctx.tensor(args["input"]), ctx.tensor(args["weight"])
@@ -427,8 +436,9 @@ def _gemm_convolution(transposed_op: bool):
             extra = _per_dim(args.get("output_padding"), nd, 0)
             out_sp = [(i - 1) * st - 2 * p + d * (kk - 1) + e + 1 for i, st, p, d, kk, e in
                       zip(spatial, stride, padding, dilation, kernel, extra)]
-            m, n, k = n_img * math.prod(spatial), c_out_g * taps, in_per_group
+            m, n, k = n_img * math.prod(out_sp), c_out_g, in_per_group * taps
             out_elems = n_img * c_out_g * groups * math.prod(out_sp)
+            needed = 2 * groups * n_img * math.prod(spatial) * c_out_g * taps * in_per_group
             name = "conv_transpose"
         else:  # weight (C_out, C_in/g, *kernel)
             c_out, in_per_group = int(w.shape[0]), int(w.shape[1])
@@ -438,6 +448,7 @@ def _gemm_convolution(transposed_op: bool):
                 out_sp = list(spatial)
             m, n, k = n_img * math.prod(out_sp), c_out // groups, in_per_group * taps
             out_elems = n_img * c_out * math.prod(out_sp)
+            needed = 2 * groups * m * n * k
             name = "convolution"
         if groups > 1 and in_per_group == 1:
             return []  # depthwise: a memory-bound stencil, costed as an elementwise op
@@ -458,6 +469,7 @@ def _gemm_convolution(transposed_op: bool):
                 bias_grad_elems=_bias_grad_elems(args.get("bias"), out_elems, ctx),
                 tensor_elems=(unique_numel(x), unique_numel(w), out_elems),
                 taps=taps,
+                needed_flops=needed,
             )
         ]
 

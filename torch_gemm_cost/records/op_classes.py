@@ -4,8 +4,9 @@ sums its time under (``TIME_CLASSES``, ``time_class_of``)."""
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -300,3 +301,28 @@ def _elementwise(node: Any, base: str) -> bool:
     tags = getattr(node.target, "tags", ())
     return torch.Tag.pointwise in tags
 
+
+
+_ROW_OPS = frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
+                      "native_layer_norm", "layer_norm"})
+_STATS_NORMS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "batch_norm",
+                          "native_group_norm", "group_norm", "instance_norm"})
+
+
+def row_elems_of(base: str, args: Mapping[str, Any], x: torch.Tensor | None) -> int:
+    """Elements of one row of a row-wise op (``base``: softmax and layer norm, whose kernels
+    run a block per row) on input ``x`` with bound arguments ``args``; 0 for any other op."""
+    if base not in _ROW_OPS or not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return 0
+    if "normalized_shape" in args:
+        return math.prod(int(s) for s in args["normalized_shape"] or ()) or 1
+    dim = args.get("dim")
+    return int(x.shape[int(dim) if isinstance(dim, int) else -1])
+
+
+def computes_stats(base: str, args: Mapping[str, Any]) -> bool:
+    """Whether a norm ``base`` computes its statistics from its input: a batch (and instance)
+    norm in training mode, a group norm always."""
+    if base not in _STATS_NORMS:
+        return False
+    return bool(args.get("training", True)) if "training" in args else True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..hardware.dtypes import ComputeDtype
+from ..hardware.dtypes import DTYPES, ComputeDtype
 from .handlers import unique_numel
 
 
@@ -26,6 +26,29 @@ class _Ctx:
 
     def tensor_bytes(self, t: torch.Tensor) -> int:
         return unique_numel(t) * self.elem_bytes(t.dtype)
+
+
+# GEMM-like ops cuDNN runs (convolutions, transposed ones); every other GEMM is cuBLAS's
+CUDNN_OPS = frozenset({"convolution", "conv_transpose"})
+
+
+def math_dtype(op: str, cd: ComputeDtype) -> ComputeDtype:
+    """The precision a GEMM of ``op`` runs in when asked for ``cd``: an fp32 one in TF32 where
+    PyTorch's flags, read now in this process, allow it: ``torch.backends.cudnn.allow_tf32``
+    for the convolutions cuDNN runs (``CUDNN_OPS``; True by default) and
+    ``torch.backends.cuda.matmul.allow_tf32`` for cuBLAS's GEMMs (False by default:
+    ``torch.set_float32_matmul_precision("high")`` sets it). Storage stays fp32: the bytes
+    are the same, the tensor cores' tf32 peak applies.
+
+    >>> math_dtype("convolution", DTYPES["float32"]).name == (
+    ...     "tf32" if torch.backends.cudnn.allow_tf32 else "float32")
+    True
+    """
+    if cd.name != "float32":
+        return cd
+    allowed = (torch.backends.cudnn.allow_tf32 if op in CUDNN_OPS
+               else torch.backends.cuda.matmul.allow_tf32)
+    return DTYPES["tf32"] if allowed else cd
 
 
 def _out_dtype_name(cd: ComputeDtype) -> str:

@@ -119,11 +119,13 @@ class GemmSite:
     b_align_bytes: int
     c_align_bytes: int
     bias: bool  # a bias add is fused into the GEMM
-    flops: int  # 2·batch·m·n·k, times the kept fraction under a causal mask
+    # 2·batch·m·n·k, times the kept fraction under a causal mask; a strided transposed
+    # convolution's needed FLOPs, fewer than its dgrad GEMM runs (records.handlers)
+    flops: int
     dram_bytes: int  # compulsory bytes: A, B and C each moved once
     causal: bool = False  # attention scores under a causal mask (about half the tiles skipped)
-    # a convolution's kernel taps: its unfolded dim (k forward: C_in/groups·taps; n forward for a
-    # transposed one: C_out/groups·taps) holds this many elements per channel; 1 elsewhere
+    # a convolution's kernel taps: its unfolded dim (k forward: C_in/groups·taps, transposed
+    # or not) holds this many elements per channel; 1 elsewhere
     taps: int = 1
     # bytes per element of B as stored, where it differs from the compute dtype's: a weight
     # quantized to int4 or int8 with its group scales (0.5 + 2/128 for int4 in groups of 128),
@@ -185,6 +187,12 @@ class OtherOp:
     flops: int = 0
     # the attention an SDPA call computes; its GEMMs are the node's ``sdpa_qk``/``sdpa_pv`` sites
     attention: AttentionShape | None = None
+    # elements of one row a row-wise kernel reduces (softmax, log-softmax and layer norm run a
+    # block per row; ``predict.rows``); 0 for any other op
+    row_elems: int = 0
+    # a batch, instance or group norm that computes its statistics (training mode; group norm
+    # always): a statistics pass over the input, then the normalizing pass (``predict.rows``)
+    computes_stats: bool = False
 
 
 @dataclass(frozen=True)

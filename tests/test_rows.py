@@ -1,0 +1,94 @@
+"""Row-wise ops and statistics norms by their passes over memory (predict/rows.py): hand-worked
+times on a V100 (900 GB/s, 80 SMs) with round constants, and what capture records for them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from torch_gemm_cost import get_device
+from torch_gemm_cost.capture.core import capture
+from torch_gemm_cost.predict.ops import OP_CLASSES, OpBatch, OpCostModel
+from torch_gemm_cost.records import OtherOp, extract
+
+V100 = get_device("tesla_v100_pcie_32gb")
+TABLE = OpCostModel.from_dict(
+    {
+        "classes": {c: {"eta": 0.9, "floor_ms": 0.03} for c in OP_CLASSES
+                    if c not in ("view", "other")} | {"norm": {"eta": 0.5, "floor_ms": 0.045}},
+        "launch_ms": 0.005,
+    }
+)
+
+
+def row_op(name: str, cls: str, numel: int, dram_bytes: int, row_elems: int = 0,
+           computes_stats: bool = False) -> OtherOp:
+    return OtherOp("m", "M", name, "n0", "forward", cls, "float32", numel, dram_bytes,
+                   row_elems=row_elems, computes_stats=computes_stats)
+
+
+def times(*ops: OtherOp) -> list[float | None]:
+    return TABLE.predict(OpBatch(ops), V100).times_or_none()
+
+
+def test_softmax_rows_past_shared_memory_are_read_three_times():
+    # 4096 rows of 12,288 fp32 (48 KiB: fits a block's shared memory): read once, written once,
+    # 2·4096·12,288·4 = 402,653,184 B / (0.9·900e9) = 0.497103 ms + 5 µs launch
+    fits = row_op("aten._softmax", "softmax", 4096 * 12_288, 402_653_184, 12_288)
+    # 1024 rows of 49,152 (192 KiB): the same bytes, but max, sum and output each read the row:
+    # 4 passes, 805,306,368 B / 810e9 = 0.994205 ms + 5 µs
+    long = row_op("aten._softmax", "softmax", 1024 * 49_152, 402_653_184, 49_152)
+    assert times(fits, long) == pytest.approx([0.502103, 0.999205], rel=1e-5)
+
+
+def test_layer_norm_of_few_long_rows_streams_at_its_blocks_rate():
+    # LayerNorm over (64, 256, 256) on 16 images: 16 rows of 4,194,304 fp32 (16 MiB each),
+    # record 570,425,472 B; re-read from DRAM: 1.5x = 855,638,208 B. 16 blocks on 16 of the
+    # 80 SMs, 4096 B in flight each over 500 ns: 16·4096/500e-9 = 131.072e9 B/s, under the
+    # norm class's 0.5·900e9 = 450e9: 855,638,208 / 131.072e9 = 6.528 ms + 5 µs
+    ln = row_op("aten.native_layer_norm", "norm", 16 * 4_194_304, 570_425_472, 4_194_304)
+    assert times(ln) == pytest.approx([6.533], rel=1e-4)
+    # 128 rows of 1024 (4 KiB, re-read from the block's cache), rows >= SMs: the DRAM bound
+    # 2·128·1024·4 = 1,048,576 B / 450e9 = 2.330 µs + 5 µs
+    short = row_op("aten.native_layer_norm", "norm", 128 * 1024, 1_048_576, 1024)
+    assert times(short) == pytest.approx([0.007330], rel=1e-3)
+
+
+def test_norms_that_compute_statistics_read_their_input_twice():
+    # GroupNorm on 1,000,000 fp32: record 8,000,000 B (x read, y written); a moments kernel
+    # reads x, a second reads x and writes y: 12,000,000 B at the elementwise 0.9·900e9 =
+    # 14.815 µs + two launches (10 µs) = 0.024815 ms
+    gn = row_op("aten.native_group_norm", "norm", 1_000_000, 8_000_000, computes_stats=True)
+    # the same in eval-mode batch norm (running statistics): one pass, at the norm class's
+    # 0.5·900e9: 8,000,000 / 450e9 = 17.778 µs + 5 µs
+    bn_eval = row_op("aten.native_batch_norm", "norm", 1_000_000, 8_000_000)
+    assert times(gn, bn_eval) == pytest.approx([0.024815, 0.022778], rel=1e-4)
+
+
+def test_capture_records_rows_and_statistics():
+    model = nn.Sequential(nn.BatchNorm2d(4), nn.GroupNorm(2, 4), nn.InstanceNorm2d(4),
+                          nn.LayerNorm([4, 5, 5]), nn.Softmax(1))
+    x = torch.ones(2, 4, 5, 5)
+    for train, bn_stats in ((True, True), (False, False)):
+        _, others = extract(capture(model, (x,), train=train), "float32",
+                            mode="train" if train else "inference")
+        got = [(o.op, o.row_elems, o.computes_stats) for o in others
+               if o.phase == "forward" and o.op_class in ("norm", "softmax")]
+        assert got == [
+            ("aten.native_batch_norm", 0, bn_stats),  # training mode: batch statistics
+            ("aten.native_group_norm", 0, True),
+            ("aten.native_batch_norm", 0, True),  # instance norm: per-image statistics
+            ("aten.native_layer_norm", 4 * 5 * 5, False),  # normalized over (4, 5, 5)
+            ("aten._softmax", 4, False),  # over dim 1, of 4 channels
+        ]
+
+
+def test_a_reduced_pointwise_loss_writes_and_rereads_its_loss_tensor():
+    # smooth_l1_loss of two 1,000,000-element fp32 tensors to their mean: record 8,000,004 B
+    # (both read, a scalar written); the loss tensor (4,000,000 B) is written, then read by the
+    # mean: 16,000,008 B at the reduction class's 0.9·900e9 = 19.753 µs + two launches (10 µs)
+    loss = row_op("aten.smooth_l1_loss", "reduction", 1, 8_000_004)
+    # with reduction="none" the loss tensor is the output the record already counts
+    each = row_op("aten.smooth_l1_loss", "reduction", 1_000_000, 12_000_000)
+    assert times(loss, each) == pytest.approx([0.029753, 0.019815], rel=1e-4)
