@@ -38,6 +38,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tabulate import tabulate
@@ -109,8 +110,8 @@ def fitted_gpus() -> tuple[set[str], set[str]]:
     return ({get_device(g).chip for g in gemm}, {get_device(g).chip for g in ops})
 
 
-def predict(timings: list[Timing], data: Path, levels: tuple[int, ...]
-            ) -> dict[tuple[str, str, str, str], tuple[float, float, str] | str]:
+def predict(timings: list[Timing], data: Path, levels: tuple[int, ...],
+            predictor: Any = None) -> dict[tuple[str, str, str, str], tuple[float, float, str] | str]:
     """(tree, program, gpu, mode) -> (predicted ms, roofline ms, the host prior's source), or
     the error that stopped the program; one ``compare()`` per (compiled, timing) a program's
     timings need (``MODES``), over every GPU that timed it."""
@@ -131,7 +132,8 @@ def predict(timings: list[Timing], data: Path, levels: tuple[int, ...]
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         reports = tgc.compare(built.model, built.inputs, devices=specs,
-                                              compiled=compiled, timing=timing)
+                                              compiled=compiled, timing=timing,
+                                              predictor=predictor)
                     for spec, rep in zip(specs, reports, strict=True):
                         for m in modes:
                             out[tree, prog.name, spec.id, m] = (
@@ -163,14 +165,27 @@ def main() -> None:
     ap.add_argument("--min-ms", type=float, default=0.05, help="score rows measured at or above")
     ap.add_argument("--save-rows", type=Path, help="CSV of every scored timing and its predictions")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--held-out", action="store_true",
+                    help="price each GPU's GEMMs with a hybrid fitted without its chip "
+                    "(benchmarks/e2e.py HeldOutByChip; about 15 minutes a chip on two cores)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="folder for the held-out fits, reused when present")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
 
     timings = [t for t in read_timings(args.data) if t.level in args.levels
                and (not args.boards or t.board in args.boards)]
-    preds = predict(timings, args.data, tuple(args.levels))
+    predictor = None
+    if args.held_out:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from e2e import HeldOutByChip
+
+        predictor = HeldOutByChip(args.data, cache=args.cache)
+    preds = predict(timings, args.data, tuple(args.levels), predictor)
     gemm_chips, op_chips = fitted_gpus()
+    if args.held_out:
+        gemm_chips = set()  # every GPU's GEMMs priced by a fit without its chip
 
     rows = []
     failed: dict[tuple[str, str], str] = {}
@@ -230,7 +245,8 @@ def main() -> None:
         "`timing='graph'`, the inductor modes against `estimate(compiled=True)` with "
         "`timing='event'` (no CUDA graphs) or `'graph'` (reduce-overhead, max-autotune). "
         "The GPU side is not fitted on KernelBench; `GEMM fit` / `op fit`: a board of the "
-        "GPU's chip was in the GEMM predictor's / op cost model's fit. The host costs are "
+        "GPU's chip was in the GEMM predictor's / op cost model's fit (with `--held-out`, "
+        "each GPU's GEMMs are priced by a hybrid refitted without its chip). The host costs are "
         "fitted on KernelBench's v0 timings and held out by chip: each GPU is priced with the "
         "median of the `host hosts` boards whose GPU is another chip. "
         "Roofline: the same records at max(FLOPs/peak, bytes/bandwidth), no launches or host."),
