@@ -41,6 +41,7 @@ GPU_NAMES = {
     "h200_sxm_141gb": "H200", "l40s": "L40S", "mi210": "MI210", "mi300x": "MI300X",
     "tesla_p100_pcie_16gb": "P100", "tesla_p4": "P4", "tesla_t4": "T4",
     "tesla_v100_pcie_32gb": "V100 PCIe", "tesla_v100_sxm2": "V100 SXM2", "rtx_3090": "RTX 3090",
+    "rtx_a6000": "RTX A6000", "a10": "A10", "a10g": "A10G", "a100_sxm4_40gb": "A100 SXM4 40GB",
 }
 
 
@@ -341,6 +342,29 @@ def kernel_rows(r: Results) -> list[Row]:
     return rows
 
 
+def kernelbench_rows(r: Results) -> list[Row]:
+    """KernelBench's programs as users time them, eager: the scaled-up sizes (v0.1, GPU time
+    dominates) and the original ones (v0, the host's issue time dominates), levels 1-3."""
+    kb = r.md("kernelbench_accuracy")
+    s = kb.table("By problem set, level and mode")
+    held = "no (GEMMs and host refitted without the chip)" if "--held-out" in kb.command \
+        else "GEMMs yes, host no"
+    rows = []
+    for pset, label in (("v0.1", "scaled-up sizes"), ("v0", "original, host-bound sizes")):
+        cells = [s.row(set=pset, level=str(level), mode="eager") for level in (1, 2, 3)]
+        gpus = sorted({x["gpu"] for x in kb.table("Per GPU").records() if x["set"] == pset
+                       and x["mode"] == "eager"})
+        rows.append(Row(
+            f"KernelBench programs of 0.05 ms or more, {label}, eager, levels 1 / 2 / 3 "
+            f"({' + '.join(c['rows'] for c in cells)} timings)",
+            " / ".join(GPU_NAMES.get(g, g) for g in gpus) if len(gpus) <= 3
+            else f"{len(gpus)} GPUs, each in turn", held,
+            " / ".join(f"{c['MAPE %']}%" for c in cells),
+            "roofline " + " / ".join(f"{c['roofline MAPE %']}%" for c in cells),
+            kb.path, kb.command))
+    return rows
+
+
 def interval_rows(r: Results) -> list[Row]:
     iv = r.md("intervals")
     s = iv.table("Summary").row(level="80%")
@@ -370,7 +394,7 @@ def cpu_rows(r: Results) -> list[Row]:
 
 
 SECTIONS: tuple[Callable[[Results], list[Row]], ...] = (
-    gemm_rows, whole_model_rows, kernel_rows, interval_rows, cpu_rows)
+    gemm_rows, whole_model_rows, kernel_rows, kernelbench_rows, interval_rows, cpu_rows)
 HEADER = ("what", "GPU", "its chip in the fit?", "ours", "beside it", "produced by")
 
 
@@ -409,6 +433,7 @@ VERBATIM: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("sustained", None),
     ("geforce_boost", None),
     ("amd_gemm_clock", None),
+    ("kernelbench_accuracy", ("By problem set, level and mode",)),
     ("label_consistency", None),
     ("ceiling", None),
     ("tile_match", None),
