@@ -22,6 +22,7 @@ from torch_gemm_cost.predict.host import (
     host_prior,
     load_host_costs,
 )
+from torch_gemm_cost.train.host import duplicate_boards
 
 # 10 µs call, 12 µs per op, 3 µs per view; compiled 40 µs call, 8 µs per kernel; 60 µs replay
 COSTS = HostCosts(0.010, 0.012, 0.003, 0.040, 0.008, 0.060)
@@ -157,11 +158,50 @@ def test_prior_holds_out_a_chip() -> None:
     assert table.prior(["Y", "Z"]).mid.graph_call_ms == pytest.approx(0.06)
 
 
+def test_prior_takes_the_newest_generation() -> None:
+    hosts = {
+        "a": {"chip": "X", "generation": "v0", "date": "2025-01-21",
+              "costs": HostCosts(0.01, 0.010, 0.002).to_dict()},
+        "b": {"chip": "Y", "generation": "v0", "date": "2025-03-16",
+              "costs": HostCosts(0.02, 0.020, 0.004, graph_call_ms=0.05).to_dict()},
+        "b/v0.1": {"chip": "Y", "generation": "v0.1", "date": "2026-01-14",
+                   "costs": HostCosts(0.01, 0.008, 0.001).to_dict()},
+        "c/v0.1": {"chip": "Z", "generation": "v0.1", "date": "2025-08-10",
+                   "costs": HostCosts(0.01, 0.004, 0.001).to_dict()},
+    }
+    table = HostCostTable.from_dict({"hosts": hosts})
+    assert table.newest() == "v0.1"  # b/v0.1, timed last
+    # Z held out: v0.1 keeps b/v0.1 alone (0.008); the range spans a, b and b/v0.1 (0.008-0.020)
+    prior = table.prior(["Z"])
+    assert prior.mid.eager_op_ms == pytest.approx(0.008)
+    assert (prior.lo.eager_op_ms, prior.hi.eager_op_ms) == (0.008, 0.020)
+    assert prior.source == "KernelBench v0.1 hosts (1, Z held out)"
+    # no v0.1 host has a graph floor: the other chips' hosts of any generation (b: 0.05)
+    assert prior.mid.graph_call_ms == pytest.approx(0.05)
+    # v0 asked for: a and b, median of 0.010 and 0.020
+    assert table.prior(["Z"], "v0").mid.eager_op_ms == pytest.approx(0.015)
+
+
+def test_a_repeated_board_counts_once() -> None:
+    import pandas as pd
+
+    # A_copy holds A's v0 rows, A also its v0.1 ones; B differs on p2
+    rows = [("A", "p1", "v0", 1.0), ("A", "p2", "v0", 2.0), ("A", "p1", "v0.1", 3.0),
+            ("A_copy", "p1", "v0", 1.0), ("A_copy", "p2", "v0", 2.0),
+            ("B", "p1", "v0", 1.0), ("B", "p2", "v0", 2.5)]
+    df = pd.DataFrame(rows, columns=["board", "problem_file", "problem_set", "mean_ms"])
+    df["mode"] = "eager"
+    assert duplicate_boards(df) == {"A_copy"}
+
+
 def test_the_shipped_table_holds_every_board_chip() -> None:
     table = load_host_costs()
     assert {"GA100", "GA102", "AD102"} <= set(table.chips.values())
+    assert {"v0", "v0.1"} <= set(table.generations.values()) and table.newest() == "v0.1"
+    assert "A6000_babel_v0.0" not in table.hosts  # A6000_babel's v0 timings again
     for costs in table.hosts.values():
         assert 0.0 < costs.eager_op_ms < 0.1  # tens of µs at most per op
+        assert costs.eager_view_ms < costs.eager_op_ms  # a dispatcher hop, no launch
     assert "KernelBench" in table.provenance["data"]
 
 
