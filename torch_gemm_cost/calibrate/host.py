@@ -7,7 +7,9 @@ each timed ``reps`` times by ``perf_counter`` with the device synchronized at bo
 - a chain of ``ops`` tiny ``nn.ReLU`` modules on a 16-element tensor: a module call, the
   dispatcher and a kernel launch each, so ``eager_op_ms`` is the chain's time over ``ops``
   (the kernels, a few µs each, run behind the host's issues);
-- ``ops`` views of that tensor: ``eager_view_ms``;
+- ``ops`` views of that tensor: ``eager_view_ms``, an issue without a kernel (called from
+  Python here, so an upper bound on the C++ dispatcher hop of a composite's inner view, which
+  the capture prices alike);
 - ``ops`` calls of an empty module: ``eager_call_ms``.
 
 The repeats' median is the profile's point and their range its interval. A compiled program's
