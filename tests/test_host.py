@@ -13,7 +13,7 @@ import torch_gemm_cost as tgc
 from torch_gemm_cost.calibrate.host import host_section, measure_host, with_host
 from torch_gemm_cost.cli import main
 from torch_gemm_cost.hardware.catalog import get_device
-from torch_gemm_cost.predict.call import ISSUE_KINDS, input_copy_ms
+from torch_gemm_cost.predict.call import ISSUE_KINDS, KernelSequence, input_copy_ms
 from torch_gemm_cost.predict.host import (
     HostCosts,
     HostCostTable,
@@ -22,7 +22,7 @@ from torch_gemm_cost.predict.host import (
     host_prior,
     load_host_costs,
 )
-from torch_gemm_cost.train.host import duplicate_boards
+from torch_gemm_cost.train.host import HostRow, duplicate_boards, fit_group
 
 # 10 µs call, 12 µs per op, 3 µs per view; compiled 40 µs call, 8 µs per kernel; 60 µs replay
 COSTS = HostCosts(0.010, 0.012, 0.003, 0.040, 0.008, 0.060)
@@ -257,3 +257,39 @@ def test_one_node_is_one_issue() -> None:
     kinds = [ISSUE_KINDS[k] for k in rep.call.issues.kind.tolist()]
     assert kinds.count("op") == len(nodes)
     assert max(rep.call.issues.gpu_ms.tolist()) == pytest.approx(sum(in_node))
+
+
+def _host_rows(op_ms: float, view_ms: float, call_ms: float, extra: tuple[int, ...] = (0, 3)
+               ) -> list[HostRow]:
+    """Host-bound programs (kernels of 1 µs) of n ops, then n // 2 + k views (k in
+    ``extra``), timed at exactly call + n·op + views·view."""
+    rows = []
+    for n in (4, 8, 16, 32, 64):
+        for k in extra:
+            views = n // 2 + k
+            kind = torch.tensor([0] * n + [1] * views)
+            gpu = torch.tensor([0.001] * n + [0.0] * views, dtype=torch.float64)
+            seq = KernelSequence(gpu, kind, 0, False)
+            # the last issue is a view: its kernel ended before; the host's sum is the time
+            measured = call_ms + n * op_ms + views * view_ms
+            rows.append(HostRow("h", "b", "v0", "2025-01-01", "l40s", "AD102", "eager",
+                                f"p{n}_{k}", measured, seq, 0.0))
+    return rows
+
+
+def test_fit_recovers_the_eager_costs() -> None:
+    # timed at the pulls' own values (2 µs view, 10 µs call) and 20 µs per op: the fit
+    # finds them, each within 5%
+    fit = fit_group(_host_rows(0.020, 0.002, 0.010), "eager", steps=400)
+    assert fit["eager_op_ms"] == pytest.approx(0.020, rel=0.05)
+    assert fit["eager_view_ms"] == pytest.approx(0.002, rel=0.05)
+    assert fit["eager_call_ms"] == pytest.approx(0.010, rel=0.05)
+
+
+def test_fit_pulls_a_view_it_cannot_place() -> None:
+    # every program has n ops and n / 2 views, timed with 6 µs views: the timings see
+    # 20 + 6 / 2 = 23 µs per op however they split it, so the view stays near its pull's
+    # 2 µs and the op takes the rest, near 23 - 2 / 2 = 22 µs
+    fit = fit_group(_host_rows(0.020, 0.006, 0.010, extra=(0,)), "eager", steps=400)
+    assert fit["eager_view_ms"] == pytest.approx(0.002, rel=0.15)
+    assert fit["eager_op_ms"] == pytest.approx(0.022, rel=0.05)
