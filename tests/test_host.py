@@ -158,18 +158,23 @@ def test_prior_holds_out_a_chip() -> None:
     assert table.prior(["Y", "Z"]).mid.graph_call_ms == pytest.approx(0.06)
 
 
-def test_prior_takes_the_newest_generation() -> None:
+def _generations() -> HostCostTable:
+    """Two v0 hosts that timed compiled programs, two v0.1 hosts that did not."""
     hosts = {
         "a": {"chip": "X", "generation": "v0", "date": "2025-01-21",
-              "costs": HostCosts(0.01, 0.010, 0.002).to_dict()},
+              "costs": HostCosts(0.01, 0.010, 0.002, 0.05, 0.030).to_dict()},
         "b": {"chip": "Y", "generation": "v0", "date": "2025-03-16",
-              "costs": HostCosts(0.02, 0.020, 0.004, graph_call_ms=0.05).to_dict()},
+              "costs": HostCosts(0.02, 0.020, 0.004, 0.05, 0.050, 0.05).to_dict()},
         "b/v0.1": {"chip": "Y", "generation": "v0.1", "date": "2026-01-14",
                    "costs": HostCosts(0.01, 0.008, 0.001).to_dict()},
         "c/v0.1": {"chip": "Z", "generation": "v0.1", "date": "2025-08-10",
                    "costs": HostCosts(0.01, 0.004, 0.001).to_dict()},
     }
-    table = HostCostTable.from_dict({"hosts": hosts})
+    return HostCostTable.from_dict({"hosts": hosts})
+
+
+def test_prior_takes_the_newest_generation() -> None:
+    table = _generations()
     assert table.newest() == "v0.1"  # b/v0.1, timed last
     # Z held out: v0.1 keeps b/v0.1 alone (0.008); the range spans a, b and b/v0.1 (0.008-0.020)
     prior = table.prior(["Z"])
@@ -214,6 +219,11 @@ def test_measure_host_on_the_cpu(tmp_path: Path) -> None:
     # the graph floor: the prior's (median over a, b, c: 0.06) scaled by this host's op
     # against the prior's median op (0.020)
     assert c["graph_call_ms"] == pytest.approx(0.06 * c["eager_op_ms"] / 0.020, abs=5e-5)  # 5 places
+    # the compiled costs are v0's alone: scaled by this host's op against v0's median op
+    # (0.015), their median kernel 0.040, not against the newer hosts' op
+    newer = host_section(m, _generations())["costs"]
+    assert newer["compiled_kernel_ms"] == pytest.approx(
+        0.040 * newer["eager_op_ms"] / 0.015, abs=5e-5)
     prior = host_prior({"host": section}, get_device("l40s"))
     assert prior.mid.eager_op_ms == pytest.approx(c["eager_op_ms"], rel=1e-3)
     assert prior.source == "measured on cpu"

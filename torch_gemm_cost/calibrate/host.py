@@ -13,8 +13,9 @@ each timed ``reps`` times by ``perf_counter`` with the device synchronized at bo
 - ``ops`` calls of an empty module: ``eager_call_ms``.
 
 The repeats' median is the profile's point and their range its interval. A compiled program's
-and a graph replay's costs are not measured here: they are the fitted hosts' prior
-(``HostCostTable.prior``), scaled by how much faster or slower this host issues an eager op
+and a graph replay's costs are not measured here: they are the prior of the newest fitted hosts
+that timed compiled programs (``HostCostTable.prior``), scaled by how much faster or slower this
+host issues an eager op
 than the prior's host (NB: a host's Python and its driver need not scale alike).
 """
 
@@ -97,7 +98,7 @@ def host_section(m: HostMeasurement, table: HostCostTable | None = None) -> dict
     """The profile's ``host`` section of a measurement: costs at the repeats' median, lo and
     hi at their ends; the compiled and graph costs the fitted hosts' prior scaled by this
     host's eager op against the prior's."""
-    prior = (table or load_host_costs()).prior().mid
+    prior = _reference(table or load_host_costs())
 
     def costs(pick: Callable[[tuple[float, ...]], float]) -> HostCosts:
         op = pick(m.op_ms)
@@ -108,8 +109,18 @@ def host_section(m: HostMeasurement, table: HostCostTable | None = None) -> dict
     return {"costs": costs(statistics.median).to_dict(), "lo": costs(min).to_dict(),
             "hi": costs(max).to_dict(), "device": m.device, "ops": m.ops,
             "reps": len(m.op_ms), "torch": torch.__version__,
-            "scaled": "compiled_* and graph_call_ms: the fitted hosts' median times this "
-                      "host's eager_op_ms over theirs"}
+            "scaled": "compiled_* and graph_call_ms: the median of the newest fitted hosts "
+                      "that timed compiled programs, times this host's eager_op_ms over "
+                      "theirs"}
+
+
+def _reference(table: HostCostTable) -> HostCosts:
+    """The prior of the newest generation whose hosts timed compiled programs, so that the
+    compiled and replay costs and the eager op they are scaled by come from the same hosts
+    (KernelBench's v0.1 hosts timed too few compiled programs to fit them)."""
+    timed = [h for h, c in table.hosts.items() if c.compiled_kernel_ms is not None]
+    newest = max(timed, key=lambda h: (table.dates.get(h, ""), h)) if timed else None
+    return table.prior(generation=table.generation(newest) if newest else None).mid
 
 
 def with_host(profile: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
