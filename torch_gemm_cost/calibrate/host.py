@@ -15,8 +15,7 @@ each timed ``reps`` times by ``perf_counter`` with the device synchronized at bo
 The repeats' median is the profile's point and their range its interval. A compiled program's
 and a graph replay's costs are not measured here: they are the prior of the newest fitted hosts
 that timed compiled programs (``HostCostTable.prior``), scaled by how much faster or slower this
-host issues an eager op
-than the prior's host (NB: a host's Python and its driver need not scale alike).
+host issues an eager op than they do (NB: a host's Python and its driver need not scale alike).
 """
 
 from __future__ import annotations
