@@ -19,9 +19,12 @@ bytes / DRAM bandwidth, no launches, nothing fused (the compiled rows get the sa
 The GPU side of the predictor is not fitted on KernelBench. ``GEMM fit`` says whether a board
 of the GPU's chip was in the GEMM predictor's fit (``hybrid_weights.json``: ``trained_gpus``);
 ``op fit`` the same for the non-GEMM op cost model (``op_costs.json``). The host's costs are
-(``host_costs.json``, fitted on KernelBench's v0 timings by ``train/host.py``), and held out by
-chip: ``estimate`` prices a GPU with the median of the hosts whose GPU is another chip
-(``host hosts``: how many; A10, A10G and RTX A6000 are one chip, GA102).
+(``host_costs.json``, fitted on KernelBench's v0 and v0.1 timings by ``train/host.py``, one host
+per board and problem set), and held out by chip: a GPU is priced with the median of the hosts of
+the newest software generation (v0.1) whose GPU is another chip, as ``estimate`` prices it by
+default (``host hosts``: how many; A10, A10G and RTX A6000 are one chip, GA102): v0's rows are
+so priced with hosts of a later PyTorch, never their own.
+A board whose eager timings repeat another's (``A6000_babel_v0.0``) is counted once.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import torch_gemm_cost as tgc
 from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
 from torch_gemm_cost.measured.kernelbench import build, programs
 from torch_gemm_cost.report import CostReport
+from torch_gemm_cost.train.host import duplicate_boards
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernelbench_accuracy.md"
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -86,6 +90,7 @@ def read_timings(data: Path) -> list[Timing]:
         raise SystemExit(f"no KernelBench timings at {path} (pass --data, the shared data folder)")
     df = pd.read_csv(path)
     df = df[(df.canonical == 1) & df.problem_file.notna() & df["mode"].isin(list(MODES))]
+    df = df[~df.board.isin(duplicate_boards(df))]  # A6000_babel_v0.0 repeats A6000_babel
     ids = {name: get_device(name).id for name in df.gpu_name.unique()}
     return [Timing(r.board, ids[r.gpu_name], r.problem_set, r.problem_file.split("/")[1],
                    int(r.level), r.problem_file.split("/")[-1], r.mode, float(r.mean_ms))
@@ -247,8 +252,11 @@ def main() -> None:
         "The GPU side is not fitted on KernelBench; `GEMM fit` / `op fit`: a board of the "
         "GPU's chip was in the GEMM predictor's / op cost model's fit (with `--held-out`, "
         "each GPU's GEMMs are priced by a hybrid refitted without its chip). The host costs are "
-        "fitted on KernelBench's v0 timings and held out by chip: each GPU is priced with the "
-        "median of the `host hosts` boards whose GPU is another chip. "
+        "fitted on KernelBench's v0 and v0.1 timings, one host per board and problem set, and "
+        "held out by chip: each GPU is priced as `estimate` prices it by default, with the "
+        "median of the `host hosts` hosts of the newest generation (v0.1) whose GPU is "
+        "another chip, v0's rows included. A board whose eager "
+        "timings repeat another's (A6000_babel_v0.0) is counted once. "
         "Roofline: the same records at max(FLOPs/peak, bytes/bandwidth), no launches or host."),
         "",
         "## By problem set, level and mode (every board)",

@@ -13,7 +13,7 @@ import torch_gemm_cost as tgc
 from torch_gemm_cost.calibrate.host import host_section, measure_host, with_host
 from torch_gemm_cost.cli import main
 from torch_gemm_cost.hardware.catalog import get_device
-from torch_gemm_cost.predict.call import ISSUE_KINDS, input_copy_ms
+from torch_gemm_cost.predict.call import ISSUE_KINDS, KernelSequence, input_copy_ms
 from torch_gemm_cost.predict.host import (
     HostCosts,
     HostCostTable,
@@ -22,6 +22,7 @@ from torch_gemm_cost.predict.host import (
     host_prior,
     load_host_costs,
 )
+from torch_gemm_cost.train.host import HostRow, duplicate_boards, fit_group
 
 # 10 µs call, 12 µs per op, 3 µs per view; compiled 40 µs call, 8 µs per kernel; 60 µs replay
 COSTS = HostCosts(0.010, 0.012, 0.003, 0.040, 0.008, 0.060)
@@ -157,11 +158,55 @@ def test_prior_holds_out_a_chip() -> None:
     assert table.prior(["Y", "Z"]).mid.graph_call_ms == pytest.approx(0.06)
 
 
+def _generations() -> HostCostTable:
+    """Two v0 hosts that timed compiled programs, two v0.1 hosts that did not."""
+    hosts = {
+        "a": {"chip": "X", "generation": "v0", "date": "2025-01-21",
+              "costs": HostCosts(0.01, 0.010, 0.002, 0.05, 0.030).to_dict()},
+        "b": {"chip": "Y", "generation": "v0", "date": "2025-03-16",
+              "costs": HostCosts(0.02, 0.020, 0.004, 0.05, 0.050, 0.05).to_dict()},
+        "b/v0.1": {"chip": "Y", "generation": "v0.1", "date": "2026-01-14",
+                   "costs": HostCosts(0.01, 0.008, 0.001).to_dict()},
+        "c/v0.1": {"chip": "Z", "generation": "v0.1", "date": "2025-08-10",
+                   "costs": HostCosts(0.01, 0.004, 0.001).to_dict()},
+    }
+    return HostCostTable.from_dict({"hosts": hosts})
+
+
+def test_prior_takes_the_newest_generation() -> None:
+    table = _generations()
+    assert table.newest() == "v0.1"  # b/v0.1, timed last
+    # Z held out: v0.1 keeps b/v0.1 alone (0.008); the range spans a, b and b/v0.1 (0.008-0.020)
+    prior = table.prior(["Z"])
+    assert prior.mid.eager_op_ms == pytest.approx(0.008)
+    assert (prior.lo.eager_op_ms, prior.hi.eager_op_ms) == (0.008, 0.020)
+    assert prior.source == "KernelBench v0.1 hosts (1, Z held out)"
+    # no v0.1 host has a graph floor: the other chips' hosts of any generation (b: 0.05)
+    assert prior.mid.graph_call_ms == pytest.approx(0.05)
+    # v0 asked for: a and b, median of 0.010 and 0.020
+    assert table.prior(["Z"], "v0").mid.eager_op_ms == pytest.approx(0.015)
+
+
+def test_a_repeated_board_counts_once() -> None:
+    import pandas as pd
+
+    # A_copy holds A's v0 rows, A also its v0.1 ones; B differs on p2
+    rows = [("A", "p1", "v0", 1.0), ("A", "p2", "v0", 2.0), ("A", "p1", "v0.1", 3.0),
+            ("A_copy", "p1", "v0", 1.0), ("A_copy", "p2", "v0", 2.0),
+            ("B", "p1", "v0", 1.0), ("B", "p2", "v0", 2.5)]
+    df = pd.DataFrame(rows, columns=["board", "problem_file", "problem_set", "mean_ms"])
+    df["mode"] = "eager"
+    assert duplicate_boards(df) == {"A_copy"}
+
+
 def test_the_shipped_table_holds_every_board_chip() -> None:
     table = load_host_costs()
     assert {"GA100", "GA102", "AD102"} <= set(table.chips.values())
+    assert {"v0", "v0.1"} <= set(table.generations.values()) and table.newest() == "v0.1"
+    assert "A6000_babel_v0.0" not in table.hosts  # A6000_babel's v0 timings again
     for costs in table.hosts.values():
         assert 0.0 < costs.eager_op_ms < 0.1  # tens of µs at most per op
+        assert costs.eager_view_ms < costs.eager_op_ms  # a dispatcher hop, no launch
     assert "KernelBench" in table.provenance["data"]
 
 
@@ -174,6 +219,11 @@ def test_measure_host_on_the_cpu(tmp_path: Path) -> None:
     # the graph floor: the prior's (median over a, b, c: 0.06) scaled by this host's op
     # against the prior's median op (0.020)
     assert c["graph_call_ms"] == pytest.approx(0.06 * c["eager_op_ms"] / 0.020, abs=5e-5)  # 5 places
+    # the compiled costs are v0's alone: scaled by this host's op against v0's median op
+    # (0.015), their median kernel 0.040, not against the newer hosts' op
+    newer = host_section(m, _generations())["costs"]
+    assert newer["compiled_kernel_ms"] == pytest.approx(
+        0.040 * newer["eager_op_ms"] / 0.015, abs=5e-5)
     prior = host_prior({"host": section}, get_device("l40s"))
     assert prior.mid.eager_op_ms == pytest.approx(c["eager_op_ms"], rel=1e-3)
     assert prior.source == "measured on cpu"
@@ -217,3 +267,39 @@ def test_one_node_is_one_issue() -> None:
     kinds = [ISSUE_KINDS[k] for k in rep.call.issues.kind.tolist()]
     assert kinds.count("op") == len(nodes)
     assert max(rep.call.issues.gpu_ms.tolist()) == pytest.approx(sum(in_node))
+
+
+def _host_rows(op_ms: float, view_ms: float, call_ms: float, extra: tuple[int, ...] = (0, 3)
+               ) -> list[HostRow]:
+    """Host-bound programs (kernels of 1 µs) of n ops, then n // 2 + k views (k in
+    ``extra``), timed at exactly call + n·op + views·view."""
+    rows = []
+    for n in (4, 8, 16, 32, 64):
+        for k in extra:
+            views = n // 2 + k
+            kind = torch.tensor([0] * n + [1] * views)
+            gpu = torch.tensor([0.001] * n + [0.0] * views, dtype=torch.float64)
+            seq = KernelSequence(gpu, kind, 0, False)
+            # the last issue is a view: its kernel ended before; the host's sum is the time
+            measured = call_ms + n * op_ms + views * view_ms
+            rows.append(HostRow("h", "b", "v0", "2025-01-01", "l40s", "AD102", "eager",
+                                f"p{n}_{k}", measured, seq, 0.0))
+    return rows
+
+
+def test_fit_recovers_the_eager_costs() -> None:
+    # timed at the pulls' own values (2 µs view, 10 µs call) and 20 µs per op: the fit
+    # finds them, each within 5%
+    fit = fit_group(_host_rows(0.020, 0.002, 0.010), "eager", steps=400)
+    assert fit["eager_op_ms"] == pytest.approx(0.020, rel=0.05)
+    assert fit["eager_view_ms"] == pytest.approx(0.002, rel=0.05)
+    assert fit["eager_call_ms"] == pytest.approx(0.010, rel=0.05)
+
+
+def test_fit_pulls_a_view_it_cannot_place() -> None:
+    # every program has n ops and n / 2 views, timed with 6 µs views: the timings see
+    # 20 + 6 / 2 = 23 µs per op however they split it, so the view stays near its pull's
+    # 2 µs and the op takes the rest, near 23 - 2 / 2 = 22 µs
+    fit = fit_group(_host_rows(0.020, 0.006, 0.010, extra=(0,)), "eager", steps=400)
+    assert fit["eager_view_ms"] == pytest.approx(0.002, rel=0.15)
+    assert fit["eager_op_ms"] == pytest.approx(0.022, rel=0.05)

@@ -104,8 +104,9 @@ def estimate(
     kernels launched by its generated code after dynamo's guards); ``"kernel"`` the kernels'
     sum, as a profiler shows it; ``"graph"`` a CUDA graph replay (``mode="reduce-overhead"``,
     the ``cudagraphs`` backend): its floor, the copy of the inputs into the graph's buffers,
-    the kernels. The host's costs are the median of the hosts fitted on KernelBench whose GPU
-    is another chip (their range the interval ``report.call``), or a calibration profile's
+    the kernels. The host's costs are the median of the hosts fitted on KernelBench's newest
+    software generation whose GPU is another chip (every generation's range the interval
+    ``report.call``), or a calibration profile's
     measured host (``torch-gemm-cost calibrate --host``). ``report.gpu_ms`` is the kernels'
     sum whatever the timing, and the table's rows sum to it. ``host`` replaces those costs
     (``predict.host.HostCosts``, or a ``HostPrior`` with a range).

@@ -7,13 +7,15 @@ each timed ``reps`` times by ``perf_counter`` with the device synchronized at bo
 - a chain of ``ops`` tiny ``nn.ReLU`` modules on a 16-element tensor: a module call, the
   dispatcher and a kernel launch each, so ``eager_op_ms`` is the chain's time over ``ops``
   (the kernels, a few µs each, run behind the host's issues);
-- ``ops`` views of that tensor: ``eager_view_ms``;
+- ``ops`` views of that tensor: ``eager_view_ms``, an issue without a kernel (called from
+  Python here, so an upper bound on the C++ dispatcher hop of a composite's inner view, which
+  the capture prices alike);
 - ``ops`` calls of an empty module: ``eager_call_ms``.
 
 The repeats' median is the profile's point and their range its interval. A compiled program's
-and a graph replay's costs are not measured here: they are the fitted hosts' prior
-(``HostCostTable.prior``), scaled by how much faster or slower this host issues an eager op
-than the prior's host (NB: a host's Python and its driver need not scale alike).
+and a graph replay's costs are not measured here: they are the prior of the newest fitted hosts
+that timed compiled programs (``HostCostTable.prior``), scaled by how much faster or slower this
+host issues an eager op than they do (NB: a host's Python and its driver need not scale alike).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def host_section(m: HostMeasurement, table: HostCostTable | None = None) -> dict
     """The profile's ``host`` section of a measurement: costs at the repeats' median, lo and
     hi at their ends; the compiled and graph costs the fitted hosts' prior scaled by this
     host's eager op against the prior's."""
-    prior = (table or load_host_costs()).prior().mid
+    prior = _reference(table or load_host_costs())
 
     def costs(pick: Callable[[tuple[float, ...]], float]) -> HostCosts:
         op = pick(m.op_ms)
@@ -106,8 +108,18 @@ def host_section(m: HostMeasurement, table: HostCostTable | None = None) -> dict
     return {"costs": costs(statistics.median).to_dict(), "lo": costs(min).to_dict(),
             "hi": costs(max).to_dict(), "device": m.device, "ops": m.ops,
             "reps": len(m.op_ms), "torch": torch.__version__,
-            "scaled": "compiled_* and graph_call_ms: the fitted hosts' median times this "
-                      "host's eager_op_ms over theirs"}
+            "scaled": "compiled_* and graph_call_ms: the median of the newest fitted hosts "
+                      "that timed compiled programs, times this host's eager_op_ms over "
+                      "theirs"}
+
+
+def _reference(table: HostCostTable) -> HostCosts:
+    """The prior of the newest generation whose hosts timed compiled programs, so that the
+    compiled and replay costs and the eager op they are scaled by come from the same hosts
+    (KernelBench's v0.1 hosts timed too few compiled programs to fit them)."""
+    timed = [h for h, c in table.hosts.items() if c.compiled_kernel_ms is not None]
+    newest = max(timed, key=lambda h: (table.dates.get(h, ""), h)) if timed else None
+    return table.prior(generation=table.generation(newest) if newest else None).mid
 
 
 def with_host(profile: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:

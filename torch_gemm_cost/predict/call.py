@@ -2,7 +2,8 @@
 ``model(*inputs)`` with the host's issue time inside, or a CUDA graph replay.
 
 ``kernel_sequence`` orders a run's priced records as the host issues them: in eager mode each
-GEMM and each ATen op is one issue (a view issues no kernel, but still costs the host), with
+GEMM and each ATen op is one issue (a view issues no kernel, but still costs the host a
+dispatcher hop), with
 ``torch.compile`` each fused kernel and each extern GEMM is one (views cost nothing: inductor's
 generated code reinterprets its buffers). Records of one graph node are one issue: one call
 through the dispatcher, whatever it launches from C++. ``call_time`` prices the sequence under a timing
@@ -14,6 +15,12 @@ through the dispatcher, whatever it launches from C++. ``call_time`` prices the 
 - ``"graph"``: a CUDA graph replay (``reduce-overhead``, the ``cudagraphs`` backend) timed by
   events: the replay's floor, the copies of the inputs into the graph's static buffers, the
   kernels (``host.graph_time_ms``).
+
+NB: the capture records ATen ops below Python, so it cannot tell a view the user's code calls
+(Python and the dispatcher) from one a composite emits in C++ (``matmul``'s ``t``/``expand``,
+``batch_norm``'s ``empty``, a ``detach`` after an in-place op: the dispatcher alone): every
+issue without a kernel is priced as the latter, ``eager_view_ms``, a few µs against an op's
+tens. A composite's inner op that launches a kernel is priced as a whole op.
 
 NB: the issue order follows the captured graph's node order, forward first, backward in reverse;
 a backward op, issued by autograd's engine in C++, is priced as an eager op, Python included.
@@ -37,8 +44,10 @@ __all__ = ["ISSUE_KINDS", "TIMINGS", "CallTime", "KernelSequence", "call_time", 
            "kernel_sequence"]
 
 TIMINGS: tuple[str, ...] = ("event", "kernel", "graph")
-# what one issue is: an eager op that launches a kernel, an eager op that launches none (a
-# view), one of a compiled program's kernels (inductor's or an extern GEMM)
+# what one issue is, by what the host pays for it: an eager op that launches a kernel (Python,
+# the dispatcher, a launch), an eager op that launches none (a view, an allocation, a detach, a
+# composite's inner op: a dispatcher hop), one of a compiled program's kernels (inductor's or an
+# extern GEMM)
 ISSUE_KINDS: tuple[str, ...] = ("op", "view", "kernel")
 _PHASE_RANK = {"forward": 0, "backward": 1, "backward_dx": 1, "backward_dw": 1, "optimizer": 2}
 

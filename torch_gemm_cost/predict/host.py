@@ -30,14 +30,15 @@ inputs).
 The per-op costs are a host's, not a GPU's: ``HostCosts`` holds one host's, fitted on
 KernelBench's timings (``train/host.py``, ``data/host_costs.json``) or measured by
 ``torch-gemm-cost calibrate --host``; ``HostCostTable.prior`` is the median over the fitted hosts
-with their range as the interval.
+of the newest software generation (KernelBench v0.1's, a newer PyTorch than v0's), with the
+range of every generation's as the interval.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,8 @@ class HostCosts:
 
     Eager: ``eager_call_ms`` enters ``model(*inputs)`` (the module call, the event record),
     ``eager_op_ms`` issues one op that launches a kernel (its Python, the dispatcher, the
-    launch), ``eager_view_ms`` one that launches none (a view, a reshape). Compiled without
+    launch), ``eager_view_ms`` one that launches none (a view, a reshape, an allocation, a
+    composite's inner op: a dispatcher hop, mostly from C++, no launch). Compiled without
     CUDA graphs (inductor's default mode): ``compiled_call_ms`` runs dynamo's guards and
     the compiled entry, ``compiled_kernel_ms`` launches one of inductor's kernels (or an extern
     GEMM) from its generated code. ``graph_call_ms``: a CUDA graph replay's floor. None where
@@ -120,22 +122,38 @@ class HostPrior:
 @dataclass(frozen=True)
 class HostCostTable:
     """Fitted hosts (``data/host_costs.json``): each host's ``HostCosts`` by name (a
-    KernelBench board: one GPU at one cloud) and the chip of the GPU it drove."""
+    KernelBench board: one GPU at one cloud, in one problem set's timings), the chip of the GPU
+    it drove, and its software generation (``generations``: the problem set whose timings it
+    was fitted on, ``v0`` or ``v0.1``; ``dates``: when they were taken)."""
 
     hosts: Mapping[str, HostCosts]
     chips: Mapping[str, str]
     provenance: Mapping[str, Any]
+    generations: Mapping[str, str] = field(default_factory=dict)
+    dates: Mapping[str, str] = field(default_factory=dict)
 
-    def prior(self, exclude_chips: Iterable[str] = ()) -> HostPrior:
-        """The median of each cost over the hosts whose GPU's chip is not in
-        ``exclude_chips``, with their minimum and maximum as the range; a cost no such host
-        has falls back to the median over every host (None where none has it). A prediction for a GPU takes the prior
-        without its own chip's hosts: what it is scored against was never in its fit."""
+    def newest(self) -> str:
+        """The generation of the most recently timed host."""
+        return self.generation(max(self.hosts, key=lambda h: (self.dates.get(h, ""), h)))
+
+    def generation(self, host: str) -> str:
+        return self.generations.get(host, "v0")
+
+    def prior(self, exclude_chips: Iterable[str] = (), generation: str | None = None
+              ) -> HostPrior:
+        """The median of each cost over the hosts of ``generation`` (default: the newest,
+        what a user of today's PyTorch runs) whose GPU's chip is not in ``exclude_chips``,
+        with the minimum and maximum over such hosts of every generation as the range. A cost
+        none of them has falls back to the other chips' hosts of any generation, then to
+        every host (None where none has it). A prediction for a GPU takes the prior without
+        its own chip's hosts: what it is scored against was never in its fit."""
+        gen = generation or self.newest()
         out = set(exclude_chips)
-        kept = [h for h in self.hosts if self.chips[h] not in out] or list(self.hosts)
+        others = [h for h in self.hosts if self.chips[h] not in out] or list(self.hosts)
+        kept = [h for h in others if self.generation(h) == gen] or others
 
-        def pick(name: str) -> list[float]:
-            for pool in (kept, list(self.hosts)):
+        def pick(pools: tuple[list[str], ...], name: str) -> list[float]:
+            for pool in pools:
                 vals = [v for h in pool if (v := getattr(self.hosts[h], name)) is not None]
                 if vals:
                     return vals
@@ -145,13 +163,14 @@ class HostCostTable:
         lo: dict[str, float | None] = {}
         hi: dict[str, float | None] = {}
         for name in COST_FIELDS:
-            vals = pick(name)
+            vals = pick((kept, others, list(self.hosts)), name)
+            span = pick((others, list(self.hosts)), name)
             mid[name] = statistics.median(vals) if vals else None
-            lo[name], hi[name] = (min(vals), max(vals)) if vals else (None, None)
+            lo[name], hi[name] = (min(span), max(span)) if span else (None, None)
         left = sorted(set(self.chips.values()) & out)
         return HostPrior(HostCosts.from_dict(mid), HostCosts.from_dict(lo),
                          HostCosts.from_dict(hi),
-                         f"KernelBench hosts ({len(kept)}"
+                         f"KernelBench {gen} hosts ({len(kept)}"
                          + (f", {', '.join(left)} held out)" if left else ")"))
 
     @classmethod
@@ -160,7 +179,9 @@ class HostCostTable:
         if not hosts:
             raise ValueError("host cost table holds no host")
         return cls({h: HostCosts.from_dict(v["costs"]) for h, v in hosts.items()},
-                   {h: str(v["chip"]) for h, v in hosts.items()}, dict(d.get("provenance", {})))
+                   {h: str(v["chip"]) for h, v in hosts.items()}, dict(d.get("provenance", {})),
+                   {h: str(v.get("generation", "v0")) for h, v in hosts.items()},
+                   {h: str(v.get("date", "")) for h, v in hosts.items()})
 
     @classmethod
     def read(cls, doc: Mapping[str, Any]) -> HostCostTable:
