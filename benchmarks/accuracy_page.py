@@ -347,13 +347,19 @@ def kernelbench_rows(r: Results) -> list[Row]:
     dominates) and the original ones (v0, the host's issue time dominates), levels 1-3."""
     kb = r.md("kernelbench_accuracy")
     s = kb.table("By problem set, level and mode")
-    held = "no (GEMMs and host refitted without the chip)" if "--held-out" in kb.command \
-        else "GEMMs yes, host no"
     rows = []
     for pset, label in (("v0.1", "scaled-up sizes"), ("v0", "original, host-bound sizes")):
         cells = [s.row(set=pset, level=str(level), mode="eager") for level in (1, 2, 3)]
-        gpus = sorted({x["gpu"] for x in kb.table("Per GPU").records() if x["set"] == pset
-                       and x["mode"] == "eager"})
+        per_gpu = [x for x in kb.table("Per GPU").records() if x["set"] == pset
+                   and x["mode"] == "eager"]
+        gpus = sorted({x["gpu"] for x in per_gpu})
+        gemm_in = sorted({GPU_NAMES.get(x["gpu"], x["gpu"]) for x in per_gpu
+                          if x["GEMM fit"] == "yes"})
+        ops_in = sorted({GPU_NAMES.get(x["gpu"], x["gpu"]) for x in per_gpu
+                         if x["op fit"] == "yes"})
+        parts = [f"GEMMs: yes on {', '.join(gemm_in)}"] if gemm_in else []
+        parts += [f"other ops: yes on {', '.join(ops_in)}"] if ops_in else []
+        held = "; ".join(["host no", *parts]) if parts else "no"
         rows.append(Row(
             f"KernelBench programs of 0.05 ms or more, {label}, eager, levels 1 / 2 / 3 "
             f"({' + '.join(c['rows'] for c in cells)} timings)",
