@@ -116,9 +116,12 @@ def test_novelty_of_names_what_the_fit_lacked() -> None:
     assert generation_of(get_device("a40")) == "ampere"
     # CDNA3 beside CDNA2: one kernel-library family, another vendor generation
     assert novelty_of(get_device("mi300x"), datacenter) == "generation_unseen"
-    # a GeForce board of an Ampere chip when only datacenter boards were fitted; its chip fitted
+    # a GeForce board when only datacenter boards were fitted, even with its chip (the A40's
+    # GA102) in the fit; once a GeForce board is fitted, its chip decides
     assert novelty_of(get_device("rtx_3090"), ["a100_sxm4_80gb", "l40s"]) == "board_unseen"
-    assert novelty_of(get_device("rtx_3090"), datacenter) == "chip_seen"  # the A40's GA102
+    assert novelty_of(get_device("rtx_3090"), datacenter) == "board_unseen"
+    assert novelty_of(get_device("rtx_3090"), [*datacenter, "rtx_3090"]) == "chip_seen"
+    assert novelty_of(get_device("rtx_pro_6000"), datacenter) == "board_unseen"  # workstation
     assert novelty_of(get_device("b200"), datacenter) == "family_unseen"
     assert novelty_of(get_device("tesla_p100_pcie_16gb"), datacenter) == "family_unseen"
     assert novelty_of(get_device("l40s"), ["a100_sxm4_80gb"]) == "family_seen"

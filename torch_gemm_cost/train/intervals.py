@@ -671,7 +671,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cal = update_stretch(IntervalCalibration.load(args.update),
                              gemm_residuals(measured, chip_pred, "chip"),
                              {"stretch_command": command,
-                              "stretch_input": _provenance(args.gemm_predictions)})
+                              "stretch_input": {**_provenance(args.gemm_predictions),
+                                                "note": args.note}})
         cal = replace(cal, metadata={**dict(cal.metadata), "stretch_seconds":
                                      round(time.perf_counter() - t0, 1)})
         out = cal.save(args.out)

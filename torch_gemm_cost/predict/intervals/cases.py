@@ -116,9 +116,10 @@ def novelty_of(device: DeviceSpec, trained_gpus: Sequence[str] | None) -> str:
     """How new ``device`` is to a predictor fitted on ``trained_gpus`` (catalog ids), the first
     that holds: ``spec_file`` where the catalog does not hold the device as given (a spec built
     by hand or read from a file: only its datasheet is known); ``family_unseen`` where nothing
-    is known of the fit; ``chip_seen`` where a board of its chip was in the fit;
-    ``board_unseen`` where no board of its board class was (a GeForce or workstation board
-    beside datacenter ones); ``family_unseen`` where no chip of its kernel-library family was;
+    is known of the fit; ``board_unseen`` where no board of its board class was in the fit (a
+    GeForce or workstation board beside datacenter ones, even of a chip seen: its clocks and
+    power limit are its own); ``chip_seen`` where a board of its chip was;
+    ``family_unseen`` where no chip of its kernel-library family was;
     ``generation_unseen`` where one was, but none of its vendor generation
     (``generation_of``); else ``family_seen``."""
     try:
@@ -131,10 +132,10 @@ def novelty_of(device: DeviceSpec, trained_gpus: Sequence[str] | None) -> str:
         return "family_unseen"
     trained = [get_device(g) for g in trained_gpus]
     chip = device.chip or device.id
-    if any((t.chip or t.id) == chip for t in trained):
-        return "chip_seen"
     if all(t.board_class != device.board_class for t in trained):
         return "board_unseen"
+    if any((t.chip or t.id) == chip for t in trained):
+        return "chip_seen"
     family = library_family(device)
     if family == "other" or not any(library_family(t) == family for t in trained):
         return "family_unseen"
