@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 if r.chip == chip:
                     q = cal.gemm_log_quantiles(r.cases, r.novelty)
                     run_bounds[lv][i] = propagate(r.gemm_ms, q, r.other_ms,
-                                                  cal.level_sigma[r.novelty], cal.total_z, lv)
+                                                  cal.level_sigma_of(r.novelty), cal.total_z, lv)
         log.info("%s left out: done (%.0fs)", chip, time.perf_counter() - t0)
     full = fit_interval_calibration(chip_res, board_res, runs, cache=cache)
     board_full = {lv: gemm_bounds(full, board_res, lv) for lv in LEVELS}

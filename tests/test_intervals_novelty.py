@@ -143,3 +143,24 @@ def test_shipped_stretch_is_the_largest_need_and_widens_the_unseen_interval() ->
         lo, hi = bounds(t, SHIPPED.gemm_log_quantiles(cases, u), 0.8)
         assert bool((hi / lo >= hi_u / lo_u).all()), u
         assert SHIPPED.level_sigma_of(u) >= SHIPPED.level_sigma_of("family_unseen")
+
+
+def test_whole_model_score_of_an_unlike_gpu_by_hand() -> None:
+    # one 1 ms GEMM, nothing else, measured 1.5 ms. The family-unseen bucket: median 0, sd 0.1
+    # (Q = 0.1·Φ⁻¹(p)), level term 0.3. Stretched 2: sd 0.2, level 0.6, σ = √(0.6² + 0.2²) =
+    # √0.40 = 0.63246, μ = 0, so the score is ln 1.5 / σ = 0.405465 / 0.63246 = 0.64110;
+    # unstretched σ = √(0.3² + 0.1²) = 0.31623 and the score 1.28220
+    from torch_gemm_cost.train.intervals import GemmPart, WholeModelRow, whole_model_scores
+
+    g = GemmBatch.from_dims(m=[4096], n=[4096], k=[4096], dtype="bf16")
+    bucket = {"novelty": "family_unseen", "engine": None, "precision": None, "regime": None,
+              "size": None, "rows": 10, "gpus": 3, "chips": 3}
+    part = GemmPart((bucket,), 0.1 * NORMAL.unsqueeze(0), {"family_unseen": 0.3})
+    row = WholeModelRow(gpu="mi300x", chip="MI300X", novelty="generation_unseen", label="x",
+                        measured_ms=1.5, other_ms=0.0,
+                        gemm_ms=torch.tensor([1.0], dtype=torch.float64),
+                        cases=gemm_cases(g, get_device("mi300x")))
+    stretched = whole_model_scores([row], {"MI300X": part}, stretch=2.0)
+    assert float(stretched[0]) == pytest.approx(0.64110, abs=1e-5)
+    assert float(whole_model_scores([row], {"MI300X": part})[0]) == pytest.approx(1.28220,
+                                                                                 abs=1e-5)

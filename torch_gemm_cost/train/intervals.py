@@ -382,15 +382,22 @@ def load_whole_models(path: str | Path) -> list[WholeModelRow]:
 
 
 def whole_model_scores(rows: Sequence[WholeModelRow], part_of: Mapping[str, GemmPart],
-                       probs: Sequence[float] = PROBS) -> torch.Tensor:
+                       probs: Sequence[float] = PROBS, stretch: float = 1.0) -> torch.Tensor:
     """Each row's normalized score (log(measured / predicted) − μ) / σ, (n,), with μ and σ
-    from ``part_of[row.chip]``, a GEMM calibration its chip was left out of."""
+    from ``part_of[row.chip]``, a GEMM calibration its chip was left out of; a row of a class
+    unlike any in the fit takes the family-unseen quantiles and level term, ``stretch``ed."""
     out = []
+    mid = list(probs).index(0.5)
     for row in rows:
         part = part_of[row.chip]
         q = part.log_q[part.rows_for(row.novelty, row.cases)]
-        mu, sigma = center_and_sigma(row.gemm_ms, q, row.other_ms,
-                                     part.level_sigma[row.novelty], probs)
+        if row.novelty in UNLIKE:
+            median = q[:, mid].unsqueeze(1)  # (N, 1)
+            q = median + stretch * (q - median)
+            level = stretch * part.level_sigma["family_unseen"]
+        else:
+            level = part.level_sigma[row.novelty]
+        mu, sigma = center_and_sigma(row.gemm_ms, q, row.other_ms, level, probs)
         out.append((math.log(row.measured_ms / row.predicted_ms) - mu) / sigma)
     return torch.tensor(out, dtype=torch.float64)
 
@@ -534,7 +541,7 @@ def fit_interval_calibration(
         # NB: each run's own-chip-out GEMM calibration reuses this calibration's tail map
         part_of = {c: remap(raw(excluded | {c}), RAW_PROBS, mapped)
                    for c in {r.chip for r in runs}}
-        z = whole_model_scores(runs, part_of, probs)
+        z = whole_model_scores(runs, part_of, probs, stretch)
         total_z = fit_total_z(z, [r.gpu for r in runs], probs)
     elif gemm_only:
         total_z = torch.special.ndtri(torch.tensor(probs, dtype=torch.float64))
