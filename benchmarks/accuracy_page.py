@@ -429,6 +429,7 @@ VERBATIM: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("fused", ("vidur's fused", "NeuSight's `fusion`")),
     ("collectives", ("All-reduce",)),
     ("intervals", ("Summary", "GEMMs per GPU", "Whole models per GPU")),
+    ("intervals_gemm", ("Summary", "Per GPU")),
     ("spec_devices", None),
     ("fp8_heldout_cli", None),
     ("predict_csv_paths", None),

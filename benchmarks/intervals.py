@@ -4,7 +4,7 @@ reliability diagram (intervals.png, needs the ``plot`` extra).
 
     python benchmarks/intervals.py [--data ../shared/data] [--gemm-predictions LOCO.pt]
         [--board-predictions LOBO.pt] [--whole-models ROWS.json | --cache DIR]
-        [--save-whole-models ROWS.json] [--save-board-predictions LOBO.pt]
+        [--save-whole-models ROWS.json] [--save-board-predictions LOBO.pt] [--gemm-only]
 
 Nested, so no figure is in-sample: a chip's GEMMs are predicted by hybrids fitted without any
 board of its chip, and their intervals come from a calibration fitted without that chip's
@@ -15,6 +15,8 @@ each board of a multi-board chip predicted with only that board left out.
 Without prediction files the held-out predictions are computed here
 (``train.gemm.leave_one_chip_out``: hours on two cores); without ``--whole-models`` the whole
 models are priced by ``benchmarks/e2e.py``'s held-out predictor (``--cache`` keeps its fits).
+``--gemm-only`` checks the chip-held-out GEMMs alone (no board predictions, no whole models;
+writes intervals_gemm.md): a GEMM interval does not depend on them.
 """
 
 from __future__ import annotations
@@ -177,9 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save-whole-models", type=Path, default=None)
     ap.add_argument("--cache", type=Path, default=None,
                     help="folder for e2e.py's held-out fits, reused when present")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "intervals.md")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: benchmarks/results/intervals.md (intervals_gemm.md with "
+                         "--gemm-only)")
+    ap.add_argument("--gemm-only", action="store_true",
+                    help="chip-held-out GEMMs alone: no board predictions, no whole models")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
+    if args.out is None:
+        name = "intervals_gemm.md" if args.gemm_only else "intervals.md"
+        args.out = ROOT / "benchmarks" / "results" / name
+    if args.gemm_only:
+        import intervals_gemm
+
+        return intervals_gemm.run(args.data, args.gemm_predictions, args.out, argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
@@ -225,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 if r.chip == chip:
                     q = cal.gemm_log_quantiles(r.cases, r.novelty)
                     run_bounds[lv][i] = propagate(r.gemm_ms, q, r.other_ms,
-                                                  cal.level_sigma[r.novelty], cal.total_z, lv)
+                                                  cal.level_sigma_of(r.novelty), cal.total_z, lv)
         log.info("%s left out: done (%.0fs)", chip, time.perf_counter() - t0)
     full = fit_interval_calibration(chip_res, board_res, runs, cache=cache)
     board_full = {lv: gemm_bounds(full, board_res, lv) for lv in LEVELS}

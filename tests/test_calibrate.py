@@ -254,7 +254,7 @@ def test_profile_round_trips(tmp_path: Path, profile_doc: dict) -> None:
 def test_a_profile_narrows_its_own_intervals(tmp_path: Path, profile_doc: dict) -> None:
     """The profile keeps the chosen candidate's residuals on the rows it was not fitted on (24
     of 120) as its device's own interval calibration: its 80% interval is narrower than the
-    catalog's for an architecture no fit has seen."""
+    catalog's for a device from a spec file."""
     from torch_gemm_cost.predict import default_predictor
     from torch_gemm_cost.predict.intervals import default_calibration, uncertainty_of
 
@@ -267,7 +267,7 @@ def test_a_profile_narrows_its_own_intervals(tmp_path: Path, profile_doc: dict) 
     if default_calibration() is not None:
         g = GemmBatch.from_dims(m=[512], n=[512], k=[512])
         unc = uncertainty_of(g, spec, default_predictor())
-        assert unc is not None and unc.novelty == "family_unseen"
+        assert unc is not None and unc.novelty == "spec_file"
         lo_c, hi_c = unc.gemm_bounds(torch.tensor([t], dtype=torch.float64), 0.8)
         assert hi / lo < float(hi_c[0] / lo_c[0])
 

@@ -261,16 +261,17 @@ def test_a_device_from_its_datasheet_gets_the_widest_intervals() -> None:
     assert novelty_of(h100, trained) == "chip_seen"  # the H200's chip
     assert novelty_of(get_device("l4"), trained) == "family_seen"  # Ada: the L40S's family
     spec_file = replace(h100, id="my_gpu", name="My GPU")  # not the catalog's record
-    assert novelty_of(spec_file, trained) == "family_unseen"
+    assert novelty_of(spec_file, trained) == "spec_file"
     assert novelty_of(h100, None) == "family_unseen"
     g = _shapes("bfloat16")
     cases = gemm_cases(g, h100)
     widths = {}
-    for cls in ("chip_seen", "family_seen", "family_unseen"):
+    for cls in ("chip_seen", "family_seen", "family_unseen", "spec_file"):
         q = SHIPPED.gemm_log_quantiles(cases, cls)
         lo, hi = bounds(torch.ones(len(g), dtype=torch.float64), q, 0.8)
         widths[cls] = hi / lo
     assert bool((widths["family_unseen"] >= widths["family_seen"]).all())
+    assert bool((widths["spec_file"] >= widths["family_unseen"]).all())
     assert SHIPPED.level_sigma["family_unseen"] >= SHIPPED.level_sigma["family_seen"]
 
 

@@ -29,6 +29,9 @@ NOVELTY_TEXT = {
     "chip_seen": "its chip was in the fit",
     "family_seen": "its architecture family was in the fit, its chip was not",
     "family_unseen": "neither its chip nor its family was in the fit",
+    "generation_unseen": "its vendor's generation was not in the fit; widened",
+    "board_unseen": "no board of its class (GeForce, workstation) was in the fit; widened",
+    "spec_file": "a device from a spec file, not the catalog; widened",
 }
 
 

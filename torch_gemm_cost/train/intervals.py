@@ -18,6 +18,12 @@ Inputs, all held out, never in-sample:
 
 Each whole model's normalized score is taken with the GEMM calibration fitted without its own
 chip, so those scores are held out too.
+
+The classes unlike any GPU in the fit (a vendor generation, a board class, a spec file) take
+the family-unseen quantiles stretched by the largest stretch any chip-held-out GPU needed
+(``interval_stretch``). ``--update CAL --gemm-predictions LOCO.pt`` refits that stretch alone,
+keeping CAL's buckets, level terms and whole-model quantiles: no board predictions or whole
+models are needed.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import platform
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +54,7 @@ from ..predict.intervals import (
     PROBS,
     REGIMES,
     SIZES,
+    UNLIKE,
     GemmCases,
     IntervalCalibration,
     center_and_sigma,
@@ -60,6 +67,7 @@ from ..predict.intervals import (
 )
 from ..suggest import check_choice
 from .gemm import chip_of, leave_one_chip_out
+from .interval_stretch import unlike_stretch
 
 __all__ = [
     "MIN_CHIPS",
@@ -70,6 +78,7 @@ __all__ = [
     "board_predictions_of",
     "fit_gemm_part",
     "fit_interval_calibration",
+    "fit_stretch",
     "fit_total_z",
     "gemm_residuals",
     "group_weights",
@@ -80,7 +89,9 @@ __all__ = [
     "mapped_probs",
     "remap",
     "tail_map",
+    "update_stretch",
     "whole_model_scores",
+    "with_stretch",
 ]
 
 log = logging.getLogger(__name__)
@@ -287,11 +298,16 @@ def fit_gemm_part(chip_out: Residuals, board_out: Residuals | None = None, *,
     """Buckets and level terms from chip-held-out residuals (``family_seen`` and
     ``family_unseen``) and board-held-out ones (``chip_seen``).
 
-    ``family_unseen`` pools every chip-held-out residual (each chip was unseen to its own fit)
-    and takes at each bucket the wider of that and the family-seen quantiles, so a family never
-    seen always gets the widest interval; its level term is the larger of the two too.
+    ``family_seen`` holds the GPUs whose family stayed in the fit, those of a vendor generation
+    or board class it lacked among them. ``family_unseen`` pools every chip-held-out residual
+    (each chip was unseen to its own fit) and takes at each bucket the wider of that and the
+    family-seen quantiles, so a family never seen always gets the widest interval; its level
+    term is the larger of the two too.
     """
-    seen = chip_out.select(chip_out.novelty == NOVELTY.index("family_seen"))
+    # a GPU unlike the fit whose family was in it (a new generation, a new board class) counts
+    # in the family-seen buckets: they are fitted on every GPU whose family stayed in
+    seen = chip_out.select(torch.isin(chip_out.novelty, torch.tensor(
+        [NOVELTY.index(n) for n in ("family_seen", "generation_unseen", "board_unseen")])))
     found: dict[tuple[Any, ...], tuple[dict[str, Any], torch.Tensor]] = {}
     found.update(_buckets_of(seen, "family_seen", min_chips["family_seen"], probs))
     seen_index = {k: i for i, k in enumerate(found)}
@@ -366,15 +382,22 @@ def load_whole_models(path: str | Path) -> list[WholeModelRow]:
 
 
 def whole_model_scores(rows: Sequence[WholeModelRow], part_of: Mapping[str, GemmPart],
-                       probs: Sequence[float] = PROBS) -> torch.Tensor:
+                       probs: Sequence[float] = PROBS, stretch: float = 1.0) -> torch.Tensor:
     """Each row's normalized score (log(measured / predicted) − μ) / σ, (n,), with μ and σ
-    from ``part_of[row.chip]``, a GEMM calibration its chip was left out of."""
+    from ``part_of[row.chip]``, a GEMM calibration its chip was left out of; a row of a class
+    unlike any in the fit takes the family-unseen quantiles and level term, ``stretch``ed."""
     out = []
+    mid = list(probs).index(0.5)
     for row in rows:
         part = part_of[row.chip]
         q = part.log_q[part.rows_for(row.novelty, row.cases)]
-        mu, sigma = center_and_sigma(row.gemm_ms, q, row.other_ms,
-                                     part.level_sigma[row.novelty], probs)
+        if row.novelty in UNLIKE:
+            median = q[:, mid].unsqueeze(1)  # (N, 1)
+            q = median + stretch * (q - median)
+            level = stretch * part.level_sigma["family_unseen"]
+        else:
+            level = part.level_sigma[row.novelty]
+        mu, sigma = center_and_sigma(row.gemm_ms, q, row.other_ms, level, probs)
         out.append((math.log(row.measured_ms / row.predicted_ms) - mu) / sigma)
     return torch.tensor(out, dtype=torch.float64)
 
@@ -455,6 +478,29 @@ def remap(part: GemmPart, probs_raw: Sequence[float], mapped: Sequence[float]) -
     return GemmPart(part.buckets, log_q, part.level_sigma)
 
 
+def fit_stretch(chip_out: Residuals, part_of: Mapping[str, GemmPart]
+                ) -> tuple[float, dict[str, float]]:
+    """The unlike classes' stretch (``interval_stretch.unlike_stretch``) and each GPU's need,
+    each GPU's family-unseen quantiles from ``part_of[its chip]``, a calibration its chip was
+    left out of."""
+    res = {g: chip_out.select(torch.tensor([x == g for x in chip_out.gpu]))
+           for g in sorted(set(chip_out.gpu))}
+
+    def quantiles(g: str) -> torch.Tensor:
+        part = part_of[res[g].chip[0]]
+        return part.log_q[part.rows_for("family_unseen", res[g].cases)]
+
+    return unlike_stretch({g: r.log_ratio for g, r in res.items()}, quantiles)
+
+
+def with_stretch(part: GemmPart, stretch: float) -> dict[str, float]:
+    """The level terms of ``part`` with the unlike classes' added: family-unseen's, stretched."""
+    sigma = dict(part.level_sigma)
+    for u in UNLIKE:
+        sigma[u] = stretch * sigma["family_unseen"]
+    return sigma
+
+
 def fit_interval_calibration(
     chip_out: Residuals,
     board_out: Residuals | None,
@@ -465,11 +511,14 @@ def fit_interval_calibration(
     cache: dict[frozenset[str], GemmPart] | None = None,
     predictor: Mapping[str, str] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    gemm_only: bool = False,
 ) -> IntervalCalibration:
     """The calibration from every residual whose chip is not in ``exclude_chips``: the GEMM
-    buckets and level terms, and the whole-model quantiles from the runs of the other chips,
-    each run scored by a GEMM calibration that also left its own chip out. ``cache`` keeps GEMM
-    parts between calls (keyed by the chips left out)."""
+    buckets, level terms and unlike classes' stretch, and the whole-model quantiles from the
+    runs of the other chips, each run scored by a GEMM calibration that also left its own chip
+    out. ``cache`` keeps GEMM parts between calls (keyed by the chips left out). ``gemm_only``
+    allows no runs: the whole-model quantiles are then standard normal ones, for checking
+    GEMM intervals alone."""
     cache = {} if cache is None else cache
     excluded = frozenset(exclude_chips)
 
@@ -485,22 +534,48 @@ def fit_interval_calibration(
     below, above = tail_map(held, {c: raw(excluded | {c}) for c in set(held.chip)})
     mapped = mapped_probs(below, above, RAW_PROBS, probs)
     gemm = remap(raw(excluded), RAW_PROBS, mapped)
+    stretch, need = fit_stretch(held, {c: remap(raw(excluded | {c}), RAW_PROBS, mapped)
+                                       for c in set(held.chip)})
     runs = [r for r in whole_models if r.chip not in excluded]
-    if not runs:
+    if runs:
+        # NB: each run's own-chip-out GEMM calibration reuses this calibration's tail map
+        part_of = {c: remap(raw(excluded | {c}), RAW_PROBS, mapped)
+                   for c in {r.chip for r in runs}}
+        z = whole_model_scores(runs, part_of, probs, stretch)
+        total_z = fit_total_z(z, [r.gpu for r in runs], probs)
+    elif gemm_only:
+        total_z = torch.special.ndtri(torch.tensor(probs, dtype=torch.float64))
+    else:
         raise ValueError("no whole-model run outside the excluded chips to calibrate on")
-    # NB: each run's own-chip-out GEMM calibration reuses this calibration's tail map
-    part_of = {c: remap(raw(excluded | {c}), RAW_PROBS, mapped) for c in {r.chip for r in runs}}
-    z = whole_model_scores(runs, part_of, probs)
-    total_z = fit_total_z(z, [r.gpu for r in runs], probs)
     return IntervalCalibration(
         probs=tuple(probs), buckets=gemm.buckets, log_q=gemm.log_q,
-        level_sigma=dict(gemm.level_sigma), total_z=total_z,
+        level_sigma=with_stretch(gemm, stretch), total_z=total_z,
         predictor=dict(predictor or {"name": "hybrid", "version": HybridPredictor.version}),
+        stretch={u: stretch for u in UNLIKE},
         metadata={**dict(metadata or {}), "whole_model_runs": len(runs),
+                  "stretch_needed": {g: round(v, 4) for g, v in need.items()},
                   "whole_model_gpus": sorted({r.gpu for r in runs}),
                   "excluded_chips": sorted(excluded),
                   "tail_map": {"target_probs": list(probs),
                                "raw_probs": [round(p, 5) for p in mapped]}})
+
+
+def update_stretch(base: IntervalCalibration, chip_out: Residuals,
+                   metadata: Mapping[str, Any] | None = None) -> IntervalCalibration:
+    """``base`` with the unlike classes' stretch (and level terms) fitted on ``chip_out``, the
+    chip-held-out residuals its tail map was fitted on; its buckets, other level terms and
+    whole-model quantiles kept. Each chip's calibration is refitted without it (family-unseen
+    buckets need no board-held-out residuals) and read at ``base``'s tail map."""
+    mapped = base.metadata["tail_map"]["raw_probs"]
+    part_of = {c: remap(fit_gemm_part(chip_out.without_chips({c}), None, probs=RAW_PROBS),
+                        RAW_PROBS, mapped) for c in sorted(set(chip_out.chip))}
+    stretch, need = fit_stretch(chip_out, part_of)
+    sigma = {k: v for k, v in base.level_sigma.items() if k not in UNLIKE}
+    part = GemmPart(tuple(dict(b) for b in base.buckets), base.log_q, sigma)
+    return replace(base, level_sigma=with_stretch(part, stretch),
+                   stretch={u: stretch for u in UNLIKE},
+                   metadata={**dict(base.metadata), **dict(metadata or {}),
+                             "stretch_needed": {g: round(v, 4) for g, v in need.items()}})
 
 
 # ------------------------------------------------------------------------------ the script
@@ -579,8 +654,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="leave-one-board-out predictions (default: computed, one fit a board)")
     ap.add_argument("--save-board-predictions", default=None,
                     help="where to keep the computed leave-one-board-out predictions")
-    ap.add_argument("--whole-models", required=True,
+    ap.add_argument("--whole-models", default=None,
                     help="whole-model rows, each chip held out (benchmarks/intervals.py)")
+    ap.add_argument("--update", default=None,
+                    help="a calibration whose buckets, level terms and whole-model quantiles "
+                         "are kept, only the unlike classes' stretch refitted from "
+                         "--gemm-predictions (no board predictions or whole models needed)")
     ap.add_argument("--out", default="torch_gemm_cost/data/gemm_intervals.json")
     ap.add_argument("--note", default="", help="what the input files are, for the metadata")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -588,14 +667,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
+    command = "python -m torch_gemm_cost.train.intervals " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    if args.update:
+        if not args.gemm_predictions:
+            ap.error("--update needs --gemm-predictions (the ones its tail map was fitted on)")
+        measured = load_all_gemms(args.data, DEFAULT_OWN_DIRS)
+        measured = measured.select(~impossible_rows(measured))
+        chip_pred = load_predictions(args.gemm_predictions, len(measured))
+        cal = update_stretch(IntervalCalibration.load(args.update),
+                             gemm_residuals(measured, chip_pred, "chip"),
+                             {"stretch_command": command,
+                              "stretch_input": {**_provenance(args.gemm_predictions),
+                                                "note": args.note}})
+        cal = replace(cal, metadata={**dict(cal.metadata), "stretch_seconds":
+                                     round(time.perf_counter() - t0, 1)})
+        out = cal.save(args.out)
+        print(f"wrote {out}: stretch {next(iter(cal.stretch.values())):.3f}")
+        return 0
+    if not args.whole_models:
+        ap.error("--whole-models is needed to fit a calibration (or --update one)")
     measured, chip_res, board_res = held_out_residuals(
         args.data, args.gemm_predictions, args.board_predictions, args.save_board_predictions)
     cal = fit_interval_calibration(
         chip_res, board_res, load_whole_models(args.whole_models),
         metadata={
             "description": "torch_gemm_cost interval calibration of the hybrid GEMM predictor",
-            "training_command": "python -m torch_gemm_cost.train.intervals "
-                                + " ".join(sys.argv[1:] if argv is None else argv),
+            "training_command": command,
             "inputs": {"chip_held_out_gemms": _provenance(args.gemm_predictions),
                        "board_held_out_gemms": _provenance(args.board_predictions),
                        "whole_models": _provenance(args.whole_models),

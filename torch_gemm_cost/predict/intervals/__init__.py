@@ -17,8 +17,11 @@ so a case the predictor tends to price too fast gets a longer upper side.
 A GEMM's bucket is (novelty, engine, precision, regime, size), each known before anything runs:
 
 - novelty: ``chip_seen`` (a board of its chip in the fit), ``family_seen`` (another chip of its
-  kernel-library family in the fit), ``family_unseen`` (neither, or a device from a spec file),
-  or ``calibrated`` (a profile's own residuals, ``calibrate``);
+  kernel-library family in the fit), ``family_unseen`` (neither), ``calibrated`` (a profile's
+  own residuals, ``calibrate``), or a class unlike any GPU in the fit (``UNLIKE``):
+  ``generation_unseen`` (its family seen, its vendor generation not: an MI300X beside an
+  MI210), ``board_unseen`` (no board of its class, GeForce or workstation, in the fit) or
+  ``spec_file`` (a device read from a spec file);
 - engine: CUDA cores, tensor cores, AMD matrix units, other (CPUs);
 - precision: fp32, tf32, half (fp16/bf16), fp8, int8, fp64;
 - regime, from physics alone: ``launch`` (the physical floor under 5 µs, so the launch and the
@@ -30,7 +33,11 @@ Where a bucket holds fewer chips than the calibration asks for (``train/interval
 the next coarser one serves: size, then regime, then precision, then engine are dropped in turn
 (``FALLBACK``: a chip seen borrows the family-seen buckets rather than pool every engine). A
 family never seen takes at each bucket the wider of its own quantiles and the family-seen ones,
-so it always gets the widest interval.
+so it always gets the widest interval of the classes with buckets. A class unlike any GPU in
+the fit has no buckets: it takes the family-unseen quantiles stretched about their median by
+the calibration's ``stretch``, the largest stretch any held-out GPU needed for its 80% interval
+to cover 80% of its GEMMs (``train.interval_stretch``), so such a GPU is covered as well as the
+worst-covered GPU of the fit would have been.
 
 Pooled quantiles of other GPUs cover a new GPU less often than their nominal level (its level
 is not among theirs). So the stored quantile at p is the raw one at the probability whose tail
@@ -78,8 +85,10 @@ from .cases import (
     PRECISIONS,
     REGIMES,
     SIZES,
+    UNLIKE,
     GemmCases,
     gemm_cases,
+    generation_of,
     novelty_of,
     size_class,
 )
@@ -99,6 +108,7 @@ __all__ = [
     "PROBS",
     "REGIMES",
     "SIZES",
+    "UNLIKE",
     "AttentionIntervals",
     "GemmCases",
     "IntervalCalibration",
@@ -112,6 +122,7 @@ __all__ = [
     "default_calibration",
     "gemm_cases",
     "gemm_interval",
+    "generation_of",
     "novelty_of",
     "own_calibration",
     "propagate",

@@ -15,7 +15,7 @@ import torch
 from ...suggest import check_choice
 from ..base import read_fitted
 from ..registry import SHIPPED, check_format, load_shipped, shipped_path
-from .cases import ENGINE_CLASSES, NOVELTY, PRECISIONS, REGIMES, SIZES, GemmCases
+from .cases import ENGINE_CLASSES, NOVELTY, PRECISIONS, REGIMES, SIZES, UNLIKE, GemmCases
 from .conformal import conformal_grid
 from .levels import PROBS
 
@@ -32,6 +32,7 @@ FALLBACK: dict[str, tuple[int, str | None]] = {
     "chip_seen": (2, "family_seen"),
     "family_seen": (1, None),
     "family_unseen": (1, None),
+    **{u: (1, "family_unseen") for u in UNLIKE},
 }
 
 
@@ -55,7 +56,11 @@ def resolve_bucket(index: Mapping[tuple[Any, ...], int], key: Sequence[Any]) -> 
 class IntervalCalibration:
     """Fitted interval quantiles: a (B, P) grid of log-residual quantiles, one row per bucket,
     the bucket each case falls into (after fallback), the shared level term per novelty and the
-    whole-model quantiles ``total_z`` (P,). Written by ``train/intervals.py``."""
+    whole-model quantiles ``total_z`` (P,). Written by ``train/intervals.py``.
+
+    ``stretch`` holds, per class unlike any GPU in the fit (``UNLIKE``), the factor its
+    (family-unseen) quantiles are stretched by about their median: the stretch the worst-covered
+    held-out GPU needed (``train.interval_stretch``). A class absent from it is not stretched."""
 
     probs: tuple[float, ...]
     buckets: tuple[Mapping[str, Any], ...]  # the key fields (None where dropped) and counts
@@ -63,6 +68,7 @@ class IntervalCalibration:
     level_sigma: Mapping[str, float]
     total_z: torch.Tensor = field(compare=False)  # (P,)
     predictor: Mapping[str, str] = field(default_factory=dict)  # {"name", "version"}
+    stretch: Mapping[str, float] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,10 +102,31 @@ class IntervalCalibration:
         """Each GEMM's log-residual quantiles at ``probs``, (N, P)."""
         check_choice("novelty", novelty, NOVELTY)
         rows = self._lookup(novelty)[cases.engine, cases.precision, cases.regime, cases.size]
-        return self.log_q[rows]  # (N, P)
+        q = self.log_q[rows]  # (N, P)
+        s = float(self.stretch.get(novelty, 1.0))
+        if s == 1.0:
+            return q
+        median = q[:, self.probs.index(0.5)].unsqueeze(1)  # (N, 1)
+        return median + s * (q - median)
+
+    def level_sigma_of(self, novelty: str) -> float:
+        """The shared level term of ``novelty``: its own, else (a class unlike any in the fit)
+        its parent class's times its stretch."""
+        if novelty in self.level_sigma:
+            return float(self.level_sigma[novelty])
+        parent = FALLBACK[check_choice("novelty", novelty, NOVELTY)][1]
+        if parent is None:
+            raise ValueError(f"the calibration has no level term for {novelty!r}; it has: "
+                             f"{', '.join(sorted(self.level_sigma))}")
+        return float(self.stretch.get(novelty, 1.0)) * self.level_sigma_of(parent)
 
     def has(self, novelty: str) -> bool:
-        return any(b["novelty"] == novelty for b in self.buckets)
+        """Whether the calibration serves ``novelty``: buckets of its own, or (a class unlike
+        any in the fit) its parent class's buckets, stretched where ``stretch`` says."""
+        if any(b["novelty"] == novelty for b in self.buckets):
+            return True
+        parent = FALLBACK[novelty][1]
+        return novelty in UNLIKE and parent is not None and self.has(parent)
 
     # ---------------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +143,7 @@ class IntervalCalibration:
                         for b, row in zip(self.buckets, self.log_q)],
             "level_sigma": {k: round(float(v), 5) for k, v in self.level_sigma.items()},
             "total_z": [round(float(v), 5) for v in self.total_z],
+            "stretch": {k: round(float(v), 5) for k, v in self.stretch.items()},
             "metadata": dict(self.metadata),
         }
 
@@ -136,9 +164,14 @@ class IntervalCalibration:
                                              SIZES)):
                 if b[f] is not None and b[f] not in names:
                     raise ValueError(f"bucket field {f} = {b[f]!r}; known: {', '.join(names)}")
+        stretch = {k: float(v) for k, v in doc.get("stretch", {}).items()}
+        for k, v in stretch.items():
+            check_choice("stretched novelty", k, UNLIKE)
+            if not (math.isfinite(v) and v >= 1.0):
+                raise ValueError(f"stretch of {k} = {v}: it must be a finite factor >= 1")
         return cls(probs=probs, buckets=buckets, log_q=log_q,
                    level_sigma={k: float(v) for k, v in doc["level_sigma"].items()},
-                   total_z=total_z, predictor=dict(doc.get("predictor", {})),
+                   total_z=total_z, predictor=dict(doc.get("predictor", {})), stretch=stretch,
                    metadata=dict(doc.get("metadata", {})))
 
     def save(self, path: str | Path) -> Path:

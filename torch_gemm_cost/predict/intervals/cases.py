@@ -15,7 +15,11 @@ from ..gemm.features import DeviceTable, library_family
 from ..gemm.roofline import peak_flops_per_s
 from ..gemm.tiles import ENGINES
 
-NOVELTY: tuple[str, ...] = ("calibrated", "chip_seen", "family_seen", "family_unseen")
+NOVELTY: tuple[str, ...] = ("calibrated", "chip_seen", "family_seen", "family_unseen",
+                             "generation_unseen", "board_unseen", "spec_file")
+# the classes unlike any GPU in the fit: no buckets of their own, the family-unseen ones
+# stretched by the calibration's stretch (``IntervalCalibration.stretch``)
+UNLIKE: tuple[str, ...] = ("generation_unseen", "board_unseen", "spec_file")
 ENGINE_CLASSES: tuple[str, ...] = ("cuda_cores", "tensor_cores", "amd_matrix", "other")
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "half", "fp8", "int8", "fp64")
 REGIMES: tuple[str, ...] = ("launch", "memory", "compute", "misaligned")
@@ -94,23 +98,47 @@ def size_class(time_ms: torch.Tensor) -> torch.Tensor:
     return torch.bucketize(t, edges, right=True)
 
 
+def generation_of(device: DeviceSpec) -> str:
+    """A device's vendor generation: its kernel-library family on NVIDIA (one compute-capability
+    major each), the gfx target without its stepping on AMD, whose one ``cdna`` family spans
+    CDNA2 (gfx90a) and CDNA3 (gfx942).
+
+    >>> from torch_gemm_cost.hardware.catalog import get_device
+    >>> generation_of(get_device("mi210")), generation_of(get_device("mi300x"))
+    ('gfx90', 'gfx94')
+    """
+    if device.vendor.upper() == "AMD" and device.compute_capability.startswith("gfx"):
+        return device.compute_capability[:5]
+    return library_family(device)
+
+
 def novelty_of(device: DeviceSpec, trained_gpus: Sequence[str] | None) -> str:
-    """How new ``device`` is to a predictor fitted on ``trained_gpus`` (catalog ids):
-    ``chip_seen`` where a board of its chip was in the fit, ``family_seen`` where another
-    chip of its kernel-library family was, else ``family_unseen``. A device the catalog does
-    not hold as given (a spec built by hand or read from a file) is ``family_unseen``: only
-    its datasheet is known."""
+    """How new ``device`` is to a predictor fitted on ``trained_gpus`` (catalog ids), the first
+    that holds: ``spec_file`` where the catalog does not hold the device as given (a spec built
+    by hand or read from a file: only its datasheet is known); ``family_unseen`` where nothing
+    is known of the fit; ``board_unseen`` where no board of its board class was in the fit (a
+    GeForce or workstation board beside datacenter ones, even of a chip seen: its clocks and
+    power limit are its own); ``chip_seen`` where a board of its chip was;
+    ``family_unseen`` where no chip of its kernel-library family was;
+    ``generation_unseen`` where one was, but none of its vendor generation
+    (``generation_of``); else ``family_seen``."""
     try:
         listed = get_device(device.id) == device
     except ValueError:
         listed = False
-    if not listed or not trained_gpus:
+    if not listed:
+        return "spec_file"
+    if not trained_gpus:
         return "family_unseen"
     trained = [get_device(g) for g in trained_gpus]
     chip = device.chip or device.id
+    if all(t.board_class != device.board_class for t in trained):
+        return "board_unseen"
     if any((t.chip or t.id) == chip for t in trained):
         return "chip_seen"
     family = library_family(device)
-    if family != "other" and any(library_family(t) == family for t in trained):
-        return "family_seen"
-    return "family_unseen"
+    if family == "other" or not any(library_family(t) == family for t in trained):
+        return "family_unseen"
+    if not any(generation_of(t) == generation_of(device) for t in trained):
+        return "generation_unseen"
+    return "family_seen"

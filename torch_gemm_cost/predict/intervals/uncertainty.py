@@ -97,7 +97,7 @@ def uncertainty_of(gemms: GemmBatch, device: DeviceSpec, predictor: Any,
     """The intervals' inputs for GEMMs priced by ``predictor`` on ``device``; None where no
     calibration covers that predictor (the roofline, an ablation, other weights' versions).
     ``novelty`` overrides the class ``novelty_of`` finds (a device from a spec file is
-    ``family_unseen`` whatever its id)."""
+    ``spec_file`` whatever its id)."""
     found = _source(device, predictor, novelty)
     if found is None:
         return None
@@ -105,7 +105,7 @@ def uncertainty_of(gemms: GemmBatch, device: DeviceSpec, predictor: Any,
     cases = gemm_cases(gemms, device)
     return ReportUncertainty(novelty=cls, gemm_log_q=cal.gemm_log_quantiles(cases, cls),
                              floor_ms=cases.floor_ms,
-                             level_sigma=float(cal.level_sigma[cls]), total_z=cal.total_z,
+                             level_sigma=cal.level_sigma_of(cls), total_z=cal.total_z,
                              probs=cal.probs)
 
 
