@@ -40,8 +40,3 @@ def test_a_falcon_plan_counts_its_weights_and_kv_cache_by_hand():
     seven = tgc.plan_llm(FALCON_7B, device="h100_sxm5_80gb", prompt=128, gen=16,
                          batches=[1]).rows[0]
     assert seven.kv_cache_bytes == 2 * 2 * 1 * 32 * 144 * 2  # one KV head
-
-
-def test_tp_refuses_a_config_that_derives_its_head_size():
-    with pytest.raises(ValueError, match="derives its head size .* use tp=1"):
-        tgc.plan_llm(FALCON, device="h100_sxm5_80gb", prompt=128, gen=16, batches=[1], tp=2)

@@ -37,6 +37,7 @@ from .predict.profile import profile_predictor
 from .records import GemmSite, OtherOp, extract, optimizer_ops
 from .records.memory import MemoryEstimate, memory_estimate, uses_kv_cache
 from .records.saved import checkpointed_modules, graph_memory
+from .records.sizing import on_device
 from .records.types import FusedKernel
 from .report import Comparison, CostReport
 from .report.inputs import ReportInputs, device_origin, tensor_inputs
@@ -202,12 +203,15 @@ def compare(
         records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
     memory = _memory(inner, captured, kwargs or {}, plan, mode, optimizer)
+    # each device's GEMMs as it runs them (TF32 where PyTorch's flags allow it and it has them)
+    run_sites = [on_device(records[cd.name][0], cd, target.spec)
+                 for target, cd in itertools.product(plan.targets, plan.dtypes)]
     runs = [_Run(target.spec, _predictor_of(predictor, target), cd, target.source)
             for target, cd in itertools.product(plan.targets, plan.dtypes)]
-    priced = [_step(bar, price_records(records[run.cd.name][0],
+    priced = [_step(bar, price_records(device_sites,
                                        (*records[run.cd.name][1], *optimizer_records),
                                        run.spec, run.predictor, kernels=kernels[run.cd.name]))
-              for run in runs]
+              for run, device_sites in zip(runs, run_sites, strict=True)]
     calls = [call_time(kernel_sequence(p.gemms, p.ops, order[run.cd.name], compiled=compiled,
                                        input_bytes=input_bytes),
                        timing, host or _host_of(target), run.spec)

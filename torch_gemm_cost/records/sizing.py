@@ -3,10 +3,15 @@ activations, and the bytes a plain GEMM moves."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import torch
 
+from ..hardware.catalog import DeviceSpec, is_cpu
 from ..hardware.dtypes import DTYPES, ComputeDtype
 from .handlers import unique_numel
+from .types import GemmSite
 
 
 class _Ctx:
@@ -61,3 +66,23 @@ def _out_dtype_name(cd: ComputeDtype) -> str:
 
 def _gemm_bytes(batch: int, m: int, n: int, k: int, cd: ComputeDtype) -> int:
     return batch * (m * k + k * n) * cd.in_bytes + batch * m * n * cd.out_bytes
+
+
+def on_device(sites: Sequence[GemmSite], cd: ComputeDtype, spec: DeviceSpec
+              ) -> tuple[GemmSite, ...]:
+    """``sites`` as ``spec`` runs them. fp32 math that PyTorch's flags let run in TF32
+    (``math_dtype``) stays fp32 on a device without TF32 tensor cores: a CPU, an NVIDIA GPU
+    before Ampere (no tf32 peak), an AMD GPU (ROCm leaves TF32 off unless an environment
+    variable turns it on). A dtype asked for (``cd`` tf32) is left as asked.
+
+    >>> from torch_gemm_cost.hardware.catalog import get_device
+    >>> s = GemmSite("conv", "Conv2d", "convolution", "n", "forward", 1, 64, 64, 64, "tf32",
+    ...              "float32", False, False, 16, 16, 16, False, 2 * 64**3, 3 * 64 * 64 * 4)
+    >>> [on_device([s], DTYPES["float32"], get_device(d))[0].dtype
+    ...  for d in ("a100_sxm4_80gb", "tesla_t4", "mi300x")]
+    ['tf32', 'float32', 'float32']
+    """
+    if cd.name != "float32" or (spec.vendor == "NVIDIA" and not is_cpu(spec)
+                                and spec.peak("tf32") is not None):
+        return tuple(sites)
+    return tuple(replace(s, dtype="float32") if s.dtype == "tf32" else s for s in sites)
