@@ -85,11 +85,11 @@ with an error ({"; ".join(kinds) if kinds else "none"}).
 | 2 | {two_s:.1f} | {two_cpu:.1f} | {len(rows) / two_cpu:.1f} | {two_before} | {two_after} | |
 
 Speed-up on 2 workers: {one_s / two_s:.2f}x in wall time, with {two_cpu / one_cpu:.2f}x the CPU
-time (each worker captures each model structure itself, six captures: four base ones, a check
-at the token budget, and the one-token step; then every shape is derived). The two runs' rows
-are {"identical" if same else "NOT identical"}. With two busy cores shared by other jobs, a second
-worker finds no free core to run on, so the wall-time speed-up measures the host's load as much
-as the sweep.
+time. The calls of one model structure run on one worker (`sweep.run.worker_tasks`): here
+tp 1 on one, tp 2 on the other, so no structure is captured twice. The two runs' rows are
+{"identical" if same else "NOT identical"}. On a host whose other jobs keep its cores busy (see
+the load columns), a second worker finds no free core, and the wall-time speed-up measures the
+host's load as much as the sweep.
 
 How a plan is cheap: a worker captures each model structure (tp 1 and tp 2 shard Llama-3-8B
 differently: two structures) six times (`llm.affine`) and derives every other step shape; each distinct (shape, GPU) is priced once per process and shared by the plans

@@ -142,3 +142,28 @@ def test_parquet_output_reads_back(tmp_path):
     table = pq.read_table(out).to_pylist()
     assert table == [{"batch": 1, "tpot_ms": 2.5, "error": None},
                      {"batch": 9, "tpot_ms": None, "error": "too big"}]
+
+
+def test_a_train_plan_grid_gives_each_layout_its_plan(config):
+    spec = parse_sweep({"kind": "train-plan", "hf-config": config, "device": "a100_sxm4_80gb",
+                        "gpus": 4, "tp": [1, 2, 3], "global-batch": 8, "seq": 128})
+    rows = run_sweep(spec, workers=1)
+    assert [r["tp"] for r in rows] == [1, 2, 3]
+    # tp=3 splits no 8 heads: the planner's own refusal, in its row
+    assert rows[2]["error"] and rows[2].get("step_ms") is None
+    for r in rows[:2]:
+        plan = tgc.plan_training(TINY, "a100_sxm4_80gb", gpus=4, tp=r["tp"], global_batch=8,
+                                 seq=128)
+        assert r["error"] == "" and r["step_ms"] == pytest.approx(plan.step_ms, rel=1e-9)
+        assert r["mfu"] == pytest.approx(plan.mfu, rel=1e-9) and r["gpus"] == 4
+
+
+def test_each_model_structure_is_one_workers_task():
+    from torch_gemm_cost.sweep.run import worker_tasks
+
+    calls = [[{"hf-config": "a.json", "tp": tp, "device": d}] for tp in (1, 2)
+             for d in ("l4", "h100_sxm5_80gb", "b200")]
+    # two structures (tp 1, tp 2), each on all three devices: one task each, on two workers
+    assert worker_tasks("llm", calls, 2) == [[0, 1, 2], [3, 4, 5]]
+    # four workers: each structure's calls halved, so each is captured by two workers
+    assert sorted(map(sorted, worker_tasks("llm", calls, 4))) == [[0, 2], [1], [3, 5], [4]]

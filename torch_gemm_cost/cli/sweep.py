@@ -16,8 +16,8 @@ from . import UsageError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
-        help="run estimate, llm or serve-sim over every combination of a YAML's options",
-        description="The YAML names the command (kind: estimate, llm or serve-sim) and a value "
+        help="run estimate, llm, serve-sim or train-plan over every combination of a YAML's options",
+        description="The YAML names the command (kind: estimate, llm, serve-sim or train-plan) and a value "
         "or a list of values per option, spelled as the command line spells them (hf-config, "
         "device, dtype, batch, seq, prompt, gen, tp, ...). Every combination is one row: the "
         "options, the command's figures, and an error column for combinations it refuses.",
@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-PARETO_Y = {"llm": "tpot_ms", "estimate": "total_ms", "serve-sim": "tpot_p50_ms"}
+PARETO_Y = {"llm": "tpot_ms", "estimate": "total_ms", "serve-sim": "tpot_p50_ms",
+            "train-plan": "step_ms"}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .spec import argv_of
 
-__all__ = ["FIGURES", "group_key", "run_group"]
+__all__ = ["FIGURES", "capture_key", "group_key", "run_group"]
 
 # each kind's figures, in column order
 FIGURES: dict[str, tuple[str, ...]] = {
@@ -26,9 +26,25 @@ FIGURES: dict[str, tuple[str, ...]] = {
             "memory_bytes", "fits", "max_batch", "gpus"),
     "serve-sim": ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms",
                   "e2e_p99_ms", "output_tokens_per_s", "preemptions", "gpus"),
+    "train-plan": ("step_ms", "compute_ms", "bubble_ms", "exposed_comm_ms", "optimizer_ms",
+                   "memory_per_gpu_bytes", "fits", "tokens_per_s_per_gpu",
+                   "model_tflops_per_gpu", "mfu", "gpus"),
 }
 # the option whose values one call takes together, per kind
 _SHARED = {"estimate": "device", "llm": "batch"}
+# options that leave a model's captures as they are (a worker's caches reuse them across their
+# values): the device, the sizes priced from the captured shapes, the workload
+_NOT_CAPTURED = frozenset({"device", "batch", "prompt", "gen", "rate", "concurrency",
+                           "num-requests", "arrival", "seed", "replicas", "max-num-seqs",
+                           "token-budget", "memory-utilization", "comm-profile", "kv-dtype",
+                           "predictor", "gpus", "dp", "zero", "global-batch", "optimizer"})
+
+
+def capture_key(kind: str, combo: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Combinations with one key capture the same model structures (the config, its sharding,
+    its dtype and weights, the sequence a training step runs): a sweep runs them in one worker,
+    so that no two workers capture the same structure."""
+    return (kind, *((k, str(v)) for k, v in combo.items() if k not in _NOT_CAPTURED))
 
 
 def group_key(kind: str, combo: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -95,7 +111,31 @@ def _run(kind: str, combos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         return _estimate(args, combos)
     if kind == "llm":
         return _llm(args, combos)
+    if kind == "train-plan":
+        return [{**combos[0], **_train_plan(args)}]
     return [{**combos[0], **_serve_sim(args)}]
+
+
+def _train_plan(args: argparse.Namespace) -> dict[str, Any]:
+    from ..trainplan import plan_training
+
+    if args.search:
+        raise ValueError("a train-plan sweep prices layouts one by one: list tp, pp, dp, "
+                         "micro-batch, ... in the YAML instead of search")
+    plan = plan_training(
+        args.hf_config, args.device, gpus=args.gpus, tp=args.tp, pp=args.pp, dp=args.dp,
+        cp=args.cp, ep=args.ep, zero="fsdp" if args.zero == "fsdp" else int(args.zero),
+        recompute=args.recompute, micro_batch=args.micro_batch, global_batch=args.global_batch,
+        seq=args.seq, dtype=args.dtype, optimizer=None if args.optimizer == "none" else
+        args.optimizer, attention=args.attention, compiled=args.compiled,
+        interleave=args.interleave, sequence_parallel=args.sequence_parallel,
+        comm_profile=args.comm_profile)
+    return {"step_ms": plan.step_ms, "compute_ms": plan.compute_ms, "bubble_ms": plan.bubble_ms,
+            "exposed_comm_ms": plan.exposed_comm_ms, "optimizer_ms": plan.optimizer_ms,
+            "memory_per_gpu_bytes": plan.memory_per_gpu_bytes, "fits": plan.fits,
+            "tokens_per_s_per_gpu": plan.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": plan.model_tflops_per_gpu, "mfu": plan.mfu,
+            "gpus": plan.gpus, "error": ""}
 
 
 def _estimate(args: argparse.Namespace, combos: Sequence[Mapping[str, Any]]

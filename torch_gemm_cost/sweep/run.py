@@ -1,6 +1,7 @@
-"""A sweep run: its combinations grouped into calls (``rows.group_key``), the calls spread over
-a local process pool (or Ray's tasks), the rows gathered in the combinations' order and
-written as CSV or Parquet.
+"""A sweep run: its combinations grouped into calls (``rows.group_key``), the calls of one
+model structure (``rows.capture_key``) kept on one worker of a local process pool (or one Ray
+task), so that each structure is captured once, the rows gathered in the combinations' order
+and written as CSV or Parquet.
 
     rows = run_sweep(read_sweep("sweep.yaml"), workers=2)
     write_rows(rows, "results.csv")
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..suggest import check_choice
-from .rows import FIGURES, group_key, run_group
+from .rows import FIGURES, capture_key, group_key, run_group
 from .spec import SweepSpec
 
 __all__ = ["FORMATS", "columns", "run_sweep", "write_rows"]
@@ -32,9 +33,41 @@ def _init_worker() -> None:
     derive_steps(True)
 
 
-def _task(kind: str, combos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _run_calls(kind: str, calls: Sequence[Sequence[Mapping[str, Any]]]
+               ) -> list[list[dict[str, Any]]]:
+    """One worker's calls, one after another: they share its captures."""
+    return [run_group(kind, call) for call in calls]
+
+
+def _task(kind: str, calls: Sequence[Sequence[Mapping[str, Any]]]) -> list[list[dict[str, Any]]]:
     _init_worker()
-    return run_group(kind, combos)
+    return _run_calls(kind, calls)
+
+
+def worker_tasks(kind: str, calls: Sequence[Sequence[Mapping[str, Any]]], workers: int
+                 ) -> list[list[int]]:
+    """The calls (their positions) each task runs: the calls of one model structure together,
+    so that one worker captures it; where there are fewer structures than ``workers``, the
+    largest task is halved until there are ``workers`` tasks (or one call each), its
+    structure then captured by two workers at once.
+
+    >>> a, b = {"tp": 1}, {"tp": 2}
+    >>> worker_tasks("llm", [[a], [b], [a], [b]], 2)
+    [[0, 2], [1, 3]]
+    >>> worker_tasks("llm", [[a], [a], [a]], 2)
+    [[0, 2], [1]]
+    """
+    by_key: dict[tuple[Any, ...], list[int]] = {}
+    for i, call in enumerate(calls):
+        by_key.setdefault(capture_key(kind, call[0]), []).append(i)
+    tasks = list(by_key.values())
+    while len(tasks) < workers:
+        tasks.sort(key=len, reverse=True)
+        if len(tasks[0]) < 2:
+            break
+        big = tasks.pop(0)
+        tasks[:0] = [big[::2], big[1::2]]
+    return tasks
 
 
 def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: bool = False,
@@ -47,23 +80,31 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: bool = False,
     for i, c in enumerate(combos):
         groups.setdefault(group_key(spec.kind, c), []).append(i)
     calls = [[combos[i] for i in idx] for idx in groups.values()]
-    if ray or ray_address:
-        results = _on_ray(spec.kind, calls, ray_address)
-    elif (workers or os.cpu_count() or 1) == 1:
+    results: list[list[dict[str, Any]]] = [[] for _ in calls]
+    pool_size = workers or os.cpu_count() or 1
+    if not (ray or ray_address) and pool_size == 1:
         from ..llm.step import derive_steps
 
         before = derive_steps(True)
         try:
-            results = [run_group(spec.kind, call) for call in calls]
+            results = _run_calls(spec.kind, calls)
         finally:
             derive_steps(before)
     else:
-        # spawned, not forked: a fork of a process that runs threads (torch's, a caller's)
-        # can inherit a lock held by one of them and hang
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
-                                 mp_context=context) as pool:
-            results = list(pool.map(run_group, [spec.kind] * len(calls), calls))
+        tasks = worker_tasks(spec.kind, calls, pool_size)
+        jobs = [[calls[i] for i in task] for task in tasks]
+        if ray or ray_address:
+            done = _on_ray(spec.kind, jobs, ray_address)
+        else:
+            # spawned, not forked: a fork of a process that runs threads (torch's, a caller's)
+            # can inherit a lock held by one of them and hang
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=pool_size, initializer=_init_worker,
+                                     mp_context=context) as pool:
+                done = list(pool.map(_run_calls, [spec.kind] * len(jobs), jobs))
+        for task, out in zip(tasks, done, strict=True):
+            for i, rows_of_call in zip(task, out, strict=True):
+                results[i] = rows_of_call
     rows: list[dict[str, Any]] = [{} for _ in combos]
     for idx, result in zip(groups.values(), results):
         for i, row in zip(idx, result):
@@ -71,8 +112,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: bool = False,
     return rows
 
 
-def _on_ray(kind: str, calls: list[list[dict[str, Any]]], address: str | None
-            ) -> list[list[dict[str, Any]]]:
+def _on_ray(kind: str, jobs: list[list[list[dict[str, Any]]]], address: str | None
+            ) -> list[list[list[dict[str, Any]]]]:
     try:
         import ray
     except ImportError:
@@ -84,7 +125,7 @@ def _on_ray(kind: str, calls: list[list[dict[str, Any]]], address: str | None
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
         task = ray.remote(_task)
-        return list(ray.get([task.remote(kind, call) for call in calls]))
+        return list(ray.get([task.remote(kind, job) for job in jobs]))
     finally:
         if started:
             ray.shutdown()

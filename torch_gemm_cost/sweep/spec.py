@@ -26,7 +26,7 @@ from ..suggest import check_choice, unknown
 __all__ = ["KINDS", "SweepSpec", "command_options", "read_sweep"]
 
 # the commands a sweep runs, and the options it reads itself rather than passing on
-KINDS = ("estimate", "llm", "serve-sim")
+KINDS = ("estimate", "llm", "serve-sim", "train-plan")
 # options whose output a row cannot hold, or that only change what a command prints
 _NOT_SWEPT = frozenset({"json", "csv", "plot", "html", "layers", "assumptions", "quiet",
                         "depth", "top", "help", "max-rate-under-slo"})
