@@ -142,7 +142,8 @@ def main() -> None:
 Command: `python benchmarks/serve_sim.py` (wall time {time.perf_counter() - started:.0f} s on a
 shared 2-core host, load average {load} when it finished). Target: P50 TTFT and TPOT within
 {TARGET:.0%} of the measured. Every figure below is a prediction of this project against a
-published measurement; nothing was measured here.
+published measurement; nothing was measured here. Shipped GEMM weights: the H200 (and the H100,
+its chip GH100) were in their fit; the L4's chip (AD104) was not, only the L40S of its family.
 
 Only sources that state the model, the GPU, the vLLM version, fixed request lengths
 (`--ignore-eos`) and the load are used. vLLM's nightly serving tests (QPS 1, 4, 16 on ShareGPT)

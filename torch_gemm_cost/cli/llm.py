@@ -20,9 +20,36 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+from ..llm.weights import WEIGHT_FORMATS as WEIGHTS
 from . import UsageError, config_file
 
-WEIGHTS = ("int8", "int4", "fp8", "w4a8", "nvfp4", "mxfp4")
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """The options of a served model and its engine that `llm` and `serve-sim` share: the
+    model, the GPU and dtype, its parallelism, weight and KV formats, memory share and
+    collective profile."""
+    p.add_argument("--hf-config", required=True, metavar="PATH",
+                   help="an HF config.json of a causal LM (needs model_type)")
+    p.add_argument("--device", default="h100_sxm5_80gb", metavar="ID",
+                   help="catalog id, GPU name, spec file or calibration profile (see `devices`; "
+                        "default h100_sxm5_80gb)")
+    p.add_argument("--dtype", default="bf16", help="activations: bf16 (default) or fp16")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages of --tp GPUs each, batches in flight through them "
+                        "(default 1)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel): a "
+                        "multiple of --tp, ep / tp data-parallel attention ranks (default 1)")
+    p.add_argument("--weights", choices=WEIGHTS, default=None,
+                   help="weight format of the linear layers (default: the dtype; nvfp4 and "
+                        "mxfp4 need fp4 tensor cores, w4a8 and fp8 fp8 ones)")
+    p.add_argument("--kv-dtype", choices=("fp8",), default=None,
+                   help="KV cache dtype (default: the dtype)")
+    p.add_argument("--memory-utilization", type=float, default=0.9,
+                   help="share of GPU memory the engine uses (default 0.9, vLLM's)")
+    p.add_argument("--comm-profile", metavar="PATH", default=None,
+                   help="a collective profile from `calibrate-comm`: measured collectives")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,36 +61,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "cache), tokens per second, and whether weights, KV cache and activations fit; the "
         "largest batch that fits; the roofline limits beside.",
     )
-    p.add_argument("--hf-config", required=True, metavar="PATH",
-                   help="an HF config.json of a causal LM (needs model_type)")
-    p.add_argument("--device", default="h100_sxm5_80gb", metavar="ID",
-                   help="catalog id, GPU name, spec file or calibration profile (see `devices`; "
-                        "default h100_sxm5_80gb)")
-    p.add_argument("--dtype", default="bf16", help="activations: bf16 (default) or fp16")
+    add_engine_options(p)
     p.add_argument("--prompt", type=int, default=2048, help="prompt tokens (default 2048)")
     p.add_argument("--gen", type=int, default=256, help="generated tokens (default 256)")
     p.add_argument("--batch", default="1,8,64", metavar="B[,B...]",
                    help="batch sizes, comma separated (default 1,8,64)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
-    p.add_argument("--pp", type=int, default=1,
-                   help="pipeline stages of --tp GPUs each (default 1)")
-    p.add_argument("--ep", type=int, default=1,
-                   help="expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel): a "
-                        "multiple of --tp, ep / tp data-parallel attention ranks (default 1)")
-    p.add_argument("--weights", choices=WEIGHTS, default=None,
-                   help="weight format of the linear layers (default: the dtype; nvfp4 and "
-                        "mxfp4 need fp4 tensor cores, w4a8 and fp8 fp8 ones)")
-    p.add_argument("--kv-dtype", choices=("fp8",), default=None,
-                   help="KV cache dtype (default: the dtype)")
     p.add_argument("--token-budget", type=int, default=8192,
                    help="tokens a forward pass holds, chunked prefill (default 8192)")
-    p.add_argument("--memory-utilization", type=float, default=0.9,
-                   help="share of GPU memory the engine uses (default 0.9, vLLM's)")
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
                    help="most sequences the engine schedules at once (default 256, vLLM's "
                    "max_num_seqs); larger batches are flagged")
-    p.add_argument("--comm-profile", metavar="PATH", default=None,
-                   help="a collective profile from `calibrate-comm`: measured collectives")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="GEMM predictor: the package's default, or the pure roofline")
     p.add_argument("--layers", nargs="?", type=int, const=2, default=None, metavar="DEPTH",

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from . import UsageError, config_file
+from .llm import add_engine_options
 
-WEIGHTS = ("int8", "int4", "fp8", "w4a8", "nvfp4", "mxfp4")
 SLO_FLAGS = tuple((m, q) for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99))
 
 
@@ -30,11 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "step is priced as the `llm` plan prices one. Lengths are a token count or a "
         "distribution: uniform:LO:HI, normal:MEAN:STD, lognormal:MEAN:STD, file:PATH.",
     )
-    p.add_argument("--hf-config", required=True, metavar="PATH",
-                   help="an HF config.json of a causal LM (needs model_type)")
-    p.add_argument("--device", default="h100_sxm5_80gb", metavar="ID",
-                   help="catalog id, GPU name, spec file or calibration profile")
-    p.add_argument("--dtype", default="bf16", help="activations: bf16 (default) or fp16")
+    add_engine_options(p)
     load = p.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, metavar="QPS", help="requests a second (open loop)")
     load.add_argument("--concurrency", type=int, metavar="N",
@@ -47,28 +43,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="generated tokens: a count or a distribution (default 256)")
     p.add_argument("--num-requests", type=int, default=200, help="requests (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrivals")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
-    p.add_argument("--pp", type=int, default=1,
-                   help="pipeline stages of --tp GPUs each, batches in flight through them "
-                        "(default 1)")
-    p.add_argument("--ep", type=int, default=1,
-                   help="expert-parallel GPUs of an MoE (vLLM's --enable-expert-parallel): a "
-                        "multiple of --tp, ep / tp data-parallel attention ranks (default 1)")
     p.add_argument("--replicas", type=int, default=1,
                    help="data-parallel engines of --tp GPUs behind one router that deals the "
                         "requests out in turn (default 1)")
-    p.add_argument("--weights", choices=WEIGHTS, default=None,
-                   help="weight format of the linear layers (default: the dtype)")
-    p.add_argument("--kv-dtype", choices=("fp8",), default=None,
-                   help="KV cache dtype (default: the dtype)")
     p.add_argument("--max-num-batched-tokens", type=int, default=8192, dest="token_budget",
                    help="tokens a step holds (default 8192)")
     p.add_argument("--max-num-seqs", type=int, default=256,
                    help="running requests at most (default 256, vLLM's)")
-    p.add_argument("--memory-utilization", type=float, default=0.9,
-                   help="share of GPU memory the engine uses (default 0.9, vLLM's)")
-    p.add_argument("--comm-profile", metavar="PATH", default=None,
-                   help="a collective profile from `calibrate-comm`: measured collectives")
     p.add_argument("--max-rate-under-slo", action="store_true",
                    help="find the largest Poisson rate meeting every --slo-* bound (bisection)")
     for m, q in SLO_FLAGS:

@@ -35,6 +35,7 @@ _SHARED = {"estimate": "device", "llm": "batch"}
 # options that leave a model's captures as they are (a worker's caches reuse them across their
 # values): the device, the sizes priced from the captured shapes, the workload
 _NOT_CAPTURED = frozenset({"device", "batch", "prompt", "gen", "rate", "concurrency",
+                           "max-num-batched-tokens",
                            "num-requests", "arrival", "seed", "replicas", "max-num-seqs",
                            "token-budget", "memory-utilization", "comm-profile", "kv-dtype",
                            "predictor", "gpus", "dp", "zero", "global-batch", "optimizer"})
