@@ -155,5 +155,5 @@ def test_nccl_host_constants_price_a_dgx_network_faster_than_the_fitted_cluster(
     fitted = predict_collective_ms(DEVICE, "all_reduce", **call)
     nccl = nccl_host_collective_ms(DEVICE, "all_reduce", **call)
     assert nccl < fitted / 2
-    coll = Collectives(get_device(DEVICE), None, "nccl")
+    coll = Collectives(get_device(DEVICE), None, "reference")
     assert coll.ms("all_reduce", 2**30, 16, 8) == pytest.approx(nccl)

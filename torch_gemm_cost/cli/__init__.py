@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UsageError", "UserCodeError", "main", "raised_at", "version_text"]
+__all__ = ["UsageError", "UserCodeError", "add_network_options", "main", "network_kwargs",
+           "raised_at", "version_text"]
 
 # module name in this package -> registered in this order
 SUBCOMMANDS: tuple[str, ...] = ("devices", "estimate", "llm", "serve_sim", "sweep", "train_plan",
@@ -90,6 +91,30 @@ def read_config(flag: str, path: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise UsageError(f"{flag} {path}: not a JSON object")
     return raw
+
+
+def add_network_options(p: argparse.ArgumentParser) -> None:
+    """What a user states about the cluster's network, where no --comm-profile measures it
+    (``predict.comm_host``); shared by train-plan, llm and serve-sim."""
+    p.add_argument("--comm-host", default="fitted", metavar="CLASS",
+                   help="the host class pricing the collectives no --comm-profile covers: "
+                        "fitted (default: the shipped fit, from one cloud A100 cluster whose "
+                        "network delivered about a fifth of a DGX A100's 8x 200 Gb/s) or "
+                        "reference "
+                        "(NCCL's own tuning constants at 0.8 of each link's datasheet "
+                        "bandwidth, as a reference-architecture DGX/HGX cluster with GPUDirect "
+                        "RDMA on every NIC runs)")
+    p.add_argument("--nic-gbps", type=float, default=None, metavar="GBPS",
+                   help="each NIC's speed in Gb/s (e.g. 200 for HDR, 400 for NDR), restating "
+                        "the device record's network (its usual node's)")
+    p.add_argument("--nics-per-node", type=int, default=None, metavar="N",
+                   help="NICs a node with --nic-gbps (default: one a GPU)")
+
+
+def network_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``add_network_options`` for the planners."""
+    return {"comm_host": args.comm_host, "nics_per_node": args.nics_per_node,
+            "nic_gbps": args.nic_gbps}
 
 
 class _Parser(argparse.ArgumentParser):

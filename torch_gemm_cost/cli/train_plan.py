@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import UsageError, config_file
+from . import UsageError, add_network_options, config_file, network_kwargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Megatron's sequence parallelism with tp")
     p.add_argument("--comm-profile", metavar="PATH", default=None,
                    help="a collective profile from `calibrate-comm`: measured collectives")
+    add_network_options(p)
     p.add_argument("--search", action="store_true",
                    help="price every layout of --gpus and rank the fastest that fit")
     p.add_argument("--top", type=int, default=5, help="plans --search shows (default 5)")
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             args.hf_config, args.device, gpus=args.gpus, global_batch=args.global_batch,
             seq=args.seq, dtype=args.dtype, optimizer=optimizer, attention=args.attention,
             compiled=args.compiled, micro_batches=_sizes(args.micro_batches),
-            comm_profile=args.comm_profile, top=args.top)
+            comm_profile=args.comm_profile, top=args.top, **network_kwargs(args))
         doc, text = found.to_dict(), format_training_search(found)
         plan = found.plans[0] if found.plans else None
     else:
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             micro_batch=args.micro_batch, global_batch=args.global_batch, seq=args.seq,
             dtype=args.dtype, optimizer=optimizer, attention=args.attention,
             compiled=args.compiled, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-            comm_profile=args.comm_profile)
+            comm_profile=args.comm_profile, **network_kwargs(args))
         doc, text = plan.to_dict(), str(plan)
     if args.json:
         out = json.dumps(doc, indent=2)

@@ -39,10 +39,11 @@ def assumptions(layout: Layout, optimizer: str | None, attention: str, compiled:
          "dtype. A tied embedding's gradient is all-reduced between the first and last "
          "stage after the backward (not overlapped)."),
         (f"Collectives: {comm_source}. step_interval_ms repeats the step with every "
-         "collective the profile does not cover at the fitted host constants and at NCCL's "
-         "own (its tuning model's latencies and 0.8 of each link's datasheet bandwidth), "
-         "within a node widened to how far the measured hosts spread around a prior that "
-         "never saw them (collective_interval_ms): the low and the high end."),
+         "collective the profile does not cover at both host classes, the fitted constants "
+         "and NCCL's own (its tuning model's latencies and 0.8 of each link's datasheet "
+         "bandwidth), within a node widened to how far the measured hosts spread around a "
+         "prior that never saw them (collective_interval_ms): the low and the high end, "
+         "whichever class is stated."),
         ("Memory per GPU: 16-bit weights and gradients with fp32 master weights and Adam "
          "moments under mixed precision (2 + 2 + 12 bytes a parameter, ZeRO §3), 4 + 4 + 8 in "
          "fp32; ZeRO 1/2/3 shard states, gradients, weights over the dp·cp ranks. "

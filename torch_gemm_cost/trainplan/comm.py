@@ -34,11 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware.catalog import DeviceSpec
-from ..predict.collectives import (
-    collective_interval_ms,
-    nccl_host_collective_ms,
-    predict_collective_ms,
-)
+from ..predict.collectives import collective_interval_ms
+from ..predict.comm_host import COMM_HOSTS, host_collective_ms
 from ..predict.comm_profile import CommProfile
 from .layout import Layout, group_per_node
 from .model import TrainingStep
@@ -46,15 +43,18 @@ from .model import TrainingStep
 __all__ = ["HOSTS", "Collectives", "dispatch_bytes", "ep_comm_ms", "overlapped_ms", "send_ms",
            "tp_comm_ms"]
 
-HOSTS: tuple[str, ...] = ("fitted", "low", "high", "nccl")
+# the host classes a user states (predict.comm_host), then the two ends of the hosts' spread
+HOSTS: tuple[str, ...] = (*COMM_HOSTS, "low", "high")
 
 
 @dataclass
 class Collectives:
-    """Prices a plan's collectives on ``spec``: measured where ``profile`` covers a call, else
-    the collective model with the fitted host constants (``host="fitted"``), the low or high
-    end of how far hosts spread (``predict.collectives.collective_interval_ms``), or NCCL's own
-    host constants (``"nccl"``: a DGX-networked host)."""
+    """Prices a plan's collectives on ``spec`` (its network as the user states it,
+    ``predict.comm_host.with_nics``): measured where ``profile`` covers a call, else the
+    collective model at the host class ``host`` (``predict.comm_host``: ``"fitted"``, the
+    shipped fit, or ``"reference"``, NCCL's own constants as a reference-architecture DGX/HGX
+    cluster runs), or at the low or high end of how far hosts spread
+    (``predict.collectives.collective_interval_ms``)."""
 
     spec: DeviceSpec
     profile: CommProfile | None = None
@@ -74,12 +74,9 @@ class Collectives:
             measured = self.profile.time_ms(collective, size, n, g)
             if measured is not None:
                 return measured
-        if self.host == "fitted":
-            return predict_collective_ms(self.spec, collective, size_bytes=size, num_gpus=n,
-                                         gpus_per_node=g)
-        if self.host == "nccl":
-            return nccl_host_collective_ms(self.spec, collective, size_bytes=size, num_gpus=n,
-                                           gpus_per_node=g)
+        if self.host in COMM_HOSTS:
+            return host_collective_ms(self.spec, collective, host=self.host, size_bytes=size,
+                                      num_gpus=n, gpus_per_node=g)
         lo, hi = collective_interval_ms(self.spec, collective, size_bytes=size, num_gpus=n,
                                         gpus_per_node=g)
         return lo if self.host == "low" else hi

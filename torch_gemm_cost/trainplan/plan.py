@@ -18,6 +18,7 @@ from ..hardware.catalog import DeviceLike, DeviceSpec
 from ..hardware.dtypes import ComputeDtype
 from ..llm.checks import check_device
 from ..predict import Predictor, default_predictor
+from ..predict.comm_host import check_comm_host, describe_comm_host, with_nics
 from ..predict.comm_profile import CommProfile, load_comm_profile
 from ..predict.profile import profile_predictor
 from ..suggest import check_choice
@@ -53,6 +54,9 @@ def plan_training(
     interleave: int = 1,
     sequence_parallel: bool = False,
     comm_profile: CommProfile | str | os.PathLike[str] | None = None,
+    comm_host: str = "fitted",
+    nics_per_node: int | None = None,
+    nic_gbps: float | None = None,
     predictor: Predictor | None = None,
 ) -> TrainingPlan:
     """A training step of ``model_or_config`` on ``gpus`` GPUs of ``device``.
@@ -69,7 +73,13 @@ def plan_training(
     ``estimate(compiled=True)`` prices them).
     ``interleave``: pipeline chunks per GPU (the interleaved schedule for 2 or more);
     ``sequence_parallel``: Megatron's sequence parallelism with tp. ``comm_profile``: a
-    cluster's measured collectives (``torch-gemm-cost calibrate-comm``). ``ep``: expert
+    cluster's measured collectives (``torch-gemm-cost calibrate-comm``), which price every call
+    they cover. ``comm_host``: the host class that prices the rest (``predict.comm_host``):
+    "fitted" (the default: the shipped fit, from one cloud A100 cluster across nodes) or
+    "reference" (NCCL's own constants, 0.8 of each link's datasheet bandwidth, as a
+    reference-architecture DGX/HGX cluster with GPUDirect RDMA on every NIC runs).
+    ``nics_per_node`` NICs of ``nic_gbps`` Gb/s each restate the device record's network
+    (``nics_per_node`` defaults to one a GPU). ``ep``: expert
     parallelism of a MoE model (Mixtral-style configs: ``num_local_experts``,
     ``num_experts_per_tok``), its ranks drawn from the data-parallel ones as Megatron-Core
     draws them: it divides the experts and dp·cp, and needs ``sequence_parallel`` with tp > 1.
@@ -77,6 +87,8 @@ def plan_training(
     target = check_device(device)
     cd = check_dtype(dtype)
     optimizer = _check_optimizer(optimizer)
+    comm_host = check_comm_host(comm_host)
+    network = with_nics(target.spec, nics_per_node=nics_per_node, nic_gbps=nic_gbps)
     source = StepSource(model_or_config, cd.name, attention, compiled)
     dp = _dp(gpus, tp, pp, dp, cp)
     batch = global_batch if global_batch is not None else dp * micro_batch
@@ -85,18 +97,25 @@ def plan_training(
                     sequence_parallel=bool(sequence_parallel))
     check_layout(layout, source.shape, batch, seq, gpus)
     planner = planner_for(source, target.spec, cd, optimizer, batch, seq, comm_profile,
-                          predictor or profile_predictor(target) or default_predictor())
+                          predictor or profile_predictor(target) or default_predictor(),
+                          comm_host=comm_host, network=network)
     return training_plan(planner, layout)
 
 
 def planner_for(source: StepSource, spec: DeviceSpec, cd: ComputeDtype,
                 optimizer: str | None, global_batch: int, seq: int,
                 comm_profile: CommProfile | str | os.PathLike[str] | None,
-                predictor: Predictor) -> Planner:
+                predictor: Predictor, *, comm_host: str = "fitted",
+                network: DeviceSpec | None = None) -> Planner:
+    """The planner of one model, device and batch; its collectives priced on ``network``
+    (``spec`` with the network the user states, ``predict.comm_host.with_nics``; default
+    ``spec``) by ``comm_profile`` where it covers a call, else at the host class
+    ``comm_host``."""
     profile = load_comm_profile(comm_profile) if comm_profile is not None else None
     return Planner(source=source, spec=spec, cd=cd, optimizer=optimizer, predictor=predictor,
                    global_batch=global_batch, seq=seq,
-                   collectives=Collectives(spec, profile))
+                   collectives=Collectives(network or spec, profile,
+                                           check_comm_host(comm_host)))
 
 
 def training_plan(planner: Planner, layout: Layout) -> TrainingPlan:
@@ -115,10 +134,16 @@ def _record(planner: Planner, layout: Layout, cost: StepCost,
     step_s = cost.step_ms * 1e-3
     gpus = layout.gpus
     model_tflops = cost.model_flops / step_s / gpus / 1e12
-    profile = planner.collectives.profile
-    source = ("predict_collective_ms on the device record's node and network" if profile is None
-              else f"measured where the comm profile ({', '.join(profile.sources)}) covers a "
-                   "call, else predict_collective_ms on the device record's node and network")
+    coll = planner.collectives
+    profile = coll.profile
+    net = coll.spec.network_bw_bytes_per_s
+    where = ("predict_collective_ms on the device record's node and the network ("
+             + (f"{coll.spec.network}: {net / 1e9:g} GB/s a GPU" if net is not None
+                else "none: one node") + ")")
+    measured = ("" if profile is None else f"measured where the comm profile "
+                f"({', '.join(profile.sources)}) covers a call, else ")
+    source = f"{measured}{where} at host class '{coll.host}'"
+    stated = f"{measured}{where} at the {describe_comm_host(coll.host)}"
     name = getattr(planner.predictor, "name", type(planner.predictor).__name__)
     return TrainingPlan(
         model=step.model_name, device=spec, dtype=planner.cd.name,
@@ -133,10 +158,10 @@ def _record(planner: Planner, layout: Layout, cost: StepCost,
         hardware_tflops_per_gpu=cost.hardware_flops / step_s / gpus / 1e12,
         mfu=model_tflops * 1e12 / spec.peak_flops_per_s(planner.cd),
         stages=cost.stages, comm_ms=cost.comm_ms, step_interval_ms=interval,
-        comm_source=source,
+        comm_source=source, comm_host=coll.host,
         predictor=f"{name} v{getattr(planner.predictor, 'version', '')}",
         assumptions=assumptions(layout, planner.optimizer, planner.source.attention,
-                                planner.source.compiled, source))
+                                planner.source.compiled, stated))
 
 
 def _check_optimizer(optimizer: Any) -> str | None:

@@ -85,6 +85,7 @@ class TrainingPlanRecord:
     comm_source: str
     predictor: str
     assumptions: tuple[str, ...] = field(default=(), compare=False)
+    comm_host: str = "fitted"  # the host class that priced what no comm profile covers
 
     @property
     def gpus(self) -> int:
@@ -113,6 +114,7 @@ class TrainingPlanRecord:
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "mfu": self.mfu,
             "comm_ms": dict(self.comm_ms), "comm_source": self.comm_source,
+            "comm_host": self.comm_host,
             "predictor": self.predictor, "stages": stages,
             "assumptions": list(self.assumptions),
         }

@@ -25,6 +25,7 @@ from ..capture.hf_config import HfConfig
 from ..hardware.catalog import DeviceLike
 from ..llm.checks import check_device
 from ..predict import Predictor, default_predictor
+from ..predict.comm_host import check_comm_host, with_nics
 from ..predict.comm_profile import CommProfile
 from ..predict.profile import profile_predictor
 from .layout import RECOMPUTE, Layout, check_dtype, check_layout
@@ -55,6 +56,9 @@ def search_training_plans(
     micro_batches: Iterable[int] = MICRO_BATCHES,
     recompute: Iterable[str] = RECOMPUTE,
     comm_profile: CommProfile | str | os.PathLike[str] | None = None,
+    comm_host: str = "fitted",
+    nics_per_node: int | None = None,
+    nic_gbps: float | None = None,
     predictor: Predictor | None = None,
     top: int = 5,
 ) -> TrainingSearch:
@@ -68,9 +72,12 @@ def search_training_plans(
     target = check_device(device)
     cd = check_dtype(dtype)
     opt = _check_optimizer(optimizer)
+    comm_host = check_comm_host(comm_host)
+    network = with_nics(target.spec, nics_per_node=nics_per_node, nic_gbps=nic_gbps)
     source = StepSource(model_or_config, cd.name, attention, compiled)
     planner = planner_for(source, target.spec, cd, opt, global_batch, seq, comm_profile,
-                          predictor or profile_predictor(target) or default_predictor())
+                          predictor or profile_predictor(target) or default_predictor(),
+                          comm_host=comm_host, network=network)
     layouts = list(candidate_layouts(source.shape, gpus, global_batch, seq,
                                      target.spec.node_gpus, tuple(micro_batches),
                                      tuple(recompute)))
