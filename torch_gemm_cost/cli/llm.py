@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from ..llm.weights import WEIGHT_FORMATS as WEIGHTS
-from . import UsageError, config_file
+from . import UsageError, add_network_options, config_file, network_kwargs
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """The options of a served model and its engine that `llm` and `serve-sim` share: the
-    model, the GPU and dtype, its parallelism, weight and KV formats, memory share and
-    collective profile."""
+    model, the GPU and dtype, its parallelism, weight and KV formats, memory share, collective
+    profile and the cluster's network."""
     p.add_argument("--hf-config", required=True, metavar="PATH",
                    help="an HF config.json of a causal LM (needs model_type)")
     p.add_argument("--device", default="h100_sxm5_80gb", metavar="ID",
@@ -50,6 +50,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="share of GPU memory the engine uses (default 0.9, vLLM's)")
     p.add_argument("--comm-profile", metavar="PATH", default=None,
                    help="a collective profile from `calibrate-comm`: measured collectives")
+    add_network_options(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace, *, stderr_tty: bool | None = None) -> int:
     plan = plan_llm(args.hf_config, device=args.device, dtype=args.dtype, prompt=args.prompt,
                     gen=args.gen, batches=_batches(args.batch), tp=args.tp, pp=args.pp,
                     ep=args.ep,
-                    comm_profile=args.comm_profile,
+                    comm_profile=args.comm_profile, **network_kwargs(args),
                     weights=args.weights, kv_dtype=args.kv_dtype,
                     token_budget=args.token_budget,
                     memory_utilization=args.memory_utilization,

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import UsageError, config_file
+from . import UsageError, config_file, network_kwargs
 from .llm import add_engine_options
 
 SLO_FLAGS = tuple((m, q) for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99))
@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
                            pp=args.pp, ep=args.ep, max_num_seqs=args.max_num_seqs,
                            token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
-                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile)
+                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile,
+                           **network_kwargs(args))
     workload = {"prompt": args.prompt, "gen": args.gen, "num_requests": args.num_requests,
                 "seed": args.seed, "arrival": args.arrival, "replicas": args.replicas}
     if args.max_rate_under_slo:

@@ -1,8 +1,9 @@
 """A serving step's collectives: tensor parallelism's all-reduces and logit gather, expert
 parallelism's all-to-all dispatch and combine, pipeline parallelism's sends of the hidden
 states between stages, each priced by ``predict.collectives``
-on the device's usual node, or from a cluster's nccl-tests profile (``predict.comm_profile``)
-where it covers the call; which of the two priced each call is counted, for the plan to say.
+on the device's usual node at the host class the user states (``predict.comm_host``), or from a
+cluster's nccl-tests profile (``predict.comm_profile``) where it covers the call; which of the two
+priced each call is counted, for the plan to say.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..hardware.catalog import DeviceSpec
-from ..predict.collectives import check_call, predict_collective_ms
+from ..predict.collectives import check_call
+from ..predict.comm_host import describe_comm_host, host_collective_ms
 from ..predict.comm_profile import CommProfile
 from .experts import ExpertParallel
 from .shape import ServingShape, padded_vocab
@@ -23,7 +25,8 @@ __all__ = ["StepCollectives"]
 class StepCollectives:
     """The collectives of one engine's steps: ``tp`` GPUs a stage, ``pp`` stages (``pp`` ·
     ``tp`` GPUs in all, stages on one node while they fit it), activations of ``act_bytes``
-    bytes. ``shape`` is one GPU's shard (its hidden size and layers are the model's)."""
+    bytes. ``shape`` is one GPU's shard (its hidden size and layers are the model's).
+    ``host``: the host class pricing what ``profile`` does not cover (``predict.comm_host``)."""
 
     spec: DeviceSpec
     shape: ServingShape
@@ -33,6 +36,7 @@ class StepCollectives:
     pp: int = 1
     profile: CommProfile | None = None
     ep: ExpertParallel | None = None
+    host: str = "fitted"
     # (collective, GPUs) -> Counter of "measured" / "model": who priced each distinct call
     priced_by: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
     _cache: dict[tuple[str, float, int, int], float] = field(default_factory=dict, repr=False)
@@ -48,9 +52,9 @@ class StepCollectives:
             measured = None if self.profile is None else self.profile.time_ms(*key)
             self.priced_by.setdefault((collective, num_gpus), Counter())[
                 "model" if measured is None else "measured"] += 1
-            self._cache[key] = measured if measured is not None else predict_collective_ms(
-                self.spec, collective, size_bytes=size_bytes, num_gpus=num_gpus,
-                gpus_per_node=call.gpus_per_node)
+            self._cache[key] = measured if measured is not None else host_collective_ms(
+                self.spec, collective, host=self.host, size_bytes=size_bytes,
+                num_gpus=num_gpus, gpus_per_node=call.gpus_per_node)
         return self._cache[key]
 
     def tp_ms(self, tokens: int, sampled: int, layers: int | None = None) -> float:
@@ -114,9 +118,10 @@ class StepCollectives:
         none was priced: one GPU)."""
         if not self.priced_by:
             return ""
+        host = describe_comm_host(self.host)
         if self.profile is None:
             return ("every collective priced by predict_collective_ms as NCCL on the device's "
-                    "usual node (the topology prior; no --comm-profile given)")
+                    f"usual node (the topology prior; no --comm-profile given) at the {host}")
         gpu = f" of {self.profile.gpu_name}" if self.profile.gpu_name else ""
         parts = []
         for (name, n), by in sorted(self.priced_by.items()):
@@ -124,5 +129,5 @@ class StepCollectives:
             parts.append(f"{name} over {n} GPUs: {by['measured']} of {total} distinct sizes "
                          "measured")
         return (f"collectives from the comm profile{gpu} ({', '.join(self.profile.sources)}) "
-                f"where it covers the group and size, else by the topology prior: "
+                f"where it covers the group and size, else by the topology prior at the {host}: "
                 f"{'; '.join(parts)}")

@@ -31,6 +31,7 @@ import torch
 from ..hardware.catalog import DeviceLike, DeviceSpec
 from ..hardware.dtypes import ComputeDtype
 from ..predict import Predictor, default_predictor
+from ..predict.comm_host import check_comm_host, with_nics
 from ..predict.comm_profile import CommProfile, load_comm_profile
 from ..predict.price import OpEstimate
 from ..predict.profile import profile_predictor
@@ -86,6 +87,9 @@ def plan_llm(
     memory_utilization: float = MEMORY_UTILIZATION,
     max_num_seqs: int = MAX_NUM_SEQS,
     comm_profile: CommProfile | str | os.PathLike[str] | None = None,
+    comm_host: str = "fitted",
+    nics_per_node: int | None = None,
+    nic_gbps: float | None = None,
     predictor: Predictor | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> LlmPlan:
@@ -106,7 +110,9 @@ def plan_llm(
     (``DeviceSpec.mem_bytes``) the engine uses; ``max_num_seqs``: the most sequences the engine
     schedules at once, rows of larger batches flagged. ``comm_profile``: a collective profile
     (``torch-gemm-cost calibrate-comm``, or its JSON file) that prices the collectives it
-    measured instead of the collective model. ``predictor``: the GEMM predictor (the default
+    measured instead of the collective model; ``comm_host``, ``nics_per_node`` and ``nic_gbps``
+    what the user states of the cluster's network for the rest, as ``plan_training`` takes them
+    (``predict.comm_host``). ``predictor``: the GEMM predictor (the default
     hybrid). ``progress``: called with a line on each stage (building, capture, pricing a
     batch), for a caller to show; the plan itself prints nothing.
     """
@@ -127,7 +133,9 @@ def plan_llm(
     gpu_config = shard_config(config, tp, experts)
     shape = ServingShape.of(gpu_config)
     profile = load_comm_profile(comm_profile) if comm_profile is not None else None
-    comm = StepCollectives(spec, shape, full.vocab, tp, cd.in_bytes, pp, profile, experts)
+    comm = StepCollectives(with_nics(spec, nics_per_node=nics_per_node, nic_gbps=nic_gbps),
+                           shape, full.vocab, tp, cd.in_bytes, pp, profile, experts,
+                           check_comm_host(comm_host))
     comm.check()  # fail before any capture if the node cannot hold the groups
     key = config_key(gpu_config)
     say(f"build: the {getattr(config, 'model_type', 'causal LM')} model on the meta device")

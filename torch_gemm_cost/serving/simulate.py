@@ -43,6 +43,7 @@ from ..llm.schedule import TOKEN_BUDGET
 from ..llm.shape import ServingShape, padded_vocab
 from ..llm.shard import shard_config
 from ..predict import Predictor, default_predictor
+from ..predict.comm_host import check_comm_host, with_nics
 from ..predict.comm_profile import CommProfile, load_comm_profile
 from ..predict.ops import load_op_costs
 from ..predict.profile import profile_predictor
@@ -80,6 +81,9 @@ def simulate_serving(
     weights: str | None = None,
     kv_dtype: str | None = None,
     comm_profile: CommProfile | str | os.PathLike[str] | None = None,
+    comm_host: str = "fitted",
+    nics_per_node: int | None = None,
+    nic_gbps: float | None = None,
     predictor: Predictor | None = None,
 ) -> ServingSim:
     """``num_requests`` requests served by vLLM V1 on ``device`` (``tp`` GPUs a pipeline stage,
@@ -91,12 +95,15 @@ def simulate_serving(
     ``replicas``: data-parallel copies of the engine (``tp`` GPUs each) behind one router that
     deals the requests out in turn. The other arguments as ``plan_llm``'s; ``max_num_seqs``
     and ``token_budget`` (max_num_batched_tokens) are the scheduler's limits; ``comm_profile``
-    a collective profile (``calibrate-comm``) that prices the collectives it measured."""
+    a collective profile (``calibrate-comm``) that prices the collectives it measured;
+    ``comm_host``, ``nics_per_node``, ``nic_gbps`` the cluster's network as the user states it
+    (``predict.comm_host``)."""
     engine = ServingEngine(config, device, dtype=dtype, tp=tp, pp=pp, ep=ep,
                            max_num_seqs=max_num_seqs,
                            token_budget=token_budget, memory_utilization=memory_utilization,
                            weights=weights, kv_dtype=kv_dtype, comm_profile=comm_profile,
-                           predictor=predictor)
+                           comm_host=comm_host, nics_per_node=nics_per_node,
+                           nic_gbps=nic_gbps, predictor=predictor)
     return engine.run(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt, gen=gen,
                       num_requests=num_requests, seed=seed, arrival=arrival, replicas=replicas)
 
@@ -111,6 +118,8 @@ class ServingEngine:
                  memory_utilization: float = MEMORY_UTILIZATION, weights: str | None = None,
                  kv_dtype: str | None = None,
                  comm_profile: CommProfile | str | os.PathLike[str] | None = None,
+                 comm_host: str = "fitted", nics_per_node: int | None = None,
+                 nic_gbps: float | None = None,
                  predictor: Predictor | None = None) -> None:
         target = check_device(device)
         spec = target.spec
@@ -133,8 +142,10 @@ class ServingEngine:
         gpu = shard_config(cfg, tp, self.experts)
         shape = ServingShape.of(gpu)
         profile = load_comm_profile(comm_profile) if comm_profile is not None else None
-        self.comm = StepCollectives(spec, shape, self.full.vocab, tp, cd.in_bytes, pp, profile,
-                                    self.experts)
+        self.comm = StepCollectives(with_nics(spec, nics_per_node=nics_per_node,
+                                              nic_gbps=nic_gbps),
+                                    shape, self.full.vocab, tp, cd.in_bytes, pp, profile,
+                                    self.experts, check_comm_host(comm_host))
         self.comm.check()
         key = config_key(gpu)
         model = meta_model(key, cd.name)

@@ -118,6 +118,7 @@ def _run(kind: str, combos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 
 def _train_plan(args: argparse.Namespace) -> dict[str, Any]:
+    from ..cli import network_kwargs
     from ..trainplan import plan_training
 
     if args.search:
@@ -130,7 +131,7 @@ def _train_plan(args: argparse.Namespace) -> dict[str, Any]:
         seq=args.seq, dtype=args.dtype, optimizer=None if args.optimizer == "none" else
         args.optimizer, attention=args.attention, compiled=args.compiled,
         interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        comm_profile=args.comm_profile)
+        comm_profile=args.comm_profile, **network_kwargs(args))
     return {"step_ms": plan.step_ms, "compute_ms": plan.compute_ms, "bubble_ms": plan.bubble_ms,
             "exposed_comm_ms": plan.exposed_comm_ms, "optimizer_ms": plan.optimizer_ms,
             "memory_per_gpu_bytes": plan.memory_per_gpu_bytes, "fits": plan.fits,
@@ -151,6 +152,7 @@ def _estimate(args: argparse.Namespace, combos: Sequence[Mapping[str, Any]]
 
 
 def _llm(args: argparse.Namespace, combos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    from ..cli import network_kwargs
     from ..llm import plan_llm
     from ..predict import RooflinePredictor
 
@@ -160,7 +162,7 @@ def _llm(args: argparse.Namespace, combos: Sequence[Mapping[str, Any]]) -> list[
                     gen=args.gen, batches=batches, tp=args.tp, pp=args.pp, ep=args.ep,
                     weights=args.weights, kv_dtype=args.kv_dtype, token_budget=args.token_budget,
                     memory_utilization=args.memory_utilization, comm_profile=args.comm_profile,
-                    predictor=RooflinePredictor() if args.predictor == "roofline" else None)
+                    **network_kwargs(args), predictor=RooflinePredictor() if args.predictor == "roofline" else None)
     out = []
     for c, b in zip(combos, batches):
         r = plan.row(b)
@@ -177,6 +179,7 @@ def _batches(text: str) -> list[int]:
 
 
 def _serve_sim(args: argparse.Namespace) -> dict[str, Any]:
+    from ..cli import network_kwargs
     from ..serving import ServingEngine
 
     if args.rate is None and args.concurrency is None:
@@ -185,7 +188,8 @@ def _serve_sim(args: argparse.Namespace) -> dict[str, Any]:
                            pp=args.pp, ep=args.ep, max_num_seqs=args.max_num_seqs,
                            token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
-                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile)
+                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile,
+                           **network_kwargs(args))
     sim = engine.run(rate_qps=args.rate, concurrency=args.concurrency, prompt=args.prompt,
                      gen=args.gen, num_requests=args.num_requests, seed=args.seed,
                      arrival=args.arrival, replicas=args.replicas)
