@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .workload import Request
 
-__all__ = ["FrontEnd", "HostPath"]
+__all__ = ["FrontEnd", "HostPath", "Seen", "host_assumption", "host_line"]
 
 
 @dataclass(frozen=True)
@@ -161,3 +161,40 @@ class FrontEnd:
             self._last[r.id] = end
             if self._pending:  # the client sends its next request
                 self._send(self._pending.popleft(), end)
+
+
+def host_line(host: HostPath | None) -> str:
+    """The host path of a run, in one line."""
+    if host is None:
+        return ("host path unpriced: GPU time only (TTFT and latency are lower bounds; "
+                "--host-profile prices it)")
+    return (f"host path: {host.request_ms:g} ms a request, {host.token_ms:g} ms a streamed "
+            f"token on the API server, {host.step_ms:g} ms a step on the engine core "
+            f"(from {host.source})")
+
+
+def host_assumption(host: HostPath | None) -> str:
+    """What a run assumes of the host."""
+    if host is None:
+        return (
+            "Host: unpriced. The times are the GPU's; not in them: the request's path through "
+            "vLLM's API server (HTTP receive, tokenizing, the hand-off to the engine core over "
+            "ZMQ; detokenizing and streaming each output token, in one asyncio process whose "
+            "work queues as the token rate grows) and the engine core's host time a step "
+            "(scheduler, input preparation, sampler) where the GPU does not hide it. The TTFT, "
+            "TPOT and latency are lower bounds; on a small model the host's share can be the "
+            "larger part of the TTFT. No public per-request or per-token figure is taken as a "
+            "prior: a `vllm bench serve --save-result` JSON of the user's own server "
+            "(host_profile=, --host-profile) prices it.")
+    return (
+        f"Host: vLLM's API server as one first-come-first-served server inside the event "
+        f"simulation: a request takes {host.request_ms:g} ms of it before the engine sees it "
+        f"(HTTP receive, tokenizing, the hand-off over ZMQ), an output token {host.token_ms:g} "
+        "ms from the end of the step that sampled it before its client sees it (detokenizing, "
+        "streaming); a closed loop's client sends its next request when it has seen the last "
+        f"token of its last. The engine core adds {host.step_ms:g} ms of host time to every "
+        f"step. From {host.source}; such figures hold for that host, vLLM version, model and "
+        "tokenizer. A profile of one load sets the request's cost from its median TTFT and "
+        "the step's from its median gap between tokens; the token's cost does not show at a "
+        "load the server keeps up with, so it is 0 unless given. With replicas each engine "
+        "has an API server of its own.")

@@ -185,7 +185,8 @@ def _serve_sim(args: argparse.Namespace) -> dict[str, Any]:
                            pp=args.pp, ep=args.ep, max_num_seqs=args.max_num_seqs,
                            token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
-                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile)
+                           kv_dtype=args.kv_dtype, comm_profile=args.comm_profile,
+                           host_profile=args.host_profile)
     sim = engine.run(rate_qps=args.rate, concurrency=args.concurrency, prompt=args.prompt,
                      gen=args.gen, num_requests=args.num_requests, seed=args.seed,
                      arrival=args.arrival, replicas=args.replicas)
