@@ -140,6 +140,9 @@ def test_a_profile_at_concurrency_one_adds_its_ttft_gap(engine, tmp_path):
     sim = engine.with_host(host).run(concurrency=1, prompt=128, gen=16, num_requests=8)
     assert (sim.ttft.p50, sim.tpot.p50) == pytest.approx((9.0, 0.6), abs=0.02)
     assert engine.host is None and "host path unpriced" in gpu.host
+    # a given token cost: the first token's streaming (0.5 ms) leaves the request's cost
+    given = host_from_bench(engine, bench, token_ms=0.5)
+    assert given.request_ms == pytest.approx(host.request_ms - 0.5, abs=0.02)
 
 
 def test_a_load_the_gpu_alone_is_slower_than_gives_no_host_time(engine, tmp_path):
@@ -184,3 +187,6 @@ def test_the_benchmark_profile_takes_the_users_path(tmp_path, capsys):
     assert main(["serve-sim", "--hf-config", str(config), "--concurrency", "4",
                  "--host-profile", str(tmp_path / "none.json")]) == 2
     assert "--host-profile" in capsys.readouterr().err
+    assert main(["serve-sim", "--hf-config", str(config), "--concurrency", "4",
+                 "--host-token-ms", "0.1"]) == 2
+    assert "add --host-profile" in capsys.readouterr().err

@@ -123,7 +123,10 @@ class FrontEnd:
     def tokens(self, now: float, sampled: Sequence[tuple[Request, int]]) -> None:
         """A step ending at ``now`` sampled these tokens: (request, its tokens now)."""
         for r, n in sampled:
-            self._push(now, r, n)
+            if self.host is None:  # a free server: the client sees the token now
+                self._delivered(r, n, now)
+            else:
+                self._push(now, r, n)
 
     def seen(self) -> dict[int, Seen]:
         """Every request's times as its client saw them (the server runs to its end)."""
@@ -156,11 +159,15 @@ class FrontEnd:
             self._entered.append(r)
             self._entered_ms.append(end)
             return
-        self._first.setdefault(r.id, end)
+        self._delivered(r, tokens, end)
+
+    def _delivered(self, r: Request, tokens: int, at_ms: float) -> None:
+        """The client of ``r`` sees its ``tokens``-th token at ``at_ms``."""
+        self._first.setdefault(r.id, at_ms)
         if tokens >= r.gen:
-            self._last[r.id] = end
+            self._last[r.id] = at_ms
             if self._pending:  # the client sends its next request
-                self._send(self._pending.popleft(), end)
+                self._send(self._pending.popleft(), at_ms)
 
 
 def host_line(host: HostPath | None) -> str:

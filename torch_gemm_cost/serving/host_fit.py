@@ -13,7 +13,8 @@ of the user's own server (``measured.vllm_bench``), at the load it was measured 
 ``token_ms``, the API server's time a streamed token, is not read off one load where the
 server keeps up: one token a step at concurrency 1 streams while the next step runs, so it
 moves neither the gap between tokens nor, apart from the first token's, the TTFT. It is 0
-unless given (a first token's streaming is then in ``request_ms``).
+unless given (a first token's streaming is then in ``request_ms``; a given one is taken out
+of it by the bisection).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def host_path_of(profile: HostPath | BenchServe | str | os.PathLike[str], engine
     read)."""
     if isinstance(profile, HostPath):
         return profile
+    HostPath(0.0, token_ms)  # a bad token_ms named before the calibration runs
     bench = profile if isinstance(profile, BenchServe) else read_vllm_bench(profile)
     return host_from_bench(engine, bench, token_ms)
 

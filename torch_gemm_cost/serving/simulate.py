@@ -86,6 +86,7 @@ def simulate_serving(
     comm_profile: CommProfile | str | os.PathLike[str] | None = None,
     predictor: Predictor | None = None,
     host_profile: HostPath | BenchServe | str | os.PathLike[str] | None = None,
+    host_token_ms: float = 0.0,
 ) -> ServingSim:
     """``num_requests`` requests served by vLLM V1 on ``device`` (``tp`` GPUs a pipeline stage,
     ``pp`` stages, batches in flight through them as V1's batch queue keeps them; ``ep``
@@ -95,7 +96,8 @@ def simulate_serving(
     a distribution (``Lengths``, or a string ``Lengths.parse`` reads: ``"lognormal:512:256"``).
     ``host_profile``: the host's share of the latency (``serving.host``): a ``HostPath``, or a
     ``vllm bench serve --save-result`` JSON of the user's own server it is calibrated from
-    (``serving.host_fit``); None: the GPU's time alone.
+    (``serving.host_fit``), the API server's time a streamed token ``host_token_ms`` (which
+    one load does not show); None: the GPU's time alone.
     ``replicas``: data-parallel copies of the engine (``tp`` GPUs each) behind one router that
     deals the requests out in turn. The other arguments as ``plan_llm``'s; ``max_num_seqs``
     and ``token_budget`` (max_num_batched_tokens) are the scheduler's limits; ``comm_profile``
@@ -104,7 +106,8 @@ def simulate_serving(
                            max_num_seqs=max_num_seqs,
                            token_budget=token_budget, memory_utilization=memory_utilization,
                            weights=weights, kv_dtype=kv_dtype, comm_profile=comm_profile,
-                           predictor=predictor, host_profile=host_profile)
+                           predictor=predictor, host_profile=host_profile,
+                           host_token_ms=host_token_ms)
     return engine.run(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt, gen=gen,
                       num_requests=num_requests, seed=seed, arrival=arrival, replicas=replicas)
 
@@ -120,8 +123,8 @@ class ServingEngine:
                  kv_dtype: str | None = None,
                  comm_profile: CommProfile | str | os.PathLike[str] | None = None,
                  predictor: Predictor | None = None,
-                 host_profile: HostPath | BenchServe | str | os.PathLike[str] | None = None
-                 ) -> None:
+                 host_profile: HostPath | BenchServe | str | os.PathLike[str] | None = None,
+                 host_token_ms: float = 0.0) -> None:
         target = check_device(device)
         spec = target.spec
         cfg = config_of(config)
@@ -168,7 +171,7 @@ class ServingEngine:
         self.attention_kernel = attention.kernel
         self.host: HostPath | None = None
         if host_profile is not None:
-            self.host = host_path_of(host_profile, self)
+            self.host = host_path_of(host_profile, self, host_token_ms)
 
     def with_host(self, host: HostPath | None) -> ServingEngine:
         """This engine (its step prices shared) with another host path."""
