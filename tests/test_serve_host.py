@@ -151,6 +151,28 @@ def test_a_load_the_gpu_alone_is_slower_than_gives_no_host_time(engine, tmp_path
             ) == (0.0, 0.0)
 
 
+def test_a_poisson_profile_meets_its_own_median_and_a_capped_rate_is_refused(engine, tmp_path):
+    bench = read_vllm_bench(bench_file(tmp_path, request_rate=50.0, max_concurrency=None,
+                                       median_ttft_ms=4.0, median_itl_ms=0.2))
+    host = host_from_bench(engine, bench)
+    sim = engine.with_host(host).run(rate_qps=50.0, prompt=128, gen=16, num_requests=8)
+    assert sim.ttft.p50 == pytest.approx(4.0, abs=0.02)
+    capped = read_vllm_bench(bench_file(tmp_path, request_rate=50.0, max_concurrency=4))
+    with pytest.raises(ValueError, match="under a concurrency cap"):
+        host_from_bench(engine, capped)
+
+
+def test_the_slo_search_runs_with_the_host_path(engine):
+    # 5 ms of the API server a request: no rate meets a TTFT p99 of 4 ms, which the GPU
+    # alone meets at the lowest rate tried
+    from torch_gemm_cost.serving.slo import max_rate_under_slo
+
+    work = {"prompt": 128, "gen": 8, "num_requests": 10}
+    assert max_rate_under_slo(engine, {"ttft_p99": 4.0}, **work).rate_qps > 0
+    assert max_rate_under_slo(engine.with_host(HostPath(5.0)), {"ttft_p99": 4.0},
+                              **work).rate_qps == 0
+
+
 def load_benchmark():
     spec = importlib.util.spec_from_file_location("serve_sim_bench",
                                                   ROOT / "benchmarks" / "serve_sim.py")

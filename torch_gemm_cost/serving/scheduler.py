@@ -114,7 +114,8 @@ def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepT
 
     ``host``: the API server the requests and their tokens pass through, and the engine's
     host time a step (``serving.host``); the outcomes are then the times the clients saw.
-    None: the GPU's time alone.
+    None: the GPU's time alone. NB: with ``stages`` the step's host time is shared out among
+    them as the rest of the step is, where the engine core spends it once a batch.
 
     ``stages``: the engine's pipeline stages, a step's time on each from its batch and its
     ``step_ms`` (None: one stage). As vLLM V1's engine core does (``step_with_batch_queue``),
