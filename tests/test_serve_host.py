@@ -143,6 +143,9 @@ def test_a_profile_at_concurrency_one_adds_its_ttft_gap(engine, tmp_path):
     # a given token cost: the first token's streaming (0.5 ms) leaves the request's cost
     given = host_from_bench(engine, bench, token_ms=0.5)
     assert given.request_ms == pytest.approx(host.request_ms - 0.5, abs=0.02)
+    with pytest.raises(ValueError, match="states its own token_ms"):
+        ServingEngine(TINY, "h100_sxm5_80gb", dtype="bf16", token_budget=BUDGET,
+                      host_profile=given, host_token_ms=0.5)
 
 
 def test_a_load_the_gpu_alone_is_slower_than_gives_no_host_time(engine, tmp_path):

@@ -47,6 +47,10 @@ def host_path_of(profile: HostPath | BenchServe | str | os.PathLike[str], engine
     """A ``HostPath`` as given, or calibrated from a ``vllm bench serve`` result (a file or
     read)."""
     if isinstance(profile, HostPath):
+        if token_ms:
+            raise ValueError(f"a HostPath states its own token_ms ({profile.token_ms:g}); the "
+                             f"token cost {token_ms:g} ms is for a calibrated profile: give "
+                             "HostPath(..., token_ms=...) instead")
         return profile
     HostPath(0.0, token_ms)  # a bad token_ms named before the calibration runs
     bench = profile if isinstance(profile, BenchServe) else read_vllm_bench(profile)
