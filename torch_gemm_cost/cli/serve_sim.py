@@ -3,6 +3,8 @@
     torch-gemm-cost serve-sim --hf-config llama3_8b.json --device h100_sxm5_80gb \\
         --rate 4 --prompt lognormal:1024:512 --gen 128 --num-requests 200
     torch-gemm-cost serve-sim --hf-config llama3_8b.json --concurrency 16 --prompt 512 --gen 128
+    torch-gemm-cost serve-sim --hf-config llama3_8b.json --concurrency 16 --prompt 512 \
+        --gen 128 --host-profile vllm-inf-concurrency1.json   # the host's share, calibrated
     torch-gemm-cost serve-sim --hf-config llama3_8b.json --max-rate-under-slo \\
         --slo-ttft-p99-ms 500 --prompt 1024 --gen 128
 """
@@ -56,6 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--slo-{m}-p{q}-ms", type=float, metavar="MS", default=None,
                        help=argparse.SUPPRESS if q == 90 else
                        f"objective: {m.upper()} p{q} at most MS (with --max-rate-under-slo)")
+    p.add_argument("--host-profile", metavar="JSON",
+                   help="price the host's share (vLLM's API server: a request's path and each "
+                        "streamed token; the engine's host time a step) from a `vllm bench serve "
+                        "--save-result` JSON of your own server at one load: closed loop "
+                        "(--max-concurrency) or a Poisson --request-rate (default: unpriced, "
+                        "the GPU's time alone)")
+    p.add_argument("--host-token-ms", type=float, default=0.0, metavar="MS",
+                   help="with --host-profile: the API server's time a streamed token, where you "
+                        "measured it (one load does not show it; default 0)")
     p.add_argument("--assumptions", action="store_true", help="print what the run assumes")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="write the run as JSON, every request included (to stdout without "
@@ -72,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} does not exist")
     if args.comm_profile is not None and not Path(args.comm_profile).is_file():
         raise UsageError(f"--comm-profile {args.comm_profile}: no such file")
+    if args.host_profile is not None and not Path(args.host_profile).is_file():
+        raise UsageError(f"--host-profile {args.host_profile}: no such file")
+    if args.host_token_ms and args.host_profile is None:
+        raise UsageError("--host-token-ms is a cost of the host profile; add --host-profile")
     slo = {f"{m}_p{q}": v for m, q in SLO_FLAGS
            if (v := getattr(args, f"slo_{m}_p{q}_ms")) is not None}
     if args.max_rate_under_slo and not slo:
@@ -88,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
                            token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
                            kv_dtype=args.kv_dtype, comm_profile=args.comm_profile,
+                           host_profile=args.host_profile, host_token_ms=args.host_token_ms,
                            **network_kwargs(args))
     workload = {"prompt": args.prompt, "gen": args.gen, "num_requests": args.num_requests,
                 "seed": args.seed, "arrival": args.arrival, "replicas": args.replicas}

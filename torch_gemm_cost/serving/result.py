@@ -112,6 +112,7 @@ class ServingSim:
     assumptions: tuple[str, ...] = field(default=(), repr=False)
     pp: int = 1  # pipeline stages of tp GPUs each
     ep: int = 1  # expert-parallel GPUs a stage: tp x the data-parallel attention ranks
+    host: str = ""  # the host path priced (serving.host), in one line
 
     @property
     def gpus(self) -> int:

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .host import FrontEnd, HostPath
 from .workload import Request
 
 __all__ = ["BLOCK_SIZE", "EngineLimits", "Outcome", "StageTimer", "StepBatch", "StepTimer",
@@ -105,11 +106,16 @@ class EngineTrace:
 
 
 def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepTimer,
-               concurrency: int | None = None, stages: StageTimer | None = None
-               ) -> tuple[list[Outcome], EngineTrace]:
+               concurrency: int | None = None, stages: StageTimer | None = None,
+               host: HostPath | None = None) -> tuple[list[Outcome], EngineTrace]:
     """Serve ``requests`` to the end. With ``concurrency``, a closed loop: that many clients,
     each sending its next request (in ``requests`` order) when its last one finishes; the
     requests' own arrival times are then ignored.
+
+    ``host``: the API server the requests and their tokens pass through, and the engine's
+    host time a step (``serving.host``); the outcomes are then the times the clients saw.
+    None: the GPU's time alone. NB: with ``stages`` the step's host time is shared out among
+    them as the rest of the step is, where the engine core spends it once a batch.
 
     ``stages``: the engine's pipeline stages, a step's time on each from its batch and its
     ``step_ms`` (None: one stage). As vLLM V1's engine core does (``step_with_batch_queue``),
@@ -117,13 +123,10 @@ def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepT
     has room, of the requests with tokens not yet scheduled (a decoding request's next token
     waits for its last; a prompt's next chunk may follow its last one), and otherwise waits
     for the oldest batch to finish. A batch enters a stage once the stage is free."""
-    pending = deque(sorted(requests, key=lambda r: (r.arrival_ms, r.id)))
-    if concurrency is not None:
-        pending = deque(requests)
-        first = [pending.popleft() for _ in range(min(concurrency, len(pending)))]
-        arrived: deque[_Live] = deque(_Live(_at(r, 0.0)) for r in first)
-    else:
-        arrived = deque()
+    door = FrontEnd(requests, host, concurrency)
+    if host is not None and host.step_ms:
+        gpu_ms, step_ms = step_ms, lambda batch: gpu_ms(batch) + host.step_ms
+    arrived: deque[_Live] = deque()
     running: list[_Live] = []
     free = limits.kv_blocks
     now = 0.0
@@ -135,12 +138,13 @@ def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepT
     # batches in flight, oldest first: (end ms, [(request, its preemptions then, samples)])
     in_flight: deque[tuple[float, list[tuple[_Live, int, bool]], int]] = deque()
     depth = 1
-    while pending or arrived or running or in_flight:
-        if concurrency is None:
-            while pending and pending[0].arrival_ms <= now:
-                arrived.append(_Live(pending.popleft()))
+    while door.waiting or arrived or running or in_flight:
+        arrived.extend(_Live(r) for r in door.admit(now))
         if not arrived and not running and not in_flight:  # idle until the next arrival
-            now = pending[0].arrival_ms
+            nxt = door.next_ms()
+            if nxt is None:
+                raise RuntimeError("the engine is idle and no request is on its way")
+            now = nxt
             continue
         scheduled: list[tuple[_Live, int]] = []
         if len(in_flight) < depth:
@@ -170,25 +174,31 @@ def run_engine(requests: Sequence[Request], limits: EngineLimits, step_ms: StepT
                 r = arrived[0].req
                 raise ValueError(f"request {r.id} ({r.prompt} + {r.gen} tokens) cannot start: "
                                  f"the KV cache holds {limits.kv_blocks} blocks of {bs} tokens")
-            now = pending[0].arrival_ms if pending else now
+            nxt = door.next_ms()
+            now = nxt if nxt is not None else now
             continue
         end, entries, tokens = in_flight.popleft()  # wait for the oldest batch
         now = max(now, end)
+        sampled = []
         for live, preemptions, samples in entries:
             if not samples or live.preemptions != preemptions:  # a partial chunk, or dropped
                 continue
             live.output += 1
+            sampled.append((live.req, live.output))
             if live.first_token_ms is None:
                 live.first_token_ms = now
             if live.output >= live.req.gen:
                 running.remove(live)
                 free += live.blocks
                 done.append(Outcome(live.req, live.first_token_ms, now, live.preemptions))
-                if concurrency is not None and pending:
-                    arrived.append(_Live(_at(pending.popleft(), now)))
+        door.tokens(now, sampled)
         trace.step_end_ms.append(now)
         trace.blocks_used.append(limits.kv_blocks - free)
         trace.step_tokens.append(tokens)
+    seen = door.seen()
+    done = [Outcome(Request(o.request.id, seen[o.request.id].sent_ms, o.request.prompt,
+                            o.request.gen), seen[o.request.id].first_ms,
+                    seen[o.request.id].last_ms, o.preemptions) for o in done]
     return sorted(done, key=lambda o: o.request.id), trace
 
 
@@ -242,6 +252,3 @@ def _schedule(running: list[_Live], arrived: deque[_Live], limits: EngineLimits,
             budget -= n
     return scheduled, free
 
-
-def _at(r: Request, arrival_ms: float) -> Request:
-    return Request(r.id, arrival_ms, r.prompt, r.gen)

@@ -12,6 +12,7 @@ and ``run`` it at many rates, as the SLO search does (``serving.slo``).
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import random
@@ -42,6 +43,7 @@ from ..llm.pipeline import check_pp, stage_layers, stage_ms, stage_shares
 from ..llm.schedule import TOKEN_BUDGET
 from ..llm.shape import ServingShape, padded_vocab
 from ..llm.shard import shard_config
+from ..measured.vllm_bench import BenchServe
 from ..predict import Predictor, default_predictor
 from ..predict.comm_host import check_comm_host, with_nics
 from ..predict.comm_profile import CommProfile, load_comm_profile
@@ -49,6 +51,8 @@ from ..predict.ops import load_op_costs
 from ..predict.profile import profile_predictor
 from .cost import AttentionTable, StepCost
 from .dense import DenseCurve
+from .host import HostPath, host_assumption, host_line
+from .host_fit import host_path_of
 from .result import Percentiles, RequestLatency, ServingSim
 from .scheduler import BLOCK_SIZE, EngineLimits, StepBatch, run_engine
 from .workload import Lengths, Request, arrival_times_ms, lengths_of
@@ -85,6 +89,8 @@ def simulate_serving(
     nics_per_node: int | None = None,
     nic_gbps: float | None = None,
     predictor: Predictor | None = None,
+    host_profile: HostPath | BenchServe | str | os.PathLike[str] | None = None,
+    host_token_ms: float = 0.0,
 ) -> ServingSim:
     """``num_requests`` requests served by vLLM V1 on ``device`` (``tp`` GPUs a pipeline stage,
     ``pp`` stages, batches in flight through them as V1's batch queue keeps them; ``ep``
@@ -92,6 +98,10 @@ def simulate_serving(
     ``rate_qps`` (``arrival``: ``"poisson"`` or ``"constant"`` gaps), or from ``concurrency``
     clients in a closed loop (exactly one of the two). ``prompt`` and ``gen``: a token count or
     a distribution (``Lengths``, or a string ``Lengths.parse`` reads: ``"lognormal:512:256"``).
+    ``host_profile``: the host's share of the latency (``serving.host``): a ``HostPath``, or a
+    ``vllm bench serve --save-result`` JSON of the user's own server it is calibrated from
+    (``serving.host_fit``), the API server's time a streamed token ``host_token_ms`` (which
+    one load does not show); None: the GPU's time alone.
     ``replicas``: data-parallel copies of the engine (``tp`` GPUs each) behind one router that
     deals the requests out in turn. The other arguments as ``plan_llm``'s; ``max_num_seqs``
     and ``token_budget`` (max_num_batched_tokens) are the scheduler's limits; ``comm_profile``
@@ -103,7 +113,8 @@ def simulate_serving(
                            token_budget=token_budget, memory_utilization=memory_utilization,
                            weights=weights, kv_dtype=kv_dtype, comm_profile=comm_profile,
                            comm_host=comm_host, nics_per_node=nics_per_node,
-                           nic_gbps=nic_gbps, predictor=predictor)
+                           nic_gbps=nic_gbps, predictor=predictor, host_profile=host_profile,
+                           host_token_ms=host_token_ms)
     return engine.run(rate_qps=rate_qps, concurrency=concurrency, prompt=prompt, gen=gen,
                       num_requests=num_requests, seed=seed, arrival=arrival, replicas=replicas)
 
@@ -120,7 +131,9 @@ class ServingEngine:
                  comm_profile: CommProfile | str | os.PathLike[str] | None = None,
                  comm_host: str = "fitted", nics_per_node: int | None = None,
                  nic_gbps: float | None = None,
-                 predictor: Predictor | None = None) -> None:
+                 predictor: Predictor | None = None,
+                 host_profile: HostPath | BenchServe | str | os.PathLike[str] | None = None,
+                 host_token_ms: float = 0.0) -> None:
         target = check_device(device)
         spec = target.spec
         cfg = config_of(config)
@@ -167,6 +180,15 @@ class ServingEngine:
             AttentionTable(attention, self.max_context),
             self.comm.step_ms, shape.layers * load_op_costs().launch_ms)
         self.attention_kernel = attention.kernel
+        self.host: HostPath | None = None
+        if host_profile is not None:
+            self.host = host_path_of(host_profile, self, host_token_ms)
+
+    def with_host(self, host: HostPath | None) -> ServingEngine:
+        """This engine (its step prices shared) with another host path."""
+        other = copy.copy(self)
+        other.host = host
+        return other
 
     def _kv_blocks(self, spec: DeviceSpec, shape: ServingShape, held: int, budget: int,
                    max_num_seqs: int, utilization: float, stage: int = 0) -> int:
@@ -242,7 +264,7 @@ class ServingEngine:
             share = None if concurrency is None else \
                 concurrency // copies + (i < concurrency % copies)
             done, trace = run_engine(reqs[i::copies], self.limits, self.cost, share,
-                                     self._stage_ms if self.pp > 1 else None)
+                                     self._stage_ms if self.pp > 1 else None, self.host)
             outcomes += done
             traces.append(trace)
         outcomes.sort(key=lambda o: o.request.id)
@@ -275,8 +297,9 @@ class ServingEngine:
             preemptions=sum(t.preemptions for t in traces), priced_shapes=self.cost.dense.priced - priced,
             kv_times_ms=tuple(trace.step_end_ms),
             kv_used=tuple(b / self.limits.kv_blocks for b in trace.blocks_used),
+            host=host_line(self.host),
             assumptions=assumptions(self.attention_kernel, self.limits, self.tp,
-                                    self.comm.source(), self.stages, self.experts))
+                                    self.comm.source(), self.stages, self.experts, self.host))
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
@@ -287,8 +310,8 @@ def _check_int(name: str, value: Any, low: int) -> int:
 
 
 def assumptions(kernel: str, limits: EngineLimits, tp: int, comm: str,
-                stages: tuple[int, ...] = (1,), experts: ExpertParallel | None = None
-                ) -> tuple[str, ...]:
+                stages: tuple[int, ...] = (1,), experts: ExpertParallel | None = None,
+                host: HostPath | None = None) -> tuple[str, ...]:
     """What a simulation assumes, beside what ``plan_llm`` assumes of each step."""
     if experts is not None:
         ranks = (f" Each of the {experts.dp} data-parallel ranks is an engine of its own, dealt "
@@ -322,7 +345,7 @@ def assumptions(kernel: str, limits: EngineLimits, tp: int, comm: str,
         "launch gap, read between token counts priced 16 a doubling; decode attention as one "
         "call of the decoding requests at their mean context."),
         *((f"Collectives: {comm}.",) if comm else ()),
-        ("Not modelled: the host (scheduling, sampling, detokenization, HTTP), prefix caching "
-        "(random prompts share no blocks), speculative decoding, sliding-window layers freeing "
-        "blocks outside their window."),
+        host_assumption(host),
+        ("Not modelled: prefix caching (random prompts share no blocks), speculative decoding, "
+        "sliding-window layers freeing blocks outside their window."),
     )

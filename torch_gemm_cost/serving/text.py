@@ -32,4 +32,5 @@ def format_serving(sim: Any) -> str:
         f"{sim.model} on {sim.device}{tp}, {sim.dtype}: {len(sim.requests)} requests, "
         f"{sim.workload}, prompt {sim.prompt}, gen {sim.gen}, seed {sim.seed}; "
         f"max_num_batched_tokens {sim.token_budget}, max_num_seqs {sim.max_num_seqs}"
+        + (f"\n{sim.host}" if sim.host else "")
     )

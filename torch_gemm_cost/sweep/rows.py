@@ -189,6 +189,7 @@ def _serve_sim(args: argparse.Namespace) -> dict[str, Any]:
                            token_budget=args.token_budget,
                            memory_utilization=args.memory_utilization, weights=args.weights,
                            kv_dtype=args.kv_dtype, comm_profile=args.comm_profile,
+                           host_profile=args.host_profile, host_token_ms=args.host_token_ms,
                            **network_kwargs(args))
     sim = engine.run(rate_qps=args.rate, concurrency=args.concurrency, prompt=args.prompt,
                      gen=args.gen, num_requests=args.num_requests, seed=args.seed,
