@@ -1,7 +1,7 @@
 """Training plans against published multi-GPU training steps. Writes
 benchmarks/results/train_plan.md.
 
-    python benchmarks/train_plan.py [--data ../shared/data] [--megatron-rows 7]
+    python benchmarks/train_plan.py [--data ../shared/data] [--megatron-rows 10]
 
 1. NeuSight's 4-GPU labels (``e2e/neusight_labels.csv``, rows with option dp4, tp4, pp4_1):
    GPT-2 Large, 1024 tokens, global batch 4, fp32, on four A100-SXM4-40GB. NeuSight timed them
@@ -280,8 +280,8 @@ def megatron_summary(rows: list[list[Any]], data: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--megatron-rows", type=int, default=7,
-                    help="Table 1 rows to plan, smallest first (default 7: up to 145.6B)")
+    ap.add_argument("--megatron-rows", type=int, default=10,
+                    help="Table 1 rows to plan, smallest first (default 10: all of them, up to 1T)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_plan.md"))
     args = ap.parse_args(argv)
     data = Path(args.data)
