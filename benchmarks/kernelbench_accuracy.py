@@ -56,7 +56,7 @@ from tabulate import tabulate
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
-from torch_gemm_cost.measured.kernelbench import build, programs
+from torch_gemm_cost.measured.kernelbench import MODE, build, programs
 from torch_gemm_cost.report import Comparison, CostReport
 from torch_gemm_cost.train.host import duplicate_boards
 
@@ -65,7 +65,7 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WEIGHTS = Path(tgc.__file__).resolve().parent / "data"
 # the run KernelBench times: one forward under torch.no_grad(), the modules' training flags as
 # Model(*init_inputs) leaves them (nn.Module's default: training)
-KERNELBENCH_MODE = "forward"
+KERNELBENCH_MODE = MODE
 # the mode KernelBench timed -> (compiled, timing the user's run has)
 MODES: dict[str, tuple[bool, str]] = {
     "eager": (False, "event"),
