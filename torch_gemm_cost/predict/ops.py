@@ -56,7 +56,7 @@ from ..records import OtherOp
 from ..records.types import FusedKernel
 from .base import Prediction
 from .registry import check_format, load_file, load_shipped
-from .rows import pass_factor, row_bandwidth_bytes_per_s
+from .rows import limited_bytes, pass_factor, row_bandwidth_bytes_per_s
 
 __all__ = [
     "BACKWARD",
@@ -466,11 +466,15 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
     kernels = torch.tensor([r[2] for r in rows], dtype=torch.float64)
     on_chip_flops = torch.tensor([r[3] for r in rows], dtype=torch.float64)
     eta = torch.tensor(model.eta_on(device), dtype=torch.float64)[cls]
-    # a row-wise kernel with fewer rows than SMs streams at its blocks' rate (rows.py)
+    time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s)
+    # a row-wise kernel with fewer rows than SMs streams at its blocks' rate, a row-wise op's
+    # bytes all, a statistics norm's first pass (rows.py): the time past the DRAM's
     row_bw = torch.tensor([row_bandwidth_bytes_per_s(op, device) for op in others],
-                          dtype=torch.float64)
-    bw = torch.minimum(eta * device.dram_bw_bytes_per_s, row_bw) / eta
-    time = memory_time_ms(dram, kernels, eta, model.launch_ms, bw)
+                          dtype=torch.float64)  # (N,)
+    slow = torch.tensor([limited_bytes(op, r[1], _elem_bytes(op)) if op.phase == "forward"
+                         else 0.0 for op, r in zip(others, rows)], dtype=torch.float64)  # (N,)
+    lag_s_per_byte = (1.0 / row_bw - 1.0 / (eta * device.dram_bw_bytes_per_s)).clamp(min=0.0)
+    time = time + torch.where(slow > 0, slow * lag_s_per_byte * 1e3, torch.zeros_like(time))
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3
     # an op on an empty tensor launches nothing (PyTorch returns early); the optimizer's update
