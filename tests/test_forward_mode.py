@@ -49,6 +49,9 @@ def test_forward_of_a_training_model_is_a_train_steps_forward() -> None:
     assert {o.op.phase for o in forward.others} | {g.site.phase for g in forward.gemms} == {
         "forward"}
     assert all(m.training for m in model.modules())  # the flags are left as they were
+    # a forward's memory: no gradients, no optimizer states
+    assert (forward.memory.mode, forward.memory.optimizer) == ("forward", "none")
+    assert forward.memory.grads_bytes == 0 < step.memory.grads_bytes
     # the batch norms compute their statistics; inference reads the running ones
     inference = tgc.estimate(model, X, device=DEVICE, mode="inference")
     stats = [o.op.computes_stats for o in forward.others if o.op.op_class == "norm"]

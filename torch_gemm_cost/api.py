@@ -209,7 +209,7 @@ def compare(
                                                     native_dtype=plan.native)
         records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
-    memory = _memory(inner, captured, kwargs or {}, plan, passes, optimizer)
+    memory = _memory(inner, captured, kwargs or {}, plan, mode, optimizer)
     # each device's GEMMs as it runs them (TF32 where PyTorch's flags allow it and it has them)
     run_sites = [on_device(records[cd.name][0], cd, target.spec)
                  for target, cd in itertools.product(plan.targets, plan.dtypes)]
@@ -257,8 +257,8 @@ def _records_mode(mode: str) -> str:
 
 def _memory(model: torch.nn.Module, captured: Captured, kwargs: Mapping[str, Any], plan: _Plan,
             mode: str, optimizer: Any) -> list[MemoryEstimate]:
-    """The memory of each (device, dtype), devices outer, from one reading of the graph
-    (``mode``: ``_records_mode``'s)."""
+    """The memory of each (device, dtype), devices outer, from one reading of the graph: a
+    train step's, or a forward's (``"inference"``, ``"forward"``)."""
     train = mode == "train"
     facts = graph_memory(captured, checkpointed_modules(model) if train else frozenset(),
                          train=train)
