@@ -13,9 +13,8 @@ it (``estimate_program``). KernelBench's timing script (ScalingIntelligence/Kern
 inside ``torch.no_grad()``, moves it to the GPU and times ``model(*inputs)`` with CUDA events,
 never calling ``.eval()``: every module keeps nn.Module's default ``training=True``, so a
 BatchNorm normalizes with its batch's statistics (a pass over its input for them, its running
-statistics updated, then the normalizing pass) and a dropout draws its mask.
-``eager`` against ``estimate(timing="event")``,
-``compile_cudagraphs`` (CUDA graphs over the eager kernels) against ``timing="graph"``, the
+statistics updated, then the normalizing pass) and a dropout draws its mask. The timings are
+scored by mode: ``eager`` against ``estimate(timing="event")``, ``compile_cudagraphs`` (CUDA graphs over the eager kernels) against ``timing="graph"``, the
 inductor modes against ``compiled=True`` with ``"event"`` (no CUDA graphs) or ``"graph"``
 (``reduce-overhead``, ``max-autotune``). Rows under ``--min-ms`` (0.05 ms) are left out of the
 MAPE, as the figures of record are.
@@ -32,6 +31,10 @@ per board and problem set), and held out by chip: a GPU is priced with the media
 the newest software generation (v0.1) whose GPU is another chip, as ``estimate`` prices it by
 default (``host hosts``: how many; A10, A10G and RTX A6000 are one chip, GA102): v0's rows are
 so priced with hosts of a later PyTorch, never their own.
+NB: the shipped host costs were fitted on the programs' issues in eval mode
+(``mode="inference"``), not as ``train.host`` reads them (``measured.kernelbench.MODE``): a
+refit counts each training-mode BatchNorm's ``num_batches_tracked`` increment and each
+dropout's mask as the ops they are.
 A board whose eager timings repeat another's (``A6000_babel_v0.0``) is counted once.
 """
 
