@@ -87,6 +87,15 @@ def test_capture_records_rows_and_statistics():
         ]
 
 
+def test_a_batch_norm_of_rows_and_channels_has_no_block_per_channel():
+    # BatchNorm1d on (N, C): PyTorch's channels-last statistics kernel tiles N and C, so no
+    # block per channel bounds it; on (N, C, L) it runs one block per channel of N·L elements
+    for x, row in ((torch.ones(4096, 64), 0), (torch.ones(8, 64, 100), 8 * 100)):
+        _, others = extract(capture(nn.BatchNorm1d(64), (x,), train=True), "float32")
+        (norm,) = [o for o in others if o.op_class == "norm"]
+        assert (norm.computes_stats, norm.row_elems) == (True, row)
+
+
 def test_a_reduced_pointwise_loss_writes_and_rereads_its_loss_tensor():
     # smooth_l1_loss of two 1,000,000-element fp32 tensors to their mean: record 8,000,004 B
     # (both read, a scalar written); the loss tensor (4,000,000 B) is written, then read by the

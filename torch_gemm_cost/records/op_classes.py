@@ -317,9 +317,9 @@ def row_elems_of(base: str, args: Mapping[str, Any], x: torch.Tensor | None) -> 
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
         return 0
     if computes_stats(base, args):
-        if x.dim() < 2 or not x.numel():
-            return 0
         groups = args.get("group", args.get("num_groups"))
+        if not x.numel() or x.dim() < (2 if isinstance(groups, int) else 3):
+            return 0  # a (N, C) batch norm: its statistics kernel tiles both dims (channels last)
         rows = x.shape[0] * int(groups) if isinstance(groups, int) else x.shape[1]
         if base == "instance_norm":
             rows = x.shape[0] * x.shape[1]
