@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import torch_gemm_cost as tgc
+from torch_gemm_cost.predict.call import ISSUE_KINDS
 
 DEVICE = "a100_sxm4_80gb"
 
@@ -85,3 +86,16 @@ def test_forward_takes_no_optimizer_and_annotates() -> None:
     records = [r for n in graph.graph.nodes for r in n.meta.get("torch_gemm_cost", ())]
     assert any(getattr(r, "computes_stats", False) for r in records)
     assert {r.phase for r in records} == {"forward"}
+
+
+def test_a_dropout_is_one_call() -> None:
+    # CUDA's F.dropout in training mode is one native_dropout call; captured off-GPU it is
+    # bernoulli_, div_ and mul (and an empty_like view): the host issues one op for the three
+    model = nn.Sequential(nn.Linear(64, 64), nn.Dropout(0.1))
+    report = tgc.estimate(model, (torch.ones(8, 64),), device=DEVICE, mode="forward")
+    assert [o.op.op for o in report.others if o.op.op_class != "view"] == [
+        "aten.bernoulli_", "aten.div_", "aten.mul"]
+    kinds = report.call.issues.kind.tolist()
+    # the linear's addmm and the dropout; the empty_like a view
+    assert (kinds.count(ISSUE_KINDS.index("op")), kinds.count(ISSUE_KINDS.index("view"))) == (
+        2, 1)

@@ -67,6 +67,7 @@ __all__ = [
     "FusedOpCost",
     "OpBatch",
     "OpCostModel",
+    "dropout_calls",
     "fused_op_bytes",
     "fused_time_ms",
     "fused_time_ms_of",
@@ -561,28 +562,45 @@ _OTHER_AS: dict[str, str] = {
 }
 
 
+def dropout_calls(others: Sequence[OtherOp]) -> dict[int, int]:
+    """The forward ops of each dropout captured as its decomposition, by index into ``others``
+    -> the index of its ``bernoulli_``: on a GPU the ``bernoulli_`` (the mask), ``div_``
+    (mask / (1 - p)) and ``mul`` (x · mask) are one ``native_dropout`` call and kernel."""
+    out: dict[int, int] = {}
+    pending: dict[tuple[str, int], tuple[list[str], int]] = {}  # (module, numel) -> still to come
+    for i, op in enumerate(others):
+        if op.phase != "forward":
+            continue
+        base, key = _base(op), (op.module, op.numel)
+        if base == "bernoulli":
+            out[i] = i
+            pending[key] = (["div", "mul"], i)
+        elif key in pending and pending[key][0] and pending[key][0][0] == base:
+            pending[key][0].pop(0)
+            out[i] = pending[key][1]
+    return out
+
+
 def _dropout_fusion(others: Sequence[OtherOp]) -> dict[int, tuple[float, float]]:
     """(DRAM bytes, kernels) overrides for dropout captured as its decomposition.
 
     On a GPU, training-mode dropout is one fused kernel (``native_dropout``: read x, write y
     and a 1-byte mask) and its backward another (read dy and the mask, write dx). Captured
     off-GPU it shows as ``bernoulli_`` (the mask), ``div_`` (mask / (1 - p)) and ``mul``
-    (x · mask): the bernoulli takes the fused kernel's cost, the div and mul are free, and the
-    mul's backward becomes the fused backward.
+    (x · mask) (``dropout_calls``): the bernoulli takes the fused kernel's cost, the div and
+    mul are free, and the mul's backward becomes the fused backward.
     """
     out: dict[int, tuple[float, float]] = {}
-    pending: dict[tuple[str, int], list[str]] = {}  # (module, numel) -> ops still to absorb
-    dropout_nodes: set[str] = set()
-    for i, op in enumerate(others):
-        base, key = _base(op), (op.module, op.numel)
-        if op.phase == "forward" and base == "bernoulli":
+    dropout_nodes: set[str] = set()  # the forward mul of each dropout
+    for i, first in dropout_calls(others).items():
+        op = others[i]
+        if i == first:
             out[i] = (float(op.numel * (2 * _elem_bytes(op) + 1)), 1.0)
-            pending[key] = ["div", "mul"]
-        elif op.phase == "forward" and pending.get(key) and pending[key][0] == base:
-            pending[key].pop(0)
+        else:
             out[i] = (0.0, 0.0)
-            if base == "mul":
+            if _base(op) == "mul":
                 dropout_nodes.add(op.node)
-        elif op.phase == "backward" and base == "mul" and op.node in dropout_nodes:
+    for i, op in enumerate(others):
+        if op.phase == "backward" and _base(op) == "mul" and op.node in dropout_nodes:
             out[i] = (float(op.numel * (2 * _elem_bytes(op) + 1)), 1.0)
     return out
