@@ -14,10 +14,11 @@ inside ``torch.no_grad()``, moves it to the GPU and times ``model(*inputs)`` wit
 never calling ``.eval()``: every module keeps nn.Module's default ``training=True``, so a
 BatchNorm normalizes with its batch's statistics (a pass over its input for them, its running
 statistics updated, then the normalizing pass) and a dropout draws its mask. The timings are
-scored by mode: ``eager`` against ``estimate(timing="event")``, ``compile_cudagraphs`` (CUDA graphs over the eager kernels) against ``timing="graph"``, the
-inductor modes against ``compiled=True`` with ``"event"`` (no CUDA graphs) or ``"graph"``
-(``reduce-overhead``, ``max-autotune``). Rows under ``--min-ms`` (0.05 ms) are left out of the
-MAPE, as the figures of record are.
+scored by mode: ``eager`` against ``estimate(timing="event")``, ``compile_cudagraphs`` (CUDA
+graphs over the eager kernels) against ``timing="graph"``, the inductor modes against
+``compiled=True`` with ``"event"`` (no CUDA graphs) or ``"graph"`` (``reduce-overhead``,
+``max-autotune``). Rows under ``--min-ms`` (0.05 ms) are left out of the MAPE, as the figures
+of record are.
 
 The baseline, in the same run, is a pure roofline of the same records: each GEMM at
 max(FLOPs / dense peak of its dtype, compulsory bytes / DRAM bandwidth), each other op at its

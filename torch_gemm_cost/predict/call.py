@@ -91,9 +91,9 @@ def kernel_sequence(gemms: Sequence[GemmEstimate], ops: Sequence[OpEstimate],
     orders them). Eager: each graph node is one issue, a call through the dispatcher however
     many kernels it launches from C++ (an LSTM's cuDNN steps, an einsum's bmm calls), a node of
     views only an issue without a kernel, a dropout captured as its decomposition one issue
-    (``ops.dropout_calls``: CUDA's ``native_dropout``). Compiled: a fused kernel is one issue at its first
-    op, a node inductor leaves to an extern call (a GEMM, an op it does not fuse) one, a view
-    none."""
+    (``ops.dropout_calls``: CUDA's ``native_dropout``). Compiled: a fused kernel is one issue
+    at its first op, a node inductor leaves to an extern call (a GEMM, an op it does not fuse)
+    one, a view none."""
     issues: dict[tuple[str, ...], list[Any]] = {}  # id -> [order key, kind, gpu ms]
     view, op_kind = ISSUE_KINDS.index("view"), ISSUE_KINDS.index("kernel" if compiled else "op")
 

@@ -31,17 +31,21 @@ PyTorch's CUDA kernels run:
 
 A row-wise kernel runs one block per row, so with fewer rows than SMs only that many SMs
 stream, each at the rate its loads in flight allow (Little's law): ``IN_FLIGHT_BYTES`` per
-block over the loaded DRAM latency ``DRAM_LATENCY_S``. A norm's statistics kernel is such a
-kernel too, one block per channel (``batch_norm_collect_statistics_kernel``: a grid of C
-blocks) or per group (``RowwiseMomentsCUDAKernel``: N·G), while its normalizing kernel spreads
-over every SM: only the statistics pass, the input read once (``limited_bytes``), streams at
-its blocks' rate. KernelBench's ``33_BatchNorm`` (16, 64, 256, 256) fp32, 64 channels, in
-training mode: 1.32 ms on an A100 80GB (108 SMs) and 0.74 on a B200 (148), 3.3 and 7.1 times
-its three passes at their DRAM bandwidth, where an RTX A6000 and an L40S, whose narrower DRAM
-the 64 blocks keep busier, take 1.29 and 1.28 ms (1.2 and 1.4 times); its 1024-channel
-``34_InstanceNorm`` of the same bytes takes 0.78 ms on the A100. NB: both are round figures assumed for
+block over the loaded DRAM latency ``DRAM_LATENCY_S``. NB: both are round figures assumed for
 PyTorch's 256-thread blocks with one 16-byte load in flight per thread and for GDDR6/HBM
 latency under load (400-600 ns in published microbenchmarks), not datasheet values.
+
+A norm's statistics kernel is such a kernel too, one block per channel
+(``batch_norm_collect_statistics_kernel``: a grid of C blocks) or per group
+(``RowwiseMomentsCUDAKernel``: N·G), while its normalizing kernel spreads over every SM: only
+the statistics pass, the input read once (``limited_bytes``), streams at its blocks' rate.
+KernelBench's ``33_BatchNorm`` (16, 64, 256, 256) fp32, 64 channels, in training mode: 1.32 ms
+on an A100 80GB (108 SMs) and 0.74 on a B200 (148), 3.3 and 7.1 times its three passes at
+their DRAM bandwidth, where an RTX A6000 and an L40S, whose narrower DRAM the 64 blocks keep
+busier, take 1.29 and 1.28 ms (1.2 and 1.4 times); its 1024-channel ``34_InstanceNorm`` of the
+same bytes takes 0.78 ms on the A100. NB: an fp32 NCHW batch norm may run cuDNN's kernel
+instead, whose grid is not published; a batch norm of (N, C) rows runs PyTorch's channels-last
+statistics kernel, which tiles both dims, so none is bounded so (``records.op_classes``).
 """
 
 from __future__ import annotations
