@@ -3,6 +3,7 @@ its table, JSON rows sum to gemm_ms, several devices give a comparison."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import textwrap
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import torch_gemm_cost as tgc
 from torch_gemm_cost.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +58,8 @@ def tiny_gpt2(tmp_path) -> str:
         (["--diffusers-config", "missing.json"], "--diffusers-config missing.json: no such file"),
         (["--hf-config", GPT2, "--html", "no_dir/r.html"], "--html no_dir/r.html: directory"),
         (["--hf-config", GPT2, "--mode", "training"], "invalid choice: 'training'"),
+        (["--hf-config", GPT2, "--mode", "forward"],
+         "--mode forward prices the training flags a pkg.module:function builder leaves"),
         (["--hf-config", GPT2, "--batch", "eight"], "invalid int value: 'eight'"),
         ([], "give exactly one model source"),
         (["--hf-config", GPT2, "--depth", "0"], "--depth must be at least 1, got 0"),
@@ -185,6 +189,34 @@ def test_callable_model_source(capsys, tmp_path, monkeypatch):
     assert rc == 0
     # 16 tokens through Linear(1000, 4000): B×M×N×K = 1×16×4000×1000
     assert "1×16×4000×1000" in out and "1×16×1000×4000" in out
+
+
+def test_mode_forward_prices_the_builders_training_flags(capsys, tmp_path, monkeypatch):
+    (tmp_path / "bn_models.py").write_text(textwrap.dedent("""
+        import torch
+
+        def build(batch=4):
+            model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16))
+            return model, (torch.ones(batch, 3, 32, 32),)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    got = {}
+    for mode in ("forward", "inference"):
+        out = tmp_path / f"{mode}.json"
+        rc, _, err = run(capsys, "estimate", "bn_models:build", "--batch", "4", "--mode", mode,
+                         "--device", "a100_sxm4_80gb", "--dtype", "bf16", "--json", str(out),
+                         "--quiet")
+        assert rc == 0, err
+        got[mode] = json.loads(out.read_text())
+    # the builder's model is in training mode: its batch norm computes the batch's statistics,
+    # a pass more than normalizing with the running ones; the API's figure for the same model
+    model, args = importlib.import_module("bn_models").build(batch=4)
+    api = tgc.estimate(model, args, device="a100_sxm4_80gb", dtype="bf16",
+                       mode="forward").to_dict()
+    assert got["forward"]["mode"] == "forward" and got["inference"]["mode"] == "inference"
+    assert got["forward"]["gpu_ms"] == api["gpu_ms"]
+    assert got["forward"]["gpu_ms"] > got["inference"]["gpu_ms"]
 
 
 def test_devices_lists_peaks_and_bandwidths(capsys):

@@ -4,6 +4,8 @@ each priced with no unmodelled op. Skipped without the data (DATA.md, data/kerne
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,33 @@ def test_every_kernelbench_gpu_resolves_by_its_driver_name(problems: Path) -> No
     assert all(resolved[name] == gpu for gpu, name in pairs if gpu), pairs
     # the boards the catalog gained for KernelBench (the data leaves their id empty)
     assert resolved["NVIDIA A10G"] == "a10g" and resolved["NVIDIA RTX A6000"] == "rtx_a6000"
+
+
+_spec = importlib.util.spec_from_file_location(
+    "kernelbench_accuracy", Path(__file__).resolve().parents[1] / "benchmarks"
+    / "kernelbench_accuracy.py")
+kernelbench_accuracy = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = kernelbench_accuracy  # its dataclasses look their module up
+_spec.loader.exec_module(kernelbench_accuracy)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("level, number", [(1, 33), (2, 66)],
+                         ids=["l1-33-BatchNorm", "l2-66-Matmul_Dropout_Softmax"])
+def test_the_benchmark_prices_a_program_as_a_user_does(problems: Path, level: int,
+                                                       number: int) -> None:
+    # KernelBench builds Model(*init_inputs) and times model(*inputs) under no_grad without
+    # .eval(): its batch norm computes batch statistics, its dropout draws a mask
+    (program,) = [p for p in programs(problems / V01, (level,)) if p.number == number]
+    built = build(program)
+    assert built.model.training
+    spec = tgc.get_device("l40s")
+    (bench,) = kernelbench_accuracy.estimate_program(built.model, built.inputs, [spec],
+                                                     compiled=False, timing="event")
+    with torch.no_grad():  # the user's run, priced as it runs
+        user = tgc.estimate(built.model, built.inputs, device=spec, mode="forward")
+    assert bench.to_dict() == user.to_dict()
+    eval_mode = tgc.estimate(built.model, built.inputs, device=spec, mode="inference")
+    for report, train in ((bench, True), (eval_mode, False)):
+        stats = [o.op.computes_stats for o in report.others if o.op.op_class == "norm"]
+        masks = [o for o in report.others if o.op.op == "aten.bernoulli_" and o.time_ms]
+        assert (stats, len(masks)) == (([train], 0) if level == 1 else ([], int(train)))

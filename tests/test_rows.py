@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+import torch_gemm_cost as tgc
 from torch_gemm_cost import get_device
 from torch_gemm_cost.capture.core import capture
 from torch_gemm_cost.predict.ops import OP_CLASSES, OpBatch, OpCostModel
@@ -76,12 +77,23 @@ def test_capture_records_rows_and_statistics():
         got = [(o.op, o.row_elems, o.computes_stats) for o in others
                if o.phase == "forward" and o.op_class in ("norm", "softmax")]
         assert got == [
-            ("aten.native_batch_norm", 0, bn_stats),  # training mode: batch statistics
-            ("aten.native_group_norm", 0, True),
-            ("aten.native_batch_norm", 0, True),  # instance norm: per-image statistics
+            # training mode: batch statistics, a block per channel over its 2·5·5 elements
+            ("aten.native_batch_norm", 50 if train else 0, bn_stats),
+            ("aten.native_group_norm", 2 * 5 * 5, True),  # a block per (image, group)
+            # instance norm: per-image statistics, as a batch norm of (1, 2·4, 5, 5)
+            ("aten.native_batch_norm", 5 * 5, True),
             ("aten.native_layer_norm", 4 * 5 * 5, False),  # normalized over (4, 5, 5)
             ("aten._softmax", 4, False),  # over dim 1, of 4 channels
         ]
+
+
+def test_a_batch_norm_of_rows_and_channels_has_no_block_per_channel():
+    # BatchNorm1d on (N, C): PyTorch's channels-last statistics kernel tiles N and C, so no
+    # block per channel bounds it; on (N, C, L) it runs one block per channel of N·L elements
+    for x, row in ((torch.ones(4096, 64), 0), (torch.ones(8, 64, 100), 8 * 100)):
+        _, others = extract(capture(nn.BatchNorm1d(64), (x,), train=True), "float32")
+        (norm,) = [o for o in others if o.op_class == "norm"]
+        assert (norm.computes_stats, norm.row_elems) == (True, row)
 
 
 def test_a_reduced_pointwise_loss_writes_and_rereads_its_loss_tensor():
@@ -92,3 +104,44 @@ def test_a_reduced_pointwise_loss_writes_and_rereads_its_loss_tensor():
     # with reduction="none" the loss tensor is the output the record already counts
     each = row_op("aten.smooth_l1_loss", "reduction", 1_000_000, 12_000_000)
     assert times(loss, each) == pytest.approx([0.029753, 0.019815], rel=1e-4)
+
+
+def test_a_training_flag_batch_norm_forward_reads_its_input_twice():
+    # BatchNorm2d(64) left in training mode, (16, 64, 56, 56) fp32, one forward without
+    # autograd (mode="forward"): x is 3,211,264 elements, 12,845,056 B.
+    bn = nn.BatchNorm2d(64)
+    x = torch.ones(16, 64, 56, 56)
+    report = tgc.estimate(bn, (x,), device=V100, mode="forward", timing="kernel")
+    assert bn.training  # the flag is the model's, and stays so
+    (norm,) = [o.op for o in report.others if o.op.op_class == "norm"]
+    # the record: x read, y written (2·12,845,056), weight, bias, running mean and variance
+    # read and the batch's mean and inverse std written (6·64·4 = 1,536): 25,691,648 B
+    assert (norm.computes_stats, norm.dram_bytes) == (True, 25_691_648)
+    # priced as a statistics kernel reading x, then a normalizing one reading x and writing y:
+    # 1.5·25,691,648 = 38,537,472 B at the elementwise 0.9·900e9 = 47.577 µs + 2 launches
+    # (10 µs) = 0.057577 ms. The statistics kernel runs a block per channel, 64 on the V100's
+    # 80 SMs: its pass (x, 12,845,056 B) streams at 64·4096 B / 500 ns = 524.288e9 B/s,
+    # 24.500 µs where the DRAM's 810e9 would take 15.858: 8.642 µs more, 0.066219 ms
+    assert norm.row_elems == 16 * 56 * 56
+    assert times(norm) == pytest.approx([0.066219], rel=1e-4)
+    # the same module in eval mode: one pass over the running statistics (no batch mean or
+    # inverse std written: 25,691,136 B) at the norm class's 0.5·900e9 = 57.091 µs + 5 µs
+    bn.eval()
+    report = tgc.estimate(bn, (x,), device=V100, mode="forward", timing="kernel")
+    (norm,) = [o.op for o in report.others if o.op.op_class == "norm"]
+    assert (norm.computes_stats, norm.dram_bytes) == (False, 25_691_136)
+    assert times(norm) == pytest.approx([0.062091], rel=1e-4)
+
+
+@pytest.mark.parametrize("p, ms", [(0.1, 0.040681), (0.0, 0.0)])
+def test_a_training_flag_dropout_forward_draws_its_mask(p, ms):
+    # Dropout(p) in training mode on (16, 64, 56, 56) fp32: CUDA's fused native_dropout reads
+    # x and writes y and a 1-byte mask, 3,211,264·(4 + 4 + 1) = 28,901,376 B in one kernel
+    # (captured off-GPU as bernoulli_, div_ and mul: the bernoulli carries it, the others are
+    # free): 28,901,376 / (0.9·900e9) = 35.681 µs + 5 µs. p = 0 returns its input: nothing.
+    x = torch.ones(16, 64, 56, 56)
+    report = tgc.estimate(nn.Dropout(p), (x,), device=V100, mode="forward", timing="kernel")
+    ops = tuple(o.op for o in report.others)
+    assert [o.op for o in ops if o.op_class != "view"] == (
+        ["aten.bernoulli_", "aten.div_", "aten.mul"] if p else [])
+    assert sum(t or 0.0 for t in times(*ops)) == pytest.approx(ms, rel=1e-4, abs=1e-9)

@@ -9,6 +9,7 @@ report, which renders what it is handed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -47,7 +48,7 @@ __all__ = ["DEFAULT_TIMING", "MODES", "TIMINGS", "annotate", "compare", "estimat
 
 log = logging.getLogger(__name__)
 
-MODES: tuple[str, ...] = ("inference", "train")
+MODES: tuple[str, ...] = ("inference", "train", "forward")
 DEFAULT_TIMING = "event"  # what a user's event pair around model(*inputs) measures
 _T = TypeVar("_T")
 
@@ -77,8 +78,15 @@ def estimate(
 
     ``dtype`` is the compute dtype of every GEMM (None: the model's floating parameter dtype,
     or its inputs' for a model without parameters).
-    ``mode="train"`` adds the backward pass; ``optimizer`` (``"adamw"``, ``"adam"``, ``"sgd"``,
-    ``"none"`` or a torch.optim.AdamW, Adam or SGD) adds its update step and its states.
+    ``mode`` says which run is priced: ``"inference"`` one forward with every module in eval
+    mode (BatchNorm on its running statistics, dropout off); ``"train"`` a training step, every
+    module in training mode, with the backward pass; ``"forward"`` one forward without autograd
+    with each module's ``training`` flag as the model has it, as ``with torch.no_grad():
+    model(*args)`` runs a model built without ``.eval()``: a BatchNorm in training mode computes
+    its batch statistics (a pass over its input, then the normalizing one) and updates its
+    running statistics, a dropout draws its mask. ``optimizer`` (``"adamw"``, ``"adam"``,
+    ``"sgd"``, ``"none"`` or a torch.optim.AdamW, Adam or SGD) adds a train step's update and
+    its states.
 
     ``report.memory`` holds the run's memory on the device (``records.memory``): weights,
     gradients, optimizer states with the fp32 master weights of mixed precision, the
@@ -143,9 +151,8 @@ def annotate(
     """The captured graph, each node's records in ``node.meta["torch_gemm_cost"]`` (a tuple of
     ``GemmSite`` / ``OtherOp``; forward records first, then that node's backward ones)."""
     plan = _plan(model, [device], [dtype], mode, capture_method, inputs=(args, kwargs))
-    captured = capture(model, args, kwargs, train=mode == "train", method=capture_method,
-                       real_bytes_limit=real_bytes_limit)
-    extract(captured, plan.dtypes[0], mode=mode, native_dtype=plan.native)
+    captured = _capture(model, args, kwargs, mode, capture_method, real_bytes_limit)
+    extract(captured, plan.dtypes[0], mode=_records_mode(mode), native_dtype=plan.native)
     return captured.graph_module
 
 
@@ -184,21 +191,21 @@ def compare(
     bar = tqdm(total=1 + 2 * len(plan.targets) * len(plan.dtypes), desc="estimating",
                unit="step", file=sys.stderr, delay=1.0, leave=False, disable=not progress)
     inner = unwrap_model(model)  # what capture traces (a torch.compile wrapper's module)
-    captured = _step(bar, capture(model, args, kwargs, train=mode == "train",
-                                  method=capture_method, real_bytes_limit=real_bytes_limit))
+    captured = _step(bar, _capture(model, args, kwargs, mode, capture_method, real_bytes_limit))
     # what a graph replay copies into its static buffers each call: the tensor inputs
     input_bytes = sum(t.numel() * t.element_size() for t in tensor_leaves((args, kwargs)))
     records: dict[str, tuple[tuple[GemmSite, ...], tuple[OtherOp, ...]]] = {}
     kernels: dict[str, tuple[FusedKernel, ...]] = {}
     order: dict[str, dict[str, int]] = {}  # each dtype's graph: node name -> its position
-    rewrite = compiled and mode == "inference"  # inductor's attention rewrite, inference only
+    passes = _records_mode(mode)  # a forward without autograd has no backward records
+    rewrite = compiled and passes == "inference"  # inductor's attention rewrite, no autograd
     for cd in plan.dtypes:  # fusion reads the records extract has just put on the graph
         graph = rewrite_attention(captured, cd.name)[0] if rewrite else captured
         order[cd.name] = {n.name: i for i, n in enumerate(graph.graph_module.graph.nodes)}
-        sites, others = extract(graph, cd, mode=mode, native_dtype=plan.native)
+        sites, others = extract(graph, cd, mode=passes, native_dtype=plan.native)
         kernels[cd.name] = ()
         if compiled:
-            others, kernels[cd.name] = fuse_kernels(graph, others, cd, mode=mode,
+            others, kernels[cd.name] = fuse_kernels(graph, others, cd, mode=passes,
                                                     native_dtype=plan.native)
         records[cd.name] = (sites, others)
     optimizer_records = optimizer_ops(optimizer, list(model.parameters())) if optimizer else ()
@@ -231,9 +238,27 @@ def compare(
                       for run, p, adv, mem, call in zip(runs, priced, advice, memory, calls))
 
 
+def _capture(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None, mode: str,
+             method: str, real_bytes_limit: int) -> Captured:
+    """The capture of the run ``mode`` prices: every module in eval mode (``"inference"``), in
+    training mode with autograd (``"train"``), or as the model has its flags, without autograd
+    (``"forward"``)."""
+    flags = {"inference": False, "train": True, "forward": None}[mode]
+    with torch.no_grad() if mode == "forward" else contextlib.nullcontext():
+        return capture(model, args, kwargs, train=flags, method=method,
+                       real_bytes_limit=real_bytes_limit)
+
+
+def _records_mode(mode: str) -> str:
+    """The passes ``extract``, ``fuse_kernels`` and the memory count for ``mode``: a train
+    step's backward, else the forward alone (``"forward"`` prices its ops as captured)."""
+    return "train" if mode == "train" else "inference"
+
+
 def _memory(model: torch.nn.Module, captured: Captured, kwargs: Mapping[str, Any], plan: _Plan,
             mode: str, optimizer: Any) -> list[MemoryEstimate]:
-    """The memory of each (device, dtype), devices outer, from one reading of the graph."""
+    """The memory of each (device, dtype), devices outer, from one reading of the graph: a
+    train step's, or a forward's (``"inference"``, ``"forward"``)."""
     train = mode == "train"
     facts = graph_memory(captured, checkpointed_modules(model) if train else frozenset(),
                          train=train)

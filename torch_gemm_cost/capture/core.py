@@ -122,7 +122,7 @@ def capture(
     args: tuple[Any, ...] = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
-    train: bool = False,
+    train: bool | None = False,
     method: str = "auto",
     real_bytes_limit: int = DEFAULT_REAL_BYTES_LIMIT,
 ) -> Captured:
@@ -131,7 +131,8 @@ def capture(
     shapes where the model or inputs are meta, allocating at most ``real_bytes_limit`` bytes.
 
     ``train`` sets every module's training flag for the trace (dropout appears, for instance);
-    the flags are restored afterwards.
+    the flags are restored afterwards. ``None`` leaves each module's flag as the model has it
+    (a model built and called without ``.eval()`` runs its BatchNorm on batch statistics).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -168,8 +169,8 @@ def module_template(path: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _capture_locked(
-    model: torch.nn.Module, args: tuple[Any, ...], kw: dict[str, Any], train: bool, method: str,
-    real_bytes_limit: int,
+    model: torch.nn.Module, args: tuple[Any, ...], kw: dict[str, Any], train: bool | None,
+    method: str, real_bytes_limit: int,
 ) -> Captured:
     given = (args, kw)  # a real input stays real where eager runs a meta model for real
     if _all_meta(model):
@@ -201,7 +202,7 @@ def _try_methods(
     model: torch.nn.Module,
     args: tuple[Any, ...],
     kw: dict[str, Any],
-    train: bool,
+    train: bool | None,
     methods: tuple[str, ...],
     given: tuple[tuple[Any, ...], dict[str, Any]],
     real_bytes_limit: int,
@@ -209,7 +210,7 @@ def _try_methods(
     failures: list[tuple[str, str, BaseException]] = []
     for name in methods:
         try:
-            grad = train or torch.is_grad_enabled()  # backward follows autograd's view
+            grad = bool(train) or torch.is_grad_enabled()  # backward follows autograd's view
             if name == "eager":
                 return _capture_eager(model, given, train, grad, bool(failures),
                                       real_bytes_limit)
@@ -231,7 +232,7 @@ def _try_methods(
 
 
 def _capture_eager(model: torch.nn.Module, given: tuple[tuple[Any, ...], dict[str, Any]],
-                   train: bool, grad: bool, fallback: bool, limit: int) -> Captured:
+                   train: bool | None, grad: bool, fallback: bool, limit: int) -> Captured:
     """The eager path: the model run for real, on a copy made of real CPU tensors where the
     model or its inputs are meta (``real.materialize``), allocating at most ``limit`` bytes."""
     args, kw = given
@@ -317,17 +318,20 @@ def _to_meta(tree: Any) -> Any:
 
 
 class _training_flags:
-    """Set every submodule's ``training`` attribute, restoring each one on exit.
+    """Set every submodule's ``training`` attribute, restoring each one on exit; ``train=None``
+    leaves every flag as it is.
 
     The attribute is set directly, so overridden ``train()`` methods run no side effects.
     """
 
-    def __init__(self, model: torch.nn.Module, train: bool) -> None:
+    def __init__(self, model: torch.nn.Module, train: bool | None) -> None:
         self.modules = list(model.modules())
         self.saved = [m.training for m in self.modules]
         self.train = train
 
     def __enter__(self) -> None:
+        if self.train is None:
+            return
         for m in self.modules:
             m.training = self.train
 

@@ -75,7 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds of audio for speech-seq2seq (default: 30, Whisper's window)")
     p.add_argument("--vae-factor", type=int, default=None, metavar="N",
                    help="image pixels per latent pixel for --diffusers-config (default: 8)")
-    p.add_argument("--mode", choices=("inference", "train"), default="inference")
+    p.add_argument("--mode", choices=("inference", "train", "forward"), default="inference",
+                   help="inference (default: one forward, every module in eval mode), train "
+                   "(a training step: forward, backward and the optimizer's update) or forward "
+                   "(one forward without autograd, each module's training flag as the "
+                   "pkg.module:function builder left it: a BatchNorm not put in eval mode "
+                   "computes its batch statistics, a dropout draws its mask)")
     p.add_argument("--capture-method", choices=CAPTURE_METHODS, default="auto",
                    help="how the model is traced: auto (default: dispatch, then export), "
                    "dispatch or export on fake tensors, or eager, which runs a real model "
@@ -181,6 +186,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--audio-s must be positive, got {args.audio_s:g}; try --audio-s 30")
     if args.audio_s is not None and args.callable is not None:
         raise UsageError("--audio-s applies to --hf-config with --task speech-seq2seq")
+    if args.mode == "forward" and args.callable is None:
+        raise UsageError("--mode forward prices the training flags a pkg.module:function "
+                         "builder leaves on its model; --hf-config and --diffusers-config build "
+                         "their own: use --mode inference")
     optimizer = getattr(args, "optimizer", None)
     if optimizer not in (None, "none") and args.mode != "train":
         raise UsageError(f"--optimizer {optimizer} applies to --mode train only")

@@ -25,9 +25,14 @@ from torch.overrides import TorchFunctionMode
 
 from ..capture.real import DEFAULT_REAL_BYTES_LIMIT, AllocationBudget, check_real_bytes_limit
 
-__all__ = ["LEVELS", "BuiltProgram", "KernelBenchProgram", "build", "programs"]
+__all__ = ["LEVELS", "MODE", "BuiltProgram", "KernelBenchProgram", "build", "programs"]
 
 LEVELS: tuple[int, ...] = (1, 2, 3)
+# the estimate mode of the run KernelBench times: its timing script (ScalingIntelligence/
+# KernelBench, scripts/generate_baseline_time.py) builds Model(*init_inputs) and times
+# model(*inputs) under torch.no_grad() without calling .eval(), so every module keeps
+# nn.Module's default training=True: one forward without autograd, the flags as built
+MODE = "forward"
 _FILE = re.compile(r"^(\d+)_.*\.py$")
 
 

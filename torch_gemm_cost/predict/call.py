@@ -37,7 +37,7 @@ import torch
 from ..hardware.catalog import DeviceSpec
 from ..suggest import check_choice
 from .host import HostCosts, HostPrior, event_time_ms, graph_time_ms
-from .ops import OP_CLASSES, OpCostModel, load_op_costs, memory_time_ms
+from .ops import OP_CLASSES, OpCostModel, dropout_calls, load_op_costs, memory_time_ms
 from .price import GemmEstimate, OpEstimate
 
 __all__ = ["ISSUE_KINDS", "TIMINGS", "CallTime", "KernelSequence", "call_time", "check_timing",
@@ -90,9 +90,10 @@ def kernel_sequence(gemms: Sequence[GemmEstimate], ops: Sequence[OpEstimate],
     """The issues of a run's priced records (``position``: each graph node's index, which
     orders them). Eager: each graph node is one issue, a call through the dispatcher however
     many kernels it launches from C++ (an LSTM's cuDNN steps, an einsum's bmm calls), a node of
-    views only an issue without a kernel. Compiled: a fused kernel is one issue at its first
-    op, a node inductor leaves to an extern call (a GEMM, an op it does not fuse) one, a view
-    none."""
+    views only an issue without a kernel, a dropout captured as its decomposition one issue
+    (``ops.dropout_calls``: CUDA's ``native_dropout``). Compiled: a fused kernel is one issue
+    at its first op, a node inductor leaves to an extern call (a GEMM, an op it does not fuse)
+    one, a view none."""
     issues: dict[tuple[str, ...], list[Any]] = {}  # id -> [order key, kind, gpu ms]
     view, op_kind = ISSUE_KINDS.index("view"), ISSUE_KINDS.index("kernel" if compiled else "op")
 
@@ -112,12 +113,15 @@ def kernel_sequence(gemms: Sequence[GemmEstimate], ops: Sequence[OpEstimate],
     for g in gemms:
         if g.bound != "fused":  # not inside an attention kernel
             add(g.site.node, g.site.phase, op_kind, g.time_ms)
-    for o in ops:
+    # a dropout captured as bernoulli_, div_ and mul is one native_dropout call on a GPU
+    dropout = {} if compiled else dropout_calls([o.op for o in ops])
+    for i, o in enumerate(ops):
         if o.op.op_class == "view":
             if not compiled:
                 add(o.op.node, o.op.phase, view, 0.0)
         else:
-            add(o.op.node, o.op.phase, op_kind, o.time_ms or 0.0,
+            node = ops[dropout[i]].op.node if i in dropout else o.op.node
+            add(node, o.op.phase, op_kind, o.time_ms or 0.0,
                 o.kernel if compiled else "")
     ordered = sorted(issues.values(), key=lambda e: e[0])
     return KernelSequence(torch.tensor([e[2] for e in ordered], dtype=torch.float64),

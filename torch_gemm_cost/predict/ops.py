@@ -56,7 +56,7 @@ from ..records import OtherOp
 from ..records.types import FusedKernel
 from .base import Prediction
 from .registry import check_format, load_file, load_shipped
-from .rows import pass_factor, row_bandwidth_bytes_per_s
+from .rows import limited_bytes, pass_factor, row_bandwidth_bytes_per_s
 
 __all__ = [
     "BACKWARD",
@@ -67,6 +67,7 @@ __all__ = [
     "FusedOpCost",
     "OpBatch",
     "OpCostModel",
+    "dropout_calls",
     "fused_op_bytes",
     "fused_time_ms",
     "fused_time_ms_of",
@@ -466,11 +467,15 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
     kernels = torch.tensor([r[2] for r in rows], dtype=torch.float64)
     on_chip_flops = torch.tensor([r[3] for r in rows], dtype=torch.float64)
     eta = torch.tensor(model.eta_on(device), dtype=torch.float64)[cls]
-    # a row-wise kernel with fewer rows than SMs streams at its blocks' rate (rows.py)
+    time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s)
+    # a row-wise kernel with fewer rows than SMs streams at its blocks' rate, a row-wise op's
+    # bytes all, a statistics norm's first pass (rows.py): the time past the DRAM's
     row_bw = torch.tensor([row_bandwidth_bytes_per_s(op, device) for op in others],
-                          dtype=torch.float64)
-    bw = torch.minimum(eta * device.dram_bw_bytes_per_s, row_bw) / eta
-    time = memory_time_ms(dram, kernels, eta, model.launch_ms, bw)
+                          dtype=torch.float64)  # (N,)
+    slow = torch.tensor([limited_bytes(op, r[1], _elem_bytes(op)) if op.phase == "forward"
+                         else 0.0 for op, r in zip(others, rows)], dtype=torch.float64)  # (N,)
+    lag_s_per_byte = (1.0 / row_bw - 1.0 / (eta * device.dram_bw_bytes_per_s)).clamp(min=0.0)
+    time = time + torch.where(slow > 0, slow * lag_s_per_byte * 1e3, torch.zeros_like(time))
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3
     # an op on an empty tensor launches nothing (PyTorch returns early); the optimizer's update
@@ -557,28 +562,45 @@ _OTHER_AS: dict[str, str] = {
 }
 
 
+def dropout_calls(others: Sequence[OtherOp]) -> dict[int, int]:
+    """The forward ops of each dropout captured as its decomposition, by index into ``others``
+    -> the index of its ``bernoulli_``: on a GPU the ``bernoulli_`` (the mask), ``div_``
+    (mask / (1 - p)) and ``mul`` (x · mask) are one ``native_dropout`` call and kernel."""
+    out: dict[int, int] = {}
+    pending: dict[tuple[str, int], tuple[list[str], int]] = {}  # (module, numel) -> still to come
+    for i, op in enumerate(others):
+        if op.phase != "forward":
+            continue
+        base, key = _base(op), (op.module, op.numel)
+        if base == "bernoulli":
+            out[i] = i
+            pending[key] = (["div", "mul"], i)
+        elif key in pending and pending[key][0] and pending[key][0][0] == base:
+            pending[key][0].pop(0)
+            out[i] = pending[key][1]
+    return out
+
+
 def _dropout_fusion(others: Sequence[OtherOp]) -> dict[int, tuple[float, float]]:
     """(DRAM bytes, kernels) overrides for dropout captured as its decomposition.
 
     On a GPU, training-mode dropout is one fused kernel (``native_dropout``: read x, write y
     and a 1-byte mask) and its backward another (read dy and the mask, write dx). Captured
     off-GPU it shows as ``bernoulli_`` (the mask), ``div_`` (mask / (1 - p)) and ``mul``
-    (x · mask): the bernoulli takes the fused kernel's cost, the div and mul are free, and the
-    mul's backward becomes the fused backward.
+    (x · mask) (``dropout_calls``): the bernoulli takes the fused kernel's cost, the div and
+    mul are free, and the mul's backward becomes the fused backward.
     """
     out: dict[int, tuple[float, float]] = {}
-    pending: dict[tuple[str, int], list[str]] = {}  # (module, numel) -> ops still to absorb
-    dropout_nodes: set[str] = set()
-    for i, op in enumerate(others):
-        base, key = _base(op), (op.module, op.numel)
-        if op.phase == "forward" and base == "bernoulli":
+    dropout_nodes: set[str] = set()  # the forward mul of each dropout
+    for i, first in dropout_calls(others).items():
+        op = others[i]
+        if i == first:
             out[i] = (float(op.numel * (2 * _elem_bytes(op) + 1)), 1.0)
-            pending[key] = ["div", "mul"]
-        elif op.phase == "forward" and pending.get(key) and pending[key][0] == base:
-            pending[key].pop(0)
+        else:
             out[i] = (0.0, 0.0)
-            if base == "mul":
+            if _base(op) == "mul":
                 dropout_nodes.add(op.node)
-        elif op.phase == "backward" and base == "mul" and op.node in dropout_nodes:
+    for i, op in enumerate(others):
+        if op.phase == "backward" and _base(op) == "mul" and op.node in dropout_nodes:
             out[i] = (float(op.numel * (2 * _elem_bytes(op) + 1)), 1.0)
     return out

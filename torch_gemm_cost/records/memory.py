@@ -135,7 +135,7 @@ def memory_estimate(facts: GraphMemory, params: Iterable[torch.Tensor], cd: Comp
     state_bytes = _STATE_BYTES_MIXED if mixed else ctx.act_dtype.itemsize
     states = optimizer_states(optimizer) * n_trained * state_bytes if name != "none" else 0
     master = _MASTER_BYTES * n_trained if mixed and name != "none" else 0
-    kv = _kv_bytes(kv_config, facts, ctx) if mode == "inference" else 0
+    kv = _kv_bytes(kv_config, facts, ctx) if mode != "train" else 0
     fixed = weights + states + master
     if mode == "train":
         steps = _backward_steps(facts, ctx)  # (nodes + 1, 2): gradients, activations

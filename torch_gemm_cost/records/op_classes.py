@@ -311,8 +311,20 @@ _STATS_NORMS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "batc
 
 def row_elems_of(base: str, args: Mapping[str, Any], x: torch.Tensor | None) -> int:
     """Elements of one row of a row-wise op (``base``: softmax and layer norm, whose kernels
-    run a block per row) on input ``x`` with bound arguments ``args``; 0 for any other op."""
-    if base not in _ROW_OPS or not isinstance(x, torch.Tensor) or x.dim() == 0:
+    run a block per row) on input ``x`` with bound arguments ``args``; for a norm that computes
+    its statistics, the elements of one channel (batch and instance norm) or one group (group
+    norm), which its statistics kernel reduces in a block of its own; 0 for any other op."""
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return 0
+    if computes_stats(base, args):
+        groups = args.get("group", args.get("num_groups"))
+        if not x.numel() or x.dim() < (2 if isinstance(groups, int) else 3):
+            return 0  # a (N, C) batch norm: its statistics kernel tiles both dims (channels last)
+        rows = x.shape[0] * int(groups) if isinstance(groups, int) else x.shape[1]
+        if base == "instance_norm":
+            rows = x.shape[0] * x.shape[1]
+        return x.numel() // max(rows, 1)
+    if base not in _ROW_OPS:
         return 0
     if "normalized_shape" in args:
         return math.prod(int(s) for s in args["normalized_shape"] or ()) or 1

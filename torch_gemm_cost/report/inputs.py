@@ -27,7 +27,7 @@ class ReportInputs:
 
     model: str  # class name of the estimated model
     dtype: str  # compute dtype of the GEMMs
-    mode: str  # "inference" or "train"
+    mode: str  # "inference", "train" or "forward" (api.MODES)
     device: str  # catalog id
     device_name: str
     # "catalog", "spec file", "profile", "detected" (the local GPU or CPU) or "given" (a

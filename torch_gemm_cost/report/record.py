@@ -50,7 +50,7 @@ class ReportRecord:
     model: str  # class name of the estimated model
     device: DeviceSpec
     dtype: str
-    mode: str  # "inference" or "train"
+    mode: str  # "inference", "train" or "forward" (api.MODES)
     predictor: str
     predictor_version: str
     gemms: tuple[GemmEstimate, ...]

@@ -4,7 +4,8 @@ KernelBench (MIT, ScalingIntelligence/KernelBench) times 250 small PyTorch progr
 event pair around ``model(*inputs)``, on several GPUs at several clouds (``board``: one GPU at
 one cloud, so one kind of host). Most v0 programs are small enough that the host's Python,
 dispatch and launches set their time. Each program is captured and priced once per GPU that
-timed it (``estimate(..., timing="kernel")``: its kernels in issue order,
+timed it as KernelBench runs it (``estimate(..., mode=kernelbench.MODE, timing="kernel")``: one
+forward without autograd, the modules' training flags as built; its kernels in issue order,
 ``predict.call.KernelSequence``), and each board's costs are fitted to its timings through the
 same schedule ``estimate`` evaluates:
 
@@ -40,7 +41,7 @@ from typing import Any
 import torch
 
 from ..hardware.catalog import get_device
-from ..measured.kernelbench import build, programs
+from ..measured.kernelbench import MODE, build, programs
 from ..predict.call import ISSUE_KINDS, KernelSequence, input_copy_ms
 from ..predict.host import (
     COST_FIELDS,
@@ -167,7 +168,8 @@ def load_rows(data: str | Path, levels: Sequence[int] = (1, 2, 3)) -> list[HostR
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         reports = compare(built.model, built.inputs, devices=specs,
-                                          compiled=compiled, timing="kernel", host=zero)
+                                          mode=MODE, compiled=compiled, timing="kernel",
+                                          host=zero)
                 except Exception as e:  # noqa: BLE001 - a program that fails is left out
                     log.info("%s/%s: %s", tree, prog.name, e)
                     continue
