@@ -32,10 +32,9 @@ per board and problem set), and held out by chip: a GPU is priced with the media
 the newest software generation (v0.1) whose GPU is another chip, as ``estimate`` prices it by
 default (``host hosts``: how many; A10, A10G and RTX A6000 are one chip, GA102): v0's rows are
 so priced with hosts of a later PyTorch, never their own.
-NB: the shipped host costs were fitted on the programs' issues in eval mode
-(``mode="inference"``), not as ``train.host`` reads them (``measured.kernelbench.MODE``): a
-refit counts each training-mode BatchNorm's ``num_batches_tracked`` increment and each
-dropout's mask as the ops they are.
+The host costs are fitted on the programs captured as this benchmark prices them
+(``measured.kernelbench.MODE``): a training-mode BatchNorm's ``num_batches_tracked`` increment
+and a dropout's mask are issues there as here.
 A board whose eager timings repeat another's (``A6000_babel_v0.0``) is counted once.
 """
 
