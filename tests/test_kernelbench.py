@@ -168,3 +168,13 @@ def test_each_fold_is_priced_with_costs_fitted_on_the_other() -> None:
     assert fits["X", 1].eager_op_ms == pytest.approx(0.04, rel=0.05)  # odd, priced by even
     assert fits["X", 0].eager_op_ms == pytest.approx(0.01, rel=0.05)
     assert fits["X", 1].compiled_call_ms is None  # no compiled rows: the prior's, when priced
+
+
+def test_the_calibrated_column_takes_compiled_costs_as_calibrate_host_writes_them() -> None:
+    # calibrate --host measures the eager costs only and scales the fitted hosts' compiled and
+    # replay costs by its eager op: twice the eager op, twice those costs (to 5 decimals)
+    one = kernelbench_accuracy.as_calibrated(HostCosts(0.01, 0.02, 0.002), "GA102")
+    two = kernelbench_accuracy.as_calibrated(HostCosts(0.01, 0.04, 0.002), "GA102")
+    assert (one.eager_call_ms, one.eager_op_ms, one.eager_view_ms) == (0.01, 0.02, 0.002)
+    for name in ("compiled_call_ms", "compiled_kernel_ms", "graph_call_ms"):
+        assert getattr(two, name) == pytest.approx(2 * getattr(one, name), abs=2e-5), name
