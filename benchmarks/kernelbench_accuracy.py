@@ -324,7 +324,7 @@ def main() -> None:
          "compiled programs would give (`calibrate --host` does not); a cost the other fold "
          "has too few rows to fit (20 per group of modes: the compiled costs of the v0.1 "
          f"hosts) is the prior's. {unfitted} rows whose host the other fold could not fit "
-         "keep the prior's price in both."),
+         "keep the prior's price in both. `median pred/meas` is the default's."),
     ]
     cmd = "python benchmarks/kernelbench_accuracy.py " + " ".join(sys.argv[1:])
     lines = [
