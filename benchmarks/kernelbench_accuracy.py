@@ -36,6 +36,13 @@ The host costs are fitted on the programs captured as this benchmark prices them
 (``measured.kernelbench.MODE``): a training-mode BatchNorm's ``num_batches_tracked`` increment
 and a dropout's mask are issues there as here.
 A board whose eager timings repeat another's (``A6000_babel_v0.0``) is counted once.
+
+``--host-calibrated`` adds what a user gets once their own host is calibrated, not the default:
+each host priced with its own costs, fitted on its timings of the other half of the programs
+(``kernelbench_host``: two folds by program number parity), the GPU side held out as before.
+``MAPE host-calibrated %`` takes the compiled and replay costs as ``calibrate --host`` writes
+them (the prior scaled by the fitted eager op), ``MAPE host-fitted %`` the host's own fit of
+them too.
 """
 
 from __future__ import annotations
@@ -60,8 +67,13 @@ from tabulate import tabulate
 import torch_gemm_cost as tgc
 from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
 from torch_gemm_cost.measured.kernelbench import MODE, build, programs
+from torch_gemm_cost.predict.call import CallTime
+from torch_gemm_cost.predict.host import HostCosts
 from torch_gemm_cost.report import Comparison, CostReport
-from torch_gemm_cost.train.host import duplicate_boards
+from torch_gemm_cost.train.host import duplicate_boards, host_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernelbench_host import as_calibrated, calibrated_ms, cross_fit_hosts, fold, host_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernelbench_accuracy.md"
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -92,6 +104,7 @@ class Timing:
     program: str  # file name in the level folder
     mode: str
     measured_ms: float
+    date: str
 
 
 def read_timings(data: Path) -> list[Timing]:
@@ -107,7 +120,8 @@ def read_timings(data: Path) -> list[Timing]:
     df = df[~df.board.isin(duplicate_boards(df))]  # A6000_babel_v0.0 repeats A6000_babel
     ids = {name: get_device(name).id for name in df.gpu_name.unique()}
     return [Timing(r.board, ids[r.gpu_name], r.problem_set, r.problem_file.split("/")[1],
-                   int(r.level), r.problem_file.split("/")[-1], r.mode, float(r.mean_ms))
+                   int(r.level), r.problem_file.split("/")[-1], r.mode, float(r.mean_ms),
+                   str(r.date))
             for r in df.itertuples()]
 
 
@@ -137,16 +151,20 @@ def estimate_program(model: torch.nn.Module, inputs: tuple[Any, ...], specs: lis
                        timing=timing, predictor=predictor)
 
 
+# (predicted ms, roofline ms, the host prior's source, the call ``estimate`` timed)
+Priced = tuple[float, float, str, CallTime | None]
+
+
 def predict(timings: list[Timing], data: Path, levels: tuple[int, ...],
-            predictor: Any = None) -> dict[tuple[str, str, str, str], tuple[float, float, str] | str]:
-    """(tree, program, gpu, mode) -> (predicted ms, roofline ms, the host prior's source), or
-    the error that stopped the program; one ``compare()`` per (compiled, timing) a program's
-    timings need (``MODES``), over every GPU that timed it."""
+            predictor: Any = None) -> dict[tuple[str, str, str, str], Priced | str]:
+    """(tree, program, gpu, mode) -> its ``Priced``, or the error that stopped the program;
+    one ``compare()`` per (compiled, timing) a program's timings need (``MODES``), over every
+    GPU that timed it."""
     wanted: dict[tuple[str, str], dict[tuple[bool, str], set[str]]] = collections.defaultdict(
         lambda: collections.defaultdict(set))
     for t in timings:
         wanted[t.tree, t.program][MODES[t.mode]].add(t.gpu)
-    out: dict[tuple[str, str, str, str], tuple[float, float, str] | str] = {}
+    out: dict[tuple[str, str, str, str], Priced | str] = {}
     trees = sorted({t.tree for t in timings})
     for tree in trees:
         for prog in programs(data / "kernelbench" / "problems" / tree, levels):
@@ -164,7 +182,7 @@ def predict(timings: list[Timing], data: Path, levels: tuple[int, ...],
                         for m in modes:
                             out[tree, prog.name, spec.id, m] = (
                                 rep.total_ms, roofline_ms(rep, spec),
-                                rep.call.host if rep.call else "")
+                                rep.call.host if rep.call else "", rep.call)
                 except Exception as e:  # noqa: BLE001 - a program that fails is reported, not fatal
                     for g in gpus:
                         for m in modes:
@@ -196,6 +214,9 @@ def main() -> None:
                     "(benchmarks/e2e.py HeldOutByChip; about 15 minutes a chip on two cores)")
     ap.add_argument("--cache", type=Path, default=None,
                     help="folder for the held-out fits, reused when present")
+    ap.add_argument("--host-calibrated", action="store_true",
+                    help="add the MAPE with each host's own costs, cross-fitted on its other "
+                    "programs (what calibrating one's host gives)")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
@@ -204,7 +225,6 @@ def main() -> None:
                and (not args.boards or t.board in args.boards)]
     predictor = None
     if args.held_out:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from e2e import HeldOutByChip
 
         predictor = HeldOutByChip(args.data, cache=args.cache)
@@ -213,7 +233,7 @@ def main() -> None:
     if args.held_out:
         gemm_chips = set()  # every GPU's GEMMs priced by a fit without its chip
 
-    rows = []
+    scored: list[tuple[Timing, Priced]] = []
     failed: dict[tuple[str, str], str] = {}
     hosts: dict[str, str] = {}  # gpu -> the hosts its host prior holds
     for t in timings:
@@ -221,45 +241,91 @@ def main() -> None:
         if isinstance(got, str) or got is None:
             failed[t.tree, t.program] = got or "not estimated"
             continue
-        rows.append((t, got[0], got[1]))
+        scored.append((t, got))
         hosts[t.gpu] = _hosts_in(got[2])
+    # each row: (timing, predicted ms, roofline ms, (host-calibrated ms, host-fitted ms))
+    rows: list[tuple[Timing, float, float, tuple[float, float] | None]] = [
+        (t, got[0], got[1], None) for t, got in scored]
+    unfitted = 0  # rows whose host the other fold could not fit: priced with the prior
+    if args.host_calibrated:
+        fits = cross_fit_hosts(host_rows(scored))
+        measured: dict[tuple[str, int], HostCosts] = {}  # as calibrate --host writes them
+        rows = []
+        for t, (pred, roof, _, call) in scored:
+            key = (host_name(t.board, t.problem_set), fold(t.program))
+            spec = get_device(t.gpu)
+            if key not in fits or call is None:
+                unfitted += 1
+                rows.append((t, pred, roof, (pred, pred)))
+                continue
+            if key not in measured:
+                measured[key] = as_calibrated(fits[key], spec.chip or spec.id)
+            rows.append((t, pred, roof, (calibrated_ms(call, measured[key], spec),
+                                         calibrated_ms(call, fits[key], spec))))
     if args.save_rows:
         with args.save_rows.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["board", "gpu", "problem_set", "tree", "level", "program", "mode",
-                        "measured_ms", "predicted_ms", "roofline_ms"])
-            for t, p, r in rows:
+                        "measured_ms", "predicted_ms", "roofline_ms", "calibrated_ms",
+                        "host_fitted_ms"])
+            for t, p, r, c in rows:
                 w.writerow([t.board, t.gpu, t.problem_set, t.tree, t.level, t.program, t.mode,
-                            t.measured_ms, f"{p:.6g}", f"{r:.6g}"])
+                            t.measured_ms, f"{p:.6g}", f"{r:.6g}",
+                            *(("", "") if c is None else (f"{c[0]:.6g}", f"{c[1]:.6g}"))])
 
-    groups: dict[tuple[str, str, str, int, str], list[tuple[float, float, float]]] = \
-        collections.defaultdict(list)
-    for t, p, r in rows:
+    # (measured, ours, roofline, (host-calibrated, host-fitted) or None), ms
+    Vals = list[tuple[float, float, float, tuple[float, float] | None]]
+    groups: dict[tuple[str, str, str, int, str], Vals] = collections.defaultdict(list)
+    for t, p, r, c in rows:
         if t.measured_ms >= args.min_ms:
-            groups[t.gpu, t.board, t.problem_set, t.level, t.mode].append((t.measured_ms, p, r))
+            groups[t.gpu, t.board, t.problem_set, t.level, t.mode].append((t.measured_ms, p, r, c))
+    cal_head = (["MAPE host-calibrated %", "MAPE host-fitted %"] if args.host_calibrated
+                else [])
+
+    def scores(vals: Vals) -> list[Any]:
+        """rows, MAPE (prior), [MAPE host-calibrated, host-fitted], roofline MAPE, median
+        pred/meas"""
+        cal = [round(statistics.fmean(_ape(c[i], m) for m, _, _, c in vals if c is not None), 1)
+               for i in range(2 if args.host_calibrated else 0)]
+        return [len(vals), round(statistics.fmean(_ape(p, m) for m, p, _, _ in vals), 1), *cal,
+                round(statistics.fmean(_ape(r, m) for m, _, r, _ in vals), 1),
+                round(statistics.median(p / m for m, p, _, _ in vals), 2)]
+
     table = []
     for (gpu, board, pset, level, mode), vals in sorted(groups.items()):
         chip = get_device(gpu).chip
-        ours = statistics.fmean(_ape(p, m) for m, p, _ in vals)
-        roof = statistics.fmean(_ape(r, m) for m, _, r in vals)
         table.append([gpu, board, "yes" if chip in gemm_chips else "no",
                       "yes" if chip in op_chips else "no", hosts.get(gpu, "-"), pset, level,
-                      mode, len(vals),
-                      round(ours, 1), round(roof, 1),
-                      round(statistics.median(p / m for m, p, _ in vals), 2)])
-    headers = ["gpu", "board", "GEMM fit", "op fit", "host hosts", "set", "level", "mode", "rows",
-               "MAPE %", "roofline MAPE %", "median pred/meas"]
+                      mode, *scores(vals)])
+    score_head = ["rows", "MAPE %", *cal_head, "roofline MAPE %", "median pred/meas"]
+    headers = ["gpu", "board", "GEMM fit", "op fit", "host hosts", "set", "level", "mode",
+               *score_head]
 
-    summary = []
-    by: dict[tuple[str, int, str], list[tuple[float, float, float]]] = collections.defaultdict(list)
+    by: dict[tuple[str, int, str], Vals] = collections.defaultdict(list)
     for (gpu, board, pset, level, mode), vals in groups.items():
         by[pset, level, mode] += vals
-    for (pset, level, mode), vals in sorted(by.items()):
-        summary.append([pset, level, mode, len(vals),
-                        round(statistics.fmean(_ape(p, m) for m, p, _ in vals), 1),
-                        round(statistics.fmean(_ape(r, m) for m, _, r in vals), 1),
-                        round(statistics.median(p / m for m, p, _ in vals), 2)])
+    summary = [[pset, level, mode, *scores(vals)] for (pset, level, mode), vals in sorted(by.items())]
 
+    calibrated = [] if not args.host_calibrated else [
+        "",
+        ("`MAPE %` is the default, what `estimate` gives with no calibration: the host priced "
+         "by the held-out prior above. The two columns beside it are not the default: they "
+         "are what a user gets once their own host is calibrated. Each row's host costs are "
+         "that host's own (its board and problem set), fitted by `train.host.fit_host_costs` "
+         "on its timings of the other programs only, cross-fitted in two folds by program "
+         "number parity (the odd programs priced with the costs fitted on the even ones and "
+         "the other way round); the GPU side is held out as in `MAPE %`, and each row is "
+         "priced as `estimate(..., host=HostCosts(...))` prices it. `MAPE host-calibrated %` "
+         "stands for `torch-gemm-cost calibrate --host` on the user's machine: it measures "
+         "the eager costs (here the fitted ones stand for its measurement) and writes the "
+         "compiled and CUDA graph costs as the fitted hosts' prior (without the GPU's chip) "
+         "scaled by the eager op (`calibrate.host.host_section`). `MAPE host-fitted %`: every "
+         "cost the host's own, the compiled and graph ones too, as a calibration that timed "
+         "compiled programs would give (`calibrate --host` does not); a cost the other fold "
+         "has too few rows to fit (20 per group of modes: the compiled costs of the v0.1 "
+         f"hosts) is the prior's. {unfitted} rows whose host the other fold could not fit "
+         "keep the prior's price in both. `median pred/meas` is the default's."),
+    ]
     cmd = "python benchmarks/kernelbench_accuracy.py " + " ".join(sys.argv[1:])
     lines = [
         "# KernelBench: whole-call times held out",
@@ -282,11 +348,11 @@ def main() -> None:
         "another chip, v0's rows included. A board whose eager "
         "timings repeat another's (A6000_babel_v0.0) is counted once. "
         "Roofline: the same records at max(FLOPs/peak, bytes/bandwidth), no launches or host."),
+        *calibrated,
         "",
         "## By problem set, level and mode (every board)",
         "",
-        tabulate(summary, headers=["set", "level", "mode", "rows", "MAPE %", "roofline MAPE %",
-                                   "median pred/meas"], tablefmt="github"),
+        tabulate(summary, headers=["set", "level", "mode", *score_head], tablefmt="github"),
         "",
         "## Per GPU",
         "",
@@ -298,7 +364,7 @@ def main() -> None:
     lines += [f"- `{tree}/{prog}`: {err}" for (tree, prog), err in sorted(failed.items())] \
         or ["None."]
     args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[:12]))
+    print("\n".join(lines[:14]))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from torch import nn
 
 import torch_gemm_cost as tgc
 from torch_gemm_cost.measured.kernelbench import build, programs
+from torch_gemm_cost.predict.host import HostCosts
 
 PROBLEMS = DATA_DIR / "kernelbench" / "problems"
 V0, V01 = "v0_0228e57", "v0.1_48eb3a0"
@@ -111,3 +113,68 @@ def test_the_benchmark_prices_a_program_as_a_user_does(problems: Path, level: in
         stats = [o.op.computes_stats for o in report.others if o.op.op_class == "norm"]
         masks = [o for o in report.others if o.op.op == "aten.bernoulli_" and o.time_ms]
         assert (stats, len(masks)) == (([train], 0) if level == 1 else ([], int(train)))
+
+
+def test_the_benchmark_prices_a_calibrated_host_as_a_user_does(problems: Path) -> None:
+    # the host-calibrated column: a program's call as the benchmark priced it, re-timed with one
+    # host's costs, equals the user's estimate(host=HostCosts(...)) of the same program
+    (program,) = [p for p in programs(problems / V0, (2,)) if p.number == 66]
+    built = build(program)
+    spec = tgc.get_device("a10g")
+    costs = HostCosts(eager_call_ms=0.009, eager_op_ms=0.021, eager_view_ms=0.002,
+                      compiled_call_ms=0.042, compiled_kernel_ms=0.038, graph_call_ms=0.1)
+    for compiled, timing in ((False, "event"), (True, "event"), (False, "graph")):
+        (bench,) = kernelbench_accuracy.estimate_program(built.model, built.inputs, [spec],
+                                                         compiled=compiled, timing=timing)
+        with torch.no_grad():
+            user = tgc.estimate(built.model, built.inputs, device=spec, mode="forward",
+                                compiled=compiled, timing=timing, host=costs)
+        assert bench.call is not None and bench.total_ms != user.total_ms  # the prior's, not ours
+        assert kernelbench_accuracy.calibrated_ms(bench.call, costs, spec) == user.total_ms
+    # a cost the fit lacks is the default prior's: the compiled call with no compiled costs
+    eager_only = HostCosts(0.009, 0.021, 0.002)
+    (bench,) = kernelbench_accuracy.estimate_program(built.model, built.inputs, [spec],
+                                                     compiled=True, timing="event")
+    filled = replace(eager_only, compiled_call_ms=bench.call.prior.mid.compiled_call_ms,
+                     compiled_kernel_ms=bench.call.prior.mid.compiled_kernel_ms,
+                     graph_call_ms=bench.call.prior.mid.graph_call_ms)
+    with torch.no_grad():
+        user = tgc.estimate(built.model, built.inputs, device=spec, mode="forward",
+                            compiled=True, timing="event", host=filled)
+    assert kernelbench_accuracy.calibrated_ms(bench.call, eager_only, spec) == user.total_ms
+
+
+def test_the_host_cross_fit_splits_programs_by_number_parity() -> None:
+    # 33 is odd, 66 even: each fold is priced with the costs fitted on the other
+    assert kernelbench_accuracy.fold("33_BatchNorm.py") == 1
+    assert kernelbench_accuracy.fold("66_Matmul_Dropout_Softmax.py") == 0
+
+
+def test_each_fold_is_priced_with_costs_fitted_on_the_other() -> None:
+    from torch_gemm_cost.predict.call import KernelSequence
+    from torch_gemm_cost.train.host import HostRow
+
+    # 40 host-bound programs of n = 1..20 ops, 1 ns of GPU each: each times 0.01 + n * op ms
+    # (event_time_ms: call + n issues + the last kernel), op = 0.01 ms for the odd programs
+    # and 0.04 ms for the even ones; a fold's fit sees only the other fold's op
+    rows = []
+    for number in range(1, 41):
+        n, op = 1 + number % 20, (0.01 if number % 2 else 0.04)
+        seq = KernelSequence(torch.full((n,), 1e-6, dtype=torch.float64),
+                             torch.zeros(n, dtype=torch.long), 0, False)
+        rows.append(HostRow("X", "X", "v0", "2025-01-01", "a10g", "GA102", "eager",
+                            f"{number}_p.py", 0.01 + n * op, seq, 0.0))
+    fits = kernelbench_accuracy.cross_fit_hosts(rows)
+    assert fits["X", 1].eager_op_ms == pytest.approx(0.04, rel=0.05)  # odd, priced by even
+    assert fits["X", 0].eager_op_ms == pytest.approx(0.01, rel=0.05)
+    assert fits["X", 1].compiled_call_ms is None  # no compiled rows: the prior's, when priced
+
+
+def test_the_calibrated_column_takes_compiled_costs_as_calibrate_host_writes_them() -> None:
+    # calibrate --host measures the eager costs only and scales the fitted hosts' compiled and
+    # replay costs by its eager op: twice the eager op, twice those costs (to 5 decimals)
+    one = kernelbench_accuracy.as_calibrated(HostCosts(0.01, 0.02, 0.002), "GA102")
+    two = kernelbench_accuracy.as_calibrated(HostCosts(0.01, 0.04, 0.002), "GA102")
+    assert (one.eager_call_ms, one.eager_op_ms, one.eager_view_ms) == (0.01, 0.02, 0.002)
+    for name in ("compiled_call_ms", "compiled_kernel_ms", "graph_call_ms"):
+        assert getattr(two, name) == pytest.approx(2 * getattr(one, name), abs=2e-5), name
