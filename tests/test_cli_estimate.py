@@ -252,3 +252,52 @@ def test_attention_default_is_what_transformers_builds(capsys, tmp_path):
         # eager attention: the scores are two matmuls, no SDPA record
         ops = {row["op"] for row in json.loads(out)["rows"]}
         assert "matmul" in ops and not ops & {"sdpa_qk", "sdpa_pv"}
+
+
+def test_host_profile_prices_every_device(capsys, tiny_gpt2, tmp_path):
+    # a host section as calibrate --host writes it: 0.05 ms an op (lo 0.04, hi 0.06), a call
+    # 0.02 ms, a view 0.003 ms; the same for every --device, where each GPU's own chip would
+    # otherwise take the fitted hosts' prior
+    def costs(op: float) -> dict[str, float]:
+        return {"eager_call_ms": 0.02, "eager_op_ms": op, "eager_view_ms": 0.003}
+
+    profile = tmp_path / "host.json"
+    profile.write_text(json.dumps({"host": {"costs": costs(0.05), "lo": costs(0.04),
+                                            "hi": costs(0.06), "device": "cuda"}}))
+    argv = ["--hf-config", tiny_gpt2, "--batch", "1", "--seq", "256", "--predictor", "roofline",
+            "--dtype", "fp16", "--device", "a100_sxm4_80gb", "--device", "l40s"]
+    rc, _, _ = run(capsys, "estimate", *argv, "--host", str(profile),
+                   "--json", str(tmp_path / "h.json"))
+    assert rc == 0
+    rows = json.loads((tmp_path / "h.json").read_text())
+    assert [r["call"]["host_costs"] for r in rows] == ["measured on cuda (host.json)"] * 2
+    # the command line's figure is the library's with the same host
+    from torch_gemm_cost.predict import RooflinePredictor
+    from torch_gemm_cost.predict.host import HostCosts, HostPrior
+
+    prior = HostPrior(HostCosts.from_dict(costs(0.05)), HostCosts.from_dict(costs(0.04)),
+                      HostCosts.from_dict(costs(0.06)), "given")
+    from torch_gemm_cost.cli.estimate import build_hf_model
+
+    model, margs, kwargs, _ = build_hf_model(tiny_gpt2, None, 1, 256)
+    rep = tgc.estimate(model, margs, kwargs, device="l40s", dtype="fp16",
+                       predictor=RooflinePredictor(), host=prior)
+    assert rows[1]["call"]["total_ms"] == pytest.approx(rep.total_ms, rel=1e-9)
+    # a host profile makes the event total grow with its op cost: 0.05 ms an op over the
+    # prior's (about 0.01-0.03 ms) on this host-bound tiny model
+    rc, _, _ = run(capsys, "estimate", *argv, "--json", str(tmp_path / "p.json"))
+    base = json.loads((tmp_path / "p.json").read_text())
+    assert all(h["call"]["host_ms"] > b["call"]["host_ms"] for h, b in zip(rows, base))
+
+
+def test_host_profile_errors_name_the_fix(capsys, tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"format": "torch_gemm_cost.profile"}))
+    rc, _, err = run(capsys, "estimate", *SMALL, "--host", str(empty))
+    assert rc == 2 and "no host section" in err and "calibrate --host" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"host": {"costs": {"eager_op_ms": 0.05}}}))
+    rc, _, err = run(capsys, "estimate", *SMALL, "--host", str(bad))
+    assert rc == 2 and "host section is invalid" in err
+    rc, _, err = run(capsys, "estimate", *SMALL, "--host", str(tmp_path / "missing.json"))
+    assert rc == 2 and "cannot read it" in err

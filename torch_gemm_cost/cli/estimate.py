@@ -97,6 +97,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the host's Python, dispatch and launches included), kernel (the kernels' "
                    "sum, as a profiler shows it) or graph (a CUDA graph replay: its floor, the "
                    "input copies, the kernels)")
+    p.add_argument("--host", type=Path, default=None, metavar="PROFILE",
+                   help="price the host's Python, dispatch and launches with the host section "
+                   "of a calibration profile (torch-gemm-cost calibrate --host) for every "
+                   "--device; default: a --device profile's own, else the fitted hosts' prior "
+                   "without the GPU's chip")
     p.add_argument("--predictor", choices=("default", "roofline"), default="default",
                    help="the package's default predictor, or the pure roofline (a floor)")
     p.add_argument("--depth", type=int, default=None,
@@ -340,13 +345,36 @@ def estimate_reports(args: argparse.Namespace) -> list[Any]:
                                        optimizer=_optimizer(args),
                                        progress=not args.quiet and sys.stderr.isatty(),
                                        compiled=getattr(args, "compiled", False),
-                                       timing=getattr(args, "timing", "event")))
+                                       timing=getattr(args, "timing", "event"),
+                                       host=_host(getattr(args, "host", None))))
     except CaptureError as e:  # the model or its inputs, not this program
         text = e.message(_cli_option(args))
         raise (UserCodeError(text) if args.callable else UsageError(text)) from e
     for message in dict.fromkeys(str(w.message) for w in caught):
         logger.warning("%s", message)  # one line each, not a source excerpt
     return [_with_inputs(r, asked) for r in reports]
+
+
+def _host(path: Path | None) -> Any:
+    """The host a --host profile measured (None: each device's own or the prior)."""
+    if path is None:
+        return None
+    from ..predict.host import measured_prior
+
+    try:
+        profile = json.loads(path.read_text())
+    except OSError as e:
+        raise UsageError(f"--host {path}: cannot read it ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--host {path}: not JSON ({e.msg}, line {e.lineno})") from None
+    section = profile.get("host") if isinstance(profile, dict) else None
+    if section is None:
+        raise UsageError(f"--host {path}: the profile has no host section; write one with "
+                         "torch-gemm-cost calibrate --host")
+    try:
+        return measured_prior(section, f" ({path.name})")
+    except ValueError as e:
+        raise UsageError(f"--host {path}: {e}") from None
 
 
 def _cli_option(args: argparse.Namespace) -> Any:

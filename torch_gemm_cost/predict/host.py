@@ -57,6 +57,7 @@ __all__ = [
     "graph_time_ms",
     "host_prior",
     "load_host_costs",
+    "measured_prior",
     "point_prior",
 ]
 
@@ -251,11 +252,17 @@ def host_prior(profile: Mapping[str, Any] | None, device: DeviceSpec) -> HostPri
     table's prior without ``device``'s chip (``HostCostTable.prior``)."""
     section = (profile or {}).get("host")
     if section is not None:
-        try:
-            return HostPrior(HostCosts.from_dict(section["costs"]),
-                             HostCosts.from_dict(section["lo"]),
-                             HostCosts.from_dict(section["hi"]),
-                             f"measured on {section.get('device', 'this host')}")
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"the calibration profile's host section is invalid: {e}") from None
+        return measured_prior(section)
     return load_host_costs().prior([device.chip] if device.chip else [])
+
+
+def measured_prior(section: Mapping[str, Any], where: str = "") -> HostPrior:
+    """The prior of a calibration profile's ``host`` section (``calibrate --host``): its
+    costs, and its repeats' range as the interval; ``where`` names the profile in the
+    source. A ValueError names what the section lacks."""
+    try:
+        return HostPrior(HostCosts.from_dict(section["costs"]), HostCosts.from_dict(section["lo"]),
+                         HostCosts.from_dict(section["hi"]),
+                         f"measured on {section.get('device', 'this host')}{where}")
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"the calibration profile's host section is invalid: {e}") from None
