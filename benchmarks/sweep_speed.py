@@ -66,6 +66,8 @@ def main() -> None:
     tmp.with_name("sweep_speed_rows_2.csv").unlink()
     tmp.with_suffix(".yaml").unlink()
     tmp.with_name("sweep_speed_rows_2.yaml").unlink()
+    # the rows name the config as the YAML gave it: relative to the repository, not this host
+    tmp.write_text(tmp.read_text().replace(f"{ROOT}/", ""))
     kinds = sorted({r["error"].split(";")[0] for r in errors})
     text = f"""# Sweep speed: 1,000 serving plans of one model
 
