@@ -57,7 +57,6 @@ import platform
 import statistics
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,14 +72,18 @@ from torch_gemm_cost.report import Comparison, CostReport
 from torch_gemm_cost.train.host import duplicate_boards, host_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernelbench_host import as_calibrated, calibrated_ms, cross_fit_hosts, fold, host_rows
+from kernelbench_host import (
+    Timing,
+    as_calibrated,
+    calibrated_ms,
+    cross_fit_hosts,
+    fold,
+    host_rows,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernelbench_accuracy.md"
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WEIGHTS = Path(tgc.__file__).resolve().parent / "data"
-# the run KernelBench times: one forward under torch.no_grad(), the modules' training flags as
-# Model(*init_inputs) leaves them (nn.Module's default: training)
-KERNELBENCH_MODE = MODE
 # the mode KernelBench timed -> (compiled, timing the user's run has)
 MODES: dict[str, tuple[bool, str]] = {
     "eager": (False, "event"),
@@ -90,21 +93,6 @@ MODES: dict[str, tuple[bool, str]] = {
     "compile_inductor_reduce-overhead": (True, "graph"),
     "compile_inductor_max-autotune": (True, "graph"),
 }
-
-
-@dataclass(frozen=True)
-class Timing:
-    """One canonical KernelBench timing."""
-
-    board: str
-    gpu: str  # catalog id
-    problem_set: str
-    tree: str
-    level: int
-    program: str  # file name in the level folder
-    mode: str
-    measured_ms: float
-    date: str
 
 
 def read_timings(data: Path) -> list[Timing]:
@@ -146,8 +134,8 @@ def fitted_gpus() -> tuple[set[str], set[str]]:
 def estimate_program(model: torch.nn.Module, inputs: tuple[Any, ...], specs: list[DeviceSpec],
                      compiled: bool, timing: str, predictor: Any = None) -> Comparison:
     """One report per GPU of ``model(*inputs)`` as KernelBench times it: ``compare`` with
-    ``mode=KERNELBENCH_MODE``, as a user prices a model built and called the same way."""
-    return tgc.compare(model, inputs, devices=specs, mode=KERNELBENCH_MODE, compiled=compiled,
+    ``mode=MODE``, as a user prices a model built and called the same way."""
+    return tgc.compare(model, inputs, devices=specs, mode=MODE, compiled=compiled,
                        timing=timing, predictor=predictor)
 
 
@@ -350,7 +338,7 @@ def main() -> None:
         (f"`{cmd.strip()}` on {datetime.date.today()}: torch {torch.__version__}, "
         f"torch_gemm_cost {tgc.__version__}, {platform.machine()}. Canonical timings of "
         f"`kernelbench/timings.csv.gz`, rows measured at {args.min_ms} ms or more, each "
-        f"program estimated as KernelBench runs it (`mode='{KERNELBENCH_MODE}'`: one forward "
+        f"program estimated as KernelBench runs it (`mode='{MODE}'`: one forward "
         "without autograd, the modules' training flags as `Model(*init_inputs)` leaves them, "
         "so BatchNorm on batch statistics and dropout on); "
         "`eager` scored against `estimate(timing='event')`, `compile_cudagraphs` against "

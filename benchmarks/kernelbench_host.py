@@ -13,8 +13,8 @@ times it (``calibrated_ms``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 from torch_gemm_cost.calibrate.host import HostMeasurement, host_section
 from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device
@@ -22,36 +22,25 @@ from torch_gemm_cost.predict.call import CallTime, call_time, input_copy_ms
 from torch_gemm_cost.predict.host import (
     COST_FIELDS,
     HostCosts,
-    HostCostTable,
     load_host_costs,
     point_prior,
 )
 from torch_gemm_cost.train.host import HostRow, fit_host_costs, host_name
 
 
-class Timed(Protocol):
-    """A KernelBench timing (``kernelbench_accuracy.Timing``)."""
+@dataclass(frozen=True)
+class Timing:
+    """One canonical KernelBench timing."""
 
-    @property
-    def board(self) -> str: ...
-
-    @property
-    def gpu(self) -> str: ...
-
-    @property
-    def problem_set(self) -> str: ...
-
-    @property
-    def program(self) -> str: ...
-
-    @property
-    def mode(self) -> str: ...
-
-    @property
-    def measured_ms(self) -> float: ...
-
-    @property
-    def date(self) -> str: ...
+    board: str
+    gpu: str  # catalog id
+    problem_set: str
+    tree: str
+    level: int
+    program: str  # file name in the level folder
+    mode: str
+    measured_ms: float
+    date: str
 
 
 def fold(program: str) -> int:
@@ -61,7 +50,7 @@ def fold(program: str) -> int:
     return int(program.split("_")[0]) % 2
 
 
-def host_rows(scored: Iterable[tuple[Timed, tuple[Any, ...]]]) -> list[HostRow]:
+def host_rows(scored: Iterable[tuple[Timing, tuple[Any, ...]]]) -> list[HostRow]:
     """The timings as ``train.host`` fits them (``HostRow``, one host per board and problem
     set), each with the issues and kernel times of the call this benchmark priced: the GPU
     side as held out as the column beside it."""
@@ -93,11 +82,7 @@ def as_calibrated(fitted: HostCosts, chip: str) -> HostCosts:
     ``host_section`` of them, the compiled and replay costs the fitted hosts' prior scaled by
     the eager op, that prior taken without the hosts of ``chip`` (the shipped table holds the
     host itself, fitted on every program)."""
-    full = load_host_costs()
-    kept = [h for h in full.hosts if full.chips[h] != chip]
-    table = HostCostTable({h: full.hosts[h] for h in kept}, {h: full.chips[h] for h in kept},
-                          full.provenance, {h: full.generation(h) for h in kept},
-                          {h: full.dates.get(h, "") for h in kept})
+    table = load_host_costs().without_chips([chip])
     measured = HostMeasurement("fitted", 0, (fitted.eager_op_ms,), (fitted.eager_view_ms,),
                                (fitted.eager_call_ms,))
     return HostCosts.from_dict(host_section(measured, table)["costs"])

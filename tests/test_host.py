@@ -158,6 +158,14 @@ def test_prior_holds_out_a_chip() -> None:
     assert table.prior(["Y", "Z"]).mid.graph_call_ms == pytest.approx(0.06)
 
 
+def test_a_table_without_a_chip() -> None:
+    table = _generations().without_chips(["Y"])  # a (v0) and c/v0.1 are left
+    assert sorted(table.hosts) == ["a", "c/v0.1"]
+    assert (table.generation("c/v0.1"), table.dates["a"]) == ("v0.1", "2025-01-21")
+    # its prior is the whole table's without Y: the v0.1 host c alone, 0.004 ms an op
+    assert table.prior().mid.eager_op_ms == _generations().prior(["Y"]).mid.eager_op_ms == 0.004
+
+
 def _generations() -> HostCostTable:
     """Two v0 hosts that timed compiled programs, two v0.1 hosts that did not."""
     hosts = {

@@ -140,6 +140,14 @@ class HostCostTable:
     def generation(self, host: str) -> str:
         return self.generations.get(host, "v0")
 
+    def without_chips(self, chips: Iterable[str]) -> HostCostTable:
+        """The table without the hosts whose GPU is one of ``chips``."""
+        out = set(chips)
+        kept = [h for h in self.hosts if self.chips[h] not in out]
+        return HostCostTable({h: self.hosts[h] for h in kept}, {h: self.chips[h] for h in kept},
+                             self.provenance, {h: self.generation(h) for h in kept},
+                             {h: self.dates.get(h, "") for h in kept})
+
     def prior(self, exclude_chips: Iterable[str] = (), generation: str | None = None
               ) -> HostPrior:
         """The median of each cost over the hosts of ``generation`` (default: the newest,

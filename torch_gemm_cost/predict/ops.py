@@ -475,7 +475,7 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
     slow = torch.tensor([limited_bytes(op, r[1], _elem_bytes(op)) if op.phase == "forward"
                          else 0.0 for op, r in zip(others, rows)], dtype=torch.float64)  # (N,)
     lag_s_per_byte = (1.0 / row_bw - 1.0 / (eta * device.dram_bw_bytes_per_s)).clamp(min=0.0)
-    time = time + torch.where(slow > 0, slow * lag_s_per_byte * 1e3, torch.zeros_like(time))
+    time = time + slow * lag_s_per_byte * 1e3
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3
     # an op on an empty tensor launches nothing (PyTorch returns early); the optimizer's update
