@@ -587,6 +587,28 @@ def test_convolution_gemm_and_backward_by_hand() -> None:
     assert t2.dense_flops == 8_094_720 and t2.flops == 1_843_200
 
 
+def test_strided_3d_transposed_convolution_runs_its_depth_phases_by_hand() -> None:
+    # ConvTranspose3d(16 -> 32, 3×3×3, stride 2, padding 1) on (1, 16, 4, 5, 6): outputs
+    # (i − 1)·2 − 2 + 2 + 1 = 2i − 1, so 7·9·11 = 693 rows × 32 filters. Each depth phase meets
+    # 3/2 of the 3 depth taps and all 3·3 height and width ones: 13.5 taps, run as 14, so
+    # k = 16·14 = 224. Needed FLOPs: 120 input positions × 32 × 27 taps × 16 × 2 = 3,317,760.
+    # With 8 input channels the same conv runs every tap: k = 8·27 = 216
+    class Up(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wide = nn.ConvTranspose3d(16, 32, 3, stride=2, padding=1)
+            self.narrow = nn.ConvTranspose3d(8, 32, 3, stride=2, padding=1)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return self.wide(x).sum() + self.narrow(y).sum()
+
+    sites, _ = extract(capture(Up(), (torch.randn(1, 16, 4, 5, 6), torch.randn(1, 8, 4, 5, 6))),
+                       "float32")
+    by = {s.module: s for s in sites}
+    assert by["wide"].shape == (1, 693, 32, 224) and by["wide"].flops == 3_317_760
+    assert by["narrow"].shape == (1, 693, 32, 216) and by["narrow"].flops == 3_317_760 // 2
+
+
 @pytest.mark.parametrize(("cudnn", "matmul"), [(True, False), (False, True)])
 def test_fp32_runs_tf32_where_torch_flags_allow_it(cudnn: bool, matmul: bool,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
