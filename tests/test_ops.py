@@ -21,10 +21,13 @@ from torch_gemm_cost.predict.ops import (
     OP_CLASSES,
     OpBatch,
     OpCostModel,
+    l2_bandwidth_bytes_per_s,
     load_op_costs,
     memory_time_ms,
+    resident_l2_hit,
 )
 from torch_gemm_cost.records import OtherOp, adamw_ops, extract, optimizer_ops
+from torch_gemm_cost.report import CostReport
 from torch_gemm_cost.train.ops import VecRow, fit_class, load_vec, shared_eta
 
 V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
@@ -33,6 +36,15 @@ V100 = get_device("tesla_v100_pcie_32gb")  # 900 GB/s DRAM, 14 TFLOP/s fp32
 def op_times(ops: list[OtherOp], table: OpCostModel) -> list[float | None]:
     """Each op's time on the V100 by ``table``, None where unmodelled."""
     return table.predict(OpBatch(tuple(ops)), V100).times_or_none()
+
+def streamed_ms(report: CostReport, nbytes: int, eta: float, launch_ms: float) -> float:
+    """One kernel moving ``nbytes`` at ``eta`` of the V100's DRAM, inside ``report``'s call:
+    the share of its bytes that the call's L2-resident working set serves comes from the L2
+    (``resident_l2_hit``: all of a small model's) at its rate."""
+    hit = resident_l2_hit(report.memory.peak_bytes, V100)
+    return launch_ms + (nbytes * (1 - hit) / (eta * 900e9)
+                        + nbytes * hit / l2_bandwidth_bytes_per_s(V100)) * 1e3
+
 
 # round constants, so the arithmetic below is checkable by hand
 TABLE = OpCostModel.from_dict(
@@ -69,6 +81,21 @@ def op(
     )
 
 
+def test_a_call_that_fits_in_l2_reads_it_from_there_hand_worked():
+    # an add moving 8,000,000 B on the V100 (η 0.9 of 900 GB/s, 6 MiB of L2, 80 SMs at
+    # 1,380 MHz): alone, 8e6 / (0.9·900e9) = 9.877 µs + a 5 µs launch = 0.014877 ms.
+    # In a call whose every byte (3 MiB, half the L2) stays there between back-to-back calls,
+    # the warm-L2 hit is 1 / (1 + (3 MiB / (0.5·6 MiB))^4) = 0.5: half the bytes from DRAM,
+    # 4.938 µs, and half from the L2 at 80 · 5,120/108 B · 1.38e9 /s = 5.234e12 B/s, 0.764 µs:
+    # 0.010703 ms. A call of 64 MiB (weights a model streams) keeps about (3/64)^4 of them
+    add = op("aten.add", "elementwise", 1_000_000, 8_000_000)
+    alone, half, big = (TABLE.predict(OpBatch((add,), resident_bytes=r), V100).time_ms[0]
+                        for r in (None, 3 * 2**20, 64 * 2**20))
+    assert float(alone) == pytest.approx(0.014877, rel=1e-4)
+    assert float(half) == pytest.approx(0.010703, rel=1e-4)
+    assert float(alone) > float(big) > 0.9999 * float(alone)
+
+
 def test_layer_norm_hand_worked():
     # LayerNorm over (8, 512, 1024) fp32 = 4096 rows of 1024:
     #   x read 16,777,216 B + y written 16,777,216 B + mean, rstd 2·4096·4 = 32,768 B
@@ -94,7 +121,9 @@ def test_layer_norm_through_estimate_uses_shipped_constants():
     table = load_op_costs()
     eta = table.eta_on(V100)[OP_CLASSES.index("norm")]  # Volta's own: a V100 was measured
     assert eta == table.eta_by_architecture["Volta"][OP_CLASSES.index("norm")]
-    assert rec.time_ms == pytest.approx(table.launch_ms + 33_595_392 / (eta * 900e9) * 1e3)
+    # the call's 32 MiB leave about (3/32)^4 = 1e-4 of its bytes in the V100's 6 MiB of L2
+    assert rec.time_ms == pytest.approx(table.launch_ms + 33_595_392 / (eta * 900e9) * 1e3,
+                                        rel=2e-4)
 
 
 def test_gelu_hand_worked():
@@ -138,8 +167,9 @@ def test_gradients_are_summed_where_a_tensor_forks_and_adds_pass_them_through():
     # reading two and writing one: 1,536 B in one elementwise kernel
     assert [o.op.dram_bytes for o in sums] == [1_536, 1_536]
     assert all(o.op.op_class == "elementwise" and o.time_ms > 0 for o in sums)
-    one = op_times([op("aten.add", "elementwise", 8 * 16, 1_536)], load_op_costs())[0]
-    assert sums[0].time_ms == pytest.approx(one)
+    table = load_op_costs()
+    eta = table.eta_on(V100)[OP_CLASSES.index("elementwise")]
+    assert sums[0].time_ms == pytest.approx(streamed_ms(report, 1_536, eta, table.launch_ms))
     # the two adds joining the branches pass dy through: no kernel
     joins = [o for o in back if o.op.op == "aten.add" and o not in sums]
     assert len(joins) == 2 and all(o.time_ms == 0.0 for o in joins)
@@ -223,7 +253,7 @@ def test_dropout_priced_as_the_fused_gpu_kernel():
     # 147,456 B; its backward reads dy and the mask, writes dx: the same 147,456 B
     assert [o.op.phase for o in kernels] == ["forward", "backward"]
     eta = load_op_costs().eta_on(V100)[OP_CLASSES.index("elementwise")]
-    expected = load_op_costs().launch_ms + 147_456 / (eta * 900e9) * 1e3
+    expected = streamed_ms(report, 147_456, eta, load_op_costs().launch_ms)
     assert [o.time_ms for o in kernels] == pytest.approx([expected, expected])
 
 
@@ -249,7 +279,7 @@ def test_attention_eager_vs_sdpa():
     eta = table.eta_on(V100)[OP_CLASSES.index("softmax")]
     # eager: the scores are materialized; softmax reads and writes 8·128·128·4 B = 524,288 B each
     (soft,) = [o for o in eager.others if o.op.op_class == "softmax"]
-    assert soft.time_ms == pytest.approx(table.launch_ms + 1_048_576 / (eta * 900e9) * 1e3)
+    assert soft.time_ms == pytest.approx(streamed_ms(eager, 1_048_576, eta, table.launch_ms))
     # SDPA on a GPU: one flash attention kernel, priced by the attention model on its record;
     # its two GEMMs keep their FLOPs and are marked fused, with no time of their own
     (inner,) = [o for o in fused.others if o.op.op_class == "softmax"]

@@ -215,10 +215,12 @@ def compare(
                  for target, cd in itertools.product(plan.targets, plan.dtypes)]
     runs = [_Run(target.spec, _predictor_of(predictor, target), cd, target.source)
             for target, cd in itertools.product(plan.targets, plan.dtypes)]
+    # back-to-back calls find a working set that fits in L2 there: each run's peak memory
     priced = [_step(bar, price_records(device_sites,
                                        (*records[run.cd.name][1], *optimizer_records),
-                                       run.spec, run.predictor, kernels=kernels[run.cd.name]))
-              for run, device_sites in zip(runs, run_sites, strict=True)]
+                                       run.spec, run.predictor, kernels=kernels[run.cd.name],
+                                       resident_bytes=mem.peak_bytes))
+              for run, device_sites, mem in zip(runs, run_sites, memory, strict=True)]
     calls = [call_time(kernel_sequence(p.gemms, p.ops, order[run.cd.name], compiled=compiled,
                                        input_bytes=input_bytes),
                        timing, host or _host_of(target), run.spec)

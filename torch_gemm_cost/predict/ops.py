@@ -192,9 +192,10 @@ class OpCostModel:
         to the bytes each would move alone (equally where none would); ``kernel`` names the
         fused kernel each op runs in ("" where it runs alone)."""
         others = batch.ops
-        times = _op_times(others, device, self) if others else []
+        hit = resident_l2_hit(batch.resident_bytes, device)
+        times = _op_times(others, device, self, hit) if others else []
         names = [""] * len(others)
-        for k, t in zip(batch.kernels, _kernel_times_ms(batch.kernels, device, self)):
+        for k, t in zip(batch.kernels, _kernel_times_ms(batch.kernels, device, self, hit)):
             alone = [float(others[i].dram_bytes) for i in k.ops]
             total = sum(alone)
             for i, b in zip(k.ops, alone):
@@ -277,9 +278,35 @@ def memory_time_ms(
     eta: torch.Tensor,
     overhead_ms: torch.Tensor | float,
     bw_bytes_per_s: float | torch.Tensor,
+    l2_hit: float = 0.0,
+    l2_bw_bytes_per_s: float = math.inf,
 ) -> torch.Tensor:
-    """kernels·overhead + bytes / (η·BW), all (N,); NaN where η is NaN (unmodelled)."""
-    return kernels * overhead_ms + dram_bytes / (eta * bw_bytes_per_s) * 1e3
+    """kernels·overhead + bytes·(1 − h) / (η·BW) + bytes·h / BW_L2, all (N,); NaN where η is
+    NaN (unmodelled). ``l2_hit`` h: the share of the bytes an L2 holding them serves."""
+    return kernels * overhead_ms + (dram_bytes * (1.0 - l2_hit) / (eta * bw_bytes_per_s)
+                                    + dram_bytes * l2_hit / l2_bw_bytes_per_s) * 1e3
+
+
+# The A100's L2 delivers 5,120 bytes a clock to its 108 SMs (NVIDIA A100 Tensor Core GPU
+# Architecture whitepaper, 2020, "L2 cache read bandwidth"): about 47 bytes per SM a clock, the
+# rate taken for every GPU's L2, per SM at its boost clock
+L2_BYTES_PER_CYCLE_PER_SM = 5120 / 108
+
+
+def l2_bandwidth_bytes_per_s(device: DeviceSpec) -> float:
+    """The rate the L2 feeds all SMs at (``L2_BYTES_PER_CYCLE_PER_SM``)."""
+    return device.sm_count * L2_BYTES_PER_CYCLE_PER_SM * (device.boost_clock_mhz or 1e3) * 1e6
+
+
+def resident_l2_hit(resident_bytes: int | None, device: DeviceSpec) -> float:
+    """The share of a call's bytes that ``device``'s L2 serves when the call runs back to back
+    on the same buffers, as a timing loop runs it: ``warm_l2_hit`` of every byte the call
+    touches (``resident_bytes``: its weights and live activations). A call whose working set
+    fits in L2 finds it there; one that streams its weights finds none. None: unknown, 0."""
+    if not resident_bytes or not device.l2_bytes:
+        return 0.0
+    return float(warm_l2_hit(torch.tensor(float(resident_bytes), dtype=torch.float64),
+                             device.l2_bytes))
 
 
 # NeuSight's measured ops (DATA.md, vec/neusight.csv.gz) -> (op class, tensor passes: inputs
@@ -419,6 +446,9 @@ class OpBatch:
 
     ops: tuple[OtherOp, ...]
     kernels: tuple[FusedKernel, ...] = ()
+    # every byte the call touches (its weights and live activations): where they fit in the
+    # L2, back-to-back calls read them from it (``resident_l2_hit``); None: unknown
+    resident_bytes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -433,10 +463,10 @@ class OpBatch:
         return len(self.ops)
 
 
-def _kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec, model: OpCostModel
-                     ) -> list[float]:
+def _kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec, model: OpCostModel,
+                     l2_hit: float) -> list[float]:
     """Each fused kernel's time: its launches, and its bytes at its fused op's rates
-    (``FUSED_OPS``) or its class's η."""
+    (``FUSED_OPS``) or its class's η, the share ``l2_hit`` of them from the L2."""
     out = []
     for k in kernels:
         nbytes = torch.tensor([float(k.dram_bytes)], dtype=torch.float64)
@@ -444,19 +474,20 @@ def _kernel_times_ms(kernels: Sequence[FusedKernel], device: DeviceSpec, model: 
         cost = model.fused.get(k.op_class)
         if cost is not None:
             t = fused_time_ms(nbytes, launches, cost, model.fused_eta, device, model.launch_ms,
-                              model.roof_p)
+                              model.roof_p, l2_hit)
         else:
             eta = model.eta_on(device)[_class_index(_FUSED_CLASS.get(k.op_class, k.op_class))]
             t = memory_time_ms(nbytes, launches, torch.tensor(eta), model.launch_ms,
-                               device.dram_bw_bytes_per_s)
+                               device.dram_bw_bytes_per_s, l2_hit,
+                               l2_bandwidth_bytes_per_s(device))
         out.append(float(t[0]))
     return out
 
 
 
 
-def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
-              ) -> list[float | None]:
+def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel,
+              l2_hit: float) -> list[float | None]:
     forward = {op.node: op for op in others if op.phase == "forward"}
     rows = [_row(op, forward.get(op.node)) for op in others]
     for i, (fused_bytes, fused_kernels) in _dropout_fusion(others).items():
@@ -467,7 +498,8 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
     kernels = torch.tensor([r[2] for r in rows], dtype=torch.float64)
     on_chip_flops = torch.tensor([r[3] for r in rows], dtype=torch.float64)
     eta = torch.tensor(model.eta_on(device), dtype=torch.float64)[cls]
-    time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s)
+    time = memory_time_ms(dram, kernels, eta, model.launch_ms, device.dram_bw_bytes_per_s,
+                          l2_hit, l2_bandwidth_bytes_per_s(device))
     # a row-wise kernel with fewer rows than SMs streams at its blocks' rate, a row-wise op's
     # bytes all, a statistics norm's first pass (rows.py): the time past the DRAM's
     row_bw = torch.tensor([row_bandwidth_bytes_per_s(op, device) for op in others],
@@ -490,7 +522,7 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel
         if cost is not None and out[i] is not None and op.numel:
             t = fused_time_ms(torch.tensor([float(op.dram_bytes)], dtype=torch.float64),
                               torch.ones(1, dtype=torch.float64), cost, model.fused_eta,
-                              device, model.launch_ms, model.roof_p)
+                              device, model.launch_ms, model.roof_p, l2_hit)
             out[i] = float(t[0])
     return out
 

@@ -104,13 +104,16 @@ def _in_attention_kernel(site: GemmSite) -> bool:
 
 def estimate_ops(others: Sequence[OtherOp], device: DeviceSpec,
                  model: OpCostModel | None = None,
-                 kernels: Sequence[FusedKernel] = ()) -> tuple[OpEstimate, ...]:
+                 kernels: Sequence[FusedKernel] = (),
+                 resident_bytes: int | None = None) -> tuple[OpEstimate, ...]:
     """Every non-GEMM op's time on ``device``; ops of class ``other`` keep None.
 
     ``kernels`` (``compiled.fusion.fuse_kernels``) prices the ops they hold as those kernels,
-    each op naming its kernel. On a GPU each SDPA call's record carries its attention
-    kernel's time (``sdpa.sdpa_times_ms``)."""
-    pred = (model or load_op_costs()).predict(OpBatch(tuple(others), tuple(kernels)), device)
+    each op naming its kernel. ``resident_bytes``: every byte the call touches, read from the
+    L2 where it fits (``ops.resident_l2_hit``). On a GPU each SDPA call's record carries its
+    attention kernel's time (``sdpa.sdpa_times_ms``)."""
+    pred = (model or load_op_costs()).predict(
+        OpBatch(tuple(others), tuple(kernels), resident_bytes), device)
     times = pred.times_or_none()
     names = list(pred.kernel)
     if runs_fused_attention(device):
@@ -133,14 +136,15 @@ class PricedRecords:
 
 def price_records(sites: Sequence[GemmSite], others: Sequence[OtherOp], device: DeviceSpec,
                   predictor: Predictor, *, kernels: Sequence[FusedKernel] = (),
-                  op_costs: OpCostModel | None = None) -> PricedRecords:
+                  op_costs: OpCostModel | None = None,
+                  resident_bytes: int | None = None) -> PricedRecords:
     """The predict stage of one run, as ``estimate`` and the serving planner both price: the
     GEMMs in one batched call of ``predictor`` (``price_gemms``), the other ops by the op cost
-    model (``op_costs``, None: the shipped one), kernel by kernel where ``kernels`` fuse them
-    (``estimate_ops``)."""
+    model (``op_costs``, None: the shipped one), kernel by kernel where ``kernels`` fuse them,
+    from the L2 where the call's ``resident_bytes`` fit it (``estimate_ops``)."""
     gemms, uncertainty = price_gemms(sites, device, predictor)
-    return PricedRecords(gemms, estimate_ops(others, device, op_costs, kernels=kernels),
-                         uncertainty)
+    return PricedRecords(gemms, estimate_ops(others, device, op_costs, kernels=kernels,
+                                             resident_bytes=resident_bytes), uncertainty)
 
 
 def gemm_ms(gemms: Sequence[GemmEstimate]) -> float:
