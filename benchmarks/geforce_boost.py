@@ -1,6 +1,7 @@
 """The GeForce clock term on boards no fit has seen: the RTX 3090's GEMMs, with the shipped weights.
 
     python benchmarks/geforce_boost.py [--data ../shared/data] [--golden PREDICTIONS.json]
+        [--fold gemm-v15-seed0-GA102.json]
 
 A GeForce board runs above its rated boost clock while power and temperature allow
 (``predict/gemm/power.py``: ``top_clock_over_boost``, 1.10, set from other GeForce boards'
@@ -9,7 +10,9 @@ code, kernel time) are never fitted (``hybrid.UNFITTED_SOURCES``), so the shippe
 them held out, with no refit: the same device with ``board_class`` set back to "datacenter" is
 the predictor without the term, bit for bit. NB: the shipped fit saw the A40, a datacenter board
 of the same GA102 chip, so this is held out by board, not by chip (``benchmarks/accuracy.py``'s
-leave-one-chip-out table is by chip).
+leave-one-chip-out table is by chip). ``--fold`` adds a hybrid fitted without any GA102 board
+(``benchmarks/e2e.py --held-out --cache DIR`` saves one per chip), so the same rows are scored
+held out by chip too, beside the roofline in the same run.
 
 Rows are scored twice: without the rows ``impossible_rows`` drops (faster than the datasheet's
 71 TFLOP/s allows, as ``benchmarks/accuracy.py`` scores them), and all of them: the 998 rows
@@ -40,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from torch_gemm_cost.hardware.catalog import DeviceSpec, get_device, list_devices
 from torch_gemm_cost.measured.gemm import MeasuredGemms, load_gemms
 from torch_gemm_cost.predict import shipped_hybrid
+from torch_gemm_cost.predict.gemm.hybrid import HybridPredictor
 from torch_gemm_cost.predict.gemm.roofline import RooflinePredictor, impossible_rows
 from torch_gemm_cost.records.types import GemmBatch
 
@@ -66,48 +70,66 @@ def scores(rows: MeasuredGemms, pred: torch.Tensor) -> dict[str, str]:
             "median pred/meas": f"{float((pred / meas).median()):.3f}"}
 
 
-def rtx_3090_tables(data: Path) -> list[str]:
+def ape(pred: torch.Tensor, meas: torch.Tensor) -> torch.Tensor:
+    return (pred - meas).abs() / meas
+
+
+def rtx_3090_tables(data: Path, fold: HybridPredictor | None = None) -> list[str]:
+    """The 3090's rows scored by the roofline, the shipped weights with and without the clock
+    term (held out by board) and, given ``fold``, a hybrid fitted without any GA102 board
+    (held out by chip), all in one run."""
     rows = load_gemms(data, sources=["llmservingsim"])
     hybrid = shipped_hybrid()
     geforce = get_device("rtx_3090")
     as_datacenter = replace(geforce, board_class="datacenter")
 
-    def predict(device: DeviceSpec, part: MeasuredGemms) -> torch.Tensor:
-        return hybrid.predict(part.gemms, device, timing="kernel",
-                              source="llmservingsim").time_ms
+    def predict(model: HybridPredictor, device: DeviceSpec, part: MeasuredGemms) -> torch.Tensor:
+        return model.predict(part.gemms, device, timing="kernel",
+                             source="llmservingsim").time_ms
+
+    def predictors(part: MeasuredGemms) -> dict[str, torch.Tensor]:
+        out = {"roofline (datasheet peak)": RooflinePredictor().predict(part.gemms,
+                                                                        geforce).time_ms,
+               "shipped, rated boost (before)": predict(hybrid, as_datacenter, part),
+               "shipped, GeForce top clock": predict(hybrid, geforce, part)}
+        if fold is not None:
+            out["GA102 fold, rated boost"] = predict(fold, as_datacenter, part)
+            out["GA102 fold, GeForce top clock"] = predict(fold, geforce, part)
+        return out
 
     out = []
     dropped = impossible_rows(rows)
     for title, part in (("rows under the datasheet peak (as benchmarks/accuracy.py scores them)",
                          rows.select(~dropped)), ("all rows", rows)):
-        roof = RooflinePredictor().predict(part.gemms, geforce).time_ms
-        table = [{"predictor": "roofline (datasheet peak)", **scores(part, roof)},
-                 {"predictor": "hybrid, rated boost (before)",
-                  **scores(part, predict(as_datacenter, part))},
-                 {"predictor": "hybrid, GeForce top clock",
-                  **scores(part, predict(geforce, part))}]
+        table = [{"predictor": name, **scores(part, pred)}
+                 for name, pred in predictors(part).items()]
         out += [f"### RTX 3090, {title}", "", tabulate(table, headers="keys", tablefmt="github"),
                 ""]
     part = rows.select(~dropped)
-    before, after = predict(as_datacenter, part), predict(geforce, part)
+    preds = predictors(part)
+    shown = {"roofline": preds["roofline (datasheet peak)"],
+             "before": preds["shipped, rated boost (before)"],
+             "shipped": preds["shipped, GeForce top clock"]}
+    if fold is not None:
+        shown["GA102 fold"] = preds["GA102 fold, GeForce top clock"]
     meas = part.latency_ms
-    table = []
-    for lo, hi in SIZE_BINS_MS:
-        sel = (meas >= lo) & (meas < hi)
-        table.append({"measured ms": f"{lo:g}-{hi:g}" if hi < 1e9 else f">= {lo:g}",
-                      "rows": str(int(sel.sum())),
-                      "MAPE before": f"{float(((before - meas).abs() / meas)[sel].mean()):.1%}",
-                      "MAPE after": f"{float(((after - meas).abs() / meas)[sel].mean()):.1%}",
-                      "pred/meas after": f"{float((after / meas)[sel].median()):.3f}"})
+
+    def group_row(sel: torch.Tensor) -> dict[str, str]:
+        row = {"rows": str(int(sel.sum()))}
+        for name, pred in shown.items():
+            row[f"MAPE {name}"] = f"{float(ape(pred, meas)[sel].mean()):.1%}"
+        for name, pred in shown.items():
+            if name not in ("roofline", "before"):
+                row[f"pred/meas {name}"] = f"{float((pred / meas)[sel].median()):.3f}"
+        return row
+
+    table = [{"measured ms": f"{lo:g}-{hi:g}" if hi < 1e9 else f">= {lo:g}",
+              **group_row((meas >= lo) & (meas < hi))} for lo, hi in SIZE_BINS_MS]
     out += ["### RTX 3090 by size (rows under the datasheet peak)", "",
             tabulate(table, headers="keys", tablefmt="github"), ""]
     m = part.gemms.m
-    table = []
-    for lo, hi in M_BINS:
-        sel = (m >= lo) & (m <= hi)
-        table.append({"tokens (m)": f"{lo}-{hi}", "rows": str(int(sel.sum())),
-                      "MAPE after": f"{float(((after - meas).abs() / meas)[sel].mean()):.1%}",
-                      "pred/meas after": f"{float((after / meas)[sel].median()):.3f}"})
+    table = [{"tokens (m)": f"{lo}-{hi}", **group_row((m >= lo) & (m <= hi))}
+             for lo, hi in M_BINS]
     out += ["### RTX 3090 by tokens (rows under the datasheet peak)", "",
             tabulate(table, headers="keys", tablefmt="github"), "",
             ("NB: decode GEMMs (m of 32 or less) stay about 1.3x too slow. The smallest matrix "
@@ -117,6 +139,21 @@ def rtx_3090_tables(data: Path) -> list[str]:
              "as costly as on a datacenter board of the chip. A 16-row tile (mma.m16n8k16) "
              "would change every GPU's candidates: a refit, not a GeForce term."), ""]
     return out
+
+
+def load_fold(path: Path) -> HybridPredictor:
+    """A hybrid fitted without any board of the 3090's chip, as ``benchmarks/e2e.py
+    --held-out --cache DIR`` saves it (``DIR/gemm-v<version>-seed<seed>-GA102.json``)."""
+    chip = get_device("rtx_3090").chip
+    if not path.is_file():
+        raise SystemExit(f"--fold {path}: no such file; `python benchmarks/e2e.py --held-out "
+                         f"--cache DIR` writes DIR/gemm-v{HybridPredictor.version}-seed0-"
+                         f"{chip}.json")
+    if not path.name.endswith(f"-{chip}.json"):
+        raise SystemExit(f"--fold {path.name}: not a fold without the {chip} chip (its name "
+                         f"ends -{chip}.json, e.g. gemm-v{HybridPredictor.version}-seed0-"
+                         f"{chip}.json)")
+    return HybridPredictor.load(path)
 
 
 def public_checks() -> list[str]:
@@ -167,22 +204,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--golden", type=Path, default=GOLDEN,
                     help="the fixture predictions to compare with, from before the term")
+    ap.add_argument("--fold", type=Path, default=None,
+                    help="a hybrid fitted without the GA102 chip (benchmarks/e2e.py --held-out "
+                         "--cache DIR writes DIR/gemm-v<version>-seed0-GA102.json): also score "
+                         "the 3090 held out by chip")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    fold = load_fold(args.fold) if args.fold is not None else None
+    command = "python benchmarks/geforce_boost.py --golden before.json"
+    if fold is not None:
+        command += f" --fold {args.fold.name}"
     lines = ["# The GeForce clock term, held out", "",
-             ("Command: `python benchmarks/geforce_boost.py --golden before.json` (before.json: "
-              "`git show 41639be:tests/fixtures/predictions.json`)"), "",
-             ("Shipped weights, no refit. The RTX 3090's rows are never fitted; the fit saw the "
-              "A40 (a datacenter GA102), so this is held out by board, not by chip."), ""]
+             (f"Command: `{command}` (before.json: "
+              "`git show 41639be:tests/fixtures/predictions.json`"
+              + ("; the fold: `python benchmarks/e2e.py --held-out --cache DIR` writes "
+                 f"DIR/{args.fold.name}" if fold is not None else "") + ")"), "",
+             ("No refit of the shipped weights. The RTX 3090's rows are never fitted. The "
+              "shipped fit saw the A40 (a datacenter GA102), so \"shipped\" is held out by "
+              "board, not by chip" + ("; \"GA102 fold\" is the leave-one-chip-out fit "
+                                      "(seed 0) without any GA102 board's rows: "
+                                      "held out by chip." if fold is not None else ".")), ""]
     if (args.data / "gemm" / "llmservingsim.csv.gz").exists():
-        lines += rtx_3090_tables(args.data)
+        lines += rtx_3090_tables(args.data, fold)
     else:
         lines += [f"(skipped: no {args.data / 'gemm' / 'llmservingsim.csv.gz'})", ""]
     lines += public_checks() + fixture_check(args.golden)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
