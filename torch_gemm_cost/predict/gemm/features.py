@@ -143,6 +143,8 @@ class DeviceTable:
     gemm_clock_share: torch.Tensor  # a flat-out GEMM's clock / boost clock, NaN where unknown
     issue_per_lane: torch.Tensor  # SIMT instruction lanes issued a clock per FP32 lane
     family: torch.Tensor  # long, indexes FAMILIES
+    # bool: tensor-core floats with fp32 accumulation run at half rate (GeForce boards)
+    half_rate_float: torch.Tensor
     peak_flops_per_s: torch.Tensor  # (D, n_dtypes), NaN where unsupported
     engine: torch.Tensor  # (D, n_dtypes) long, indexes ENGINES
     peak_key: torch.Tensor  # (D, n_dtypes) long, indexes PEAK_KEYS
@@ -165,6 +167,13 @@ class DeviceTable:
             gemm_clock_share=col([gemm_clock_share(d) for d in devices]),
             issue_per_lane=col([simt_issue_per_lane(d) for d in devices]),
             family=torch.tensor([FAMILIES.index(library_family(d)) for d in devices]),
+            # a GeForce board's tensor-core floats with fp32 accumulation (what PyTorch's
+            # cuBLAS calls ask for: compute type CUDA_R_32F, pytorch/pytorch#123157) run at
+            # half the rate of the same SM on a datacenter board (GA102 and Ada whitepapers).
+            # The catalog's peaks per SM per clock: RTX 3090 511 fp16 and 256 tf32 FLOP against
+            # the A40's 1024 and 512 (both GA102); RTX 4090 1024 fp8 and 256 tf32 against the
+            # L40S's 2048 and 511 (both AD102); int8 keeps the full rate
+            half_rate_float=torch.tensor([d.board_class == "geforce" for d in devices]),
             # the L1 that serves global loads: unified with shared memory since Volta (96-256
             # KB); Pascal's separate L1 is not in the catalog, so its 24 KB is assumed
             l1_bytes=col([float(d.l1_bytes_per_sm or PASCAL_L1_BYTES) for d in devices]),
@@ -194,6 +203,9 @@ class RowInputs:
     engine: torch.Tensor  # long
     peak_key: torch.Tensor  # long
     launch: torch.Tensor  # long, index into the predictor's launch-overhead table
+    # bool: tensor-core float math at half rate, so a tile taller than m runs only the 16-row
+    # MMA steps that hold rows (hybrid._geometry, tiles.mma_row_share)
+    mma_row_steps: torch.Tensor
 
     def to(self, dtype: torch.dtype) -> RowInputs:
         """The same rows with every floating tensor (GEMM columns included) in ``dtype``."""
@@ -212,7 +224,8 @@ class RowInputs:
         """Each row's device columns. A matrix-unit GEMM on a GeForce board runs above the rated
         boost clock, and every clocked rate with it (the peak, the caches, the kernel floor),
         its base and GEMM clocks a smaller share of it; a SIMT GEMM keeps the rated boost
-        (power.top_clock_over_boost). Every other board's top clock is 1: the same bits."""
+        (power.top_clock_over_boost). Every other board's top clock is 1: the same bits.
+        Its tensor-core floats also run at half rate (``mma_row_steps``)."""
         d, t = device_index, gemms.dtype_index
         engine = table.engine[d, t]
         top = torch.where(engine == ENGINES.index("simt"), torch.ones_like(table.top_clock[d]),
@@ -233,6 +246,8 @@ class RowInputs:
             engine=engine,
             peak_key=table.peak_key[d, t],
             launch=launch_index,
+            mma_row_steps=table.half_rate_float[d]
+            & (table.peak_key[d, t] == PEAK_KEYS.index("tensor_float")),
         )
 
 

@@ -60,7 +60,7 @@ from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_load
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .power import simt_issue_share, sustained_clock_share
 from .roofline import impossible_rows
-from .tiles import ENGINES, candidate_table, tile_grid
+from .tiles import ENGINES, candidate_table, mma_row_share, tile_grid
 
 __all__ = ["FORMAT", "SOURCES", "TIMINGS", "HybridPredictor", "variants"]
 
@@ -260,15 +260,23 @@ class HybridPredictor(Estimator):
         narrowest = library_vector_bytes(torch.minimum(torch.minimum(
             g.a_align_bytes, g.b_align_bytes), g.c_align_bytes))
         work = grid.waves * grid.ops_per_wave
-        mixed = g.b_bytes < g.in_bytes  # a quantized weight, dequantized in the main loop
-        if bool(mixed.any()):
-            # mixed-input kernels run the activations in 16-row MMA steps, not a whole tile's
-            # rows: Marlin's m16n8k16, Machete's 16-token tiles for batches of 1-16
-            # (vLLM csrc/quantization/machete/generate.py, tile_shape_mn=(128, 16))
-            rows_run = (torch.ceil(m / 16.0) * 16.0).unsqueeze(1)  # (N, 1)
-            rows_tiled = torch.ceil(m.unsqueeze(1) / grid.tile_m) * grid.tile_m  # (N, C)
-            work = torch.where(mixed.unsqueeze(1),
-                               work * torch.clamp(rows_run / rows_tiled, max=1.0), work)
+        # mixed-input kernels run the activations in 16-row MMA steps, not a whole tile's
+        # rows: Marlin's m16n8k16, Machete's 16-token tiles for batches of 1-16
+        # (vLLM csrc/quantization/machete/generate.py, tile_shape_mn=(128, 16))
+        stepped = (g.b_bytes < g.in_bytes).unsqueeze(1)  # (N, 1) a quantized weight
+        # On a board whose tensor-core floats run at half rate (GeForce), a tile taller than
+        # the GEMM's m pays for its padded rows twice what a full-rate board does, and there
+        # they would show: a 128-row tile of a decode GEMM takes 2·128·n·k / 78 TFLOP/s on an
+        # RTX 3090 (71 at the rated boost, 1.10x at its top clock), 1.5x the time of the
+        # 2·n·k bytes of its weights at 936 GB/s; yet its measured decode GEMMs (m ≤ 32, 58 MB
+        # of weights or more) move the weights at 570-890 GB/s (median 770), flat in m. So
+        # there the kernels that run GEMV-shaped GEMMs are priced as the mixed-input ones are:
+        # 16-row MMA steps. NB: a full-rate board's padded rows mostly hide under its weights'
+        # DRAM time, so there the rule would matter little; it stays off there, leaving the
+        # fitted GPUs' bits alone (turning it on everywhere is a refit's question).
+        stepped = stepped | (x.mma_row_steps.unsqueeze(1) & (m.unsqueeze(1) < grid.tile_m))
+        if bool(stepped.any()):
+            work = torch.where(stepped, work * mma_row_share(m, grid.tile_m), work)  # (N, C)
         return {
             # per row
             "nonempty": (g.batch > 0) & (g.m > 0) & (g.n > 0) & (g.k > 0),

@@ -19,6 +19,7 @@ __all__ = [
     "ENGINES",
     "MAX_CTAS",
     "MAX_SPLIT_K",
+    "MMA_ROWS",
     "SPLITS",
     "SPLITS_BY_ENGINE",
     "STREAM_K",
@@ -26,6 +27,7 @@ __all__ = [
     "TileGrid",
     "candidate_table",
     "ctas_per_sm",
+    "mma_row_share",
     "tile_grid",
 ]
 
@@ -60,6 +62,9 @@ MAX_SPLIT_K = 64.0
 STREAM_K = -1
 SPLITS_BY_ENGINE: dict[str, tuple[int, ...]] = {
     "simt": SPLITS, "mma": SPLITS, "mma_large": SPLITS + (STREAM_K,)}
+# Rows of one warp-level tensor-core step: PTX's mma.sync m16n8k16 for fp16/bf16 (sm_80 on;
+# m16n8k8 for tf32, m16n8k32 for fp8): the fewest rows of A a tensor-core kernel can multiply.
+MMA_ROWS = 16.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,19 @@ def ctas_per_sm(tile_m: torch.Tensor, tile_n: torch.Tensor, regfile_bytes: torch
     per_cta = tile_m * tile_n * 4.0 * 2.0
     return torch.minimum(torch.clamp(torch.floor(regfile_bytes / per_cta), min=1.0),
                          torch.as_tensor(max_ctas, dtype=per_cta.dtype))
+
+
+def mma_row_share(m: torch.Tensor, tile_m: torch.Tensor) -> torch.Tensor:
+    """Share of a tiled grid's matrix work that a kernel stepping through m in ``MMA_ROWS``-row
+    MMA steps runs: ⌈m/16⌉·16 rows of the ⌈m/Tm⌉·Tm the tiles hold (≤ 1). ``m`` (N,),
+    ``tile_m`` (N, C); returns (N, C).
+
+    >>> mma_row_share(torch.tensor([1.0, 20.0]), torch.tensor([[64.0], [128.0]])).squeeze(1)
+    tensor([0.2500, 0.2500])
+    """
+    rows_run = (torch.ceil(m / MMA_ROWS) * MMA_ROWS).unsqueeze(1)  # (N, 1)
+    rows_tiled = torch.ceil(m.unsqueeze(1) / tile_m) * tile_m  # (N, C)
+    return torch.clamp(rows_run / rows_tiled, max=1.0)
 
 
 @dataclass(frozen=True)
