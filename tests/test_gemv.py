@@ -101,3 +101,10 @@ def test_shipped_weights_price_a_gemv_at_their_own_dram_share() -> None:
     stream_ms = (256 * 131072 + 131072 + 256) * 4 / (eta * dev.dram_bw_bytes_per_s) * 1e3
     assert pred.details["memory_ms"].item() == pytest.approx(stream_ms, rel=1e-6)
     assert stream_ms <= pred.time_ms.item() <= stream_ms + pred.details["launch_ms"].item()
+
+
+def test_an_empty_gemv_costs_nothing_with_finite_details() -> None:
+    pred = initialised().predict(GemmBatch.from_dims(m=[1, 4], n=[1, 1], k=[0, 0], batch=[0, 1],
+                                                     dtype="float32"), "a100_sxm4_80gb")
+    assert pred.time_ms.tolist() == [0.0, 0.0]
+    assert all(torch.isfinite(v.double()).all() for v in pred.details.values())

@@ -592,7 +592,7 @@ class HybridPredictor(Estimator):
             dram_eff = mem["dram_eff"].squeeze(1)
             flops = 2.0 * geo["b"] * geo["m"] * geo["n"] * geo["k"]
             stream_ms = roof["dram_s"].squeeze(1) * 1e3
-            dram_bytes = roof["dram_s"].squeeze(1) * dram_eff
+            dram_bytes = (roof["dram_s"].squeeze(1) * dram_eff).clamp(min=1.0)  # (N,) ≥ 1 byte
             as_gemv = {
                 **{name: zero for name in ("tile_m", "tile_n", "split_k", "waves",
                                            "last_wave_fill", "h1", "h2", "load_issue_ms")},
