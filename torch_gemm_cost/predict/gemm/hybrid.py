@@ -20,6 +20,9 @@ or P4 inherits it; a family never seen gets the shared preference alone. Non-bat
 the shared preference only: there cuBLAS picks by shape, which a constant per family cannot
 follow.
 
+A GEMV on the CUDA cores (n or m = 1 in fp32, tf32, fp64, ...) runs no tile: cuBLAS's gemv
+kernels stream A, B and C once, and Td is that stream, Bytes / (η·BW), with util 1 (gemv.py).
+
 launch is one fitted floor per timing (TIMINGS) with an offset per data source. A
 kernel-timed floor is the GPU's own time for its smallest GEMM, a fixed count of SM clocks (CTA
 start, the first tiles' round trip, the epilogue), so it scales as 1 / boost clock: the median
@@ -56,6 +59,7 @@ from ..registry import SHIPPED, check_format
 from .cache import L2Geometry, effective_bandwidth, grid_dram_bandwidth, l2_geometry, l2_hit_rate
 from .cast import cast_times
 from .features import FAMILIES, MLP_FEATURES, PEAK_KEYS, DeviceTable, RowInputs, mlp_features
+from .gemv import gemv_rows, gemv_seconds
 from .intensity import TileTraffic, intensity, library_vector_bytes, narrow_loads, tile_traffic
 from .mlp import MLP_PARAM_NAMES, init_mlp, mlp_utilization
 from .power import simt_issue_share, sustained_clock_share
@@ -90,6 +94,8 @@ _HYPER = ("use_cache", "use_instr", "use_mlp", "per_family", "loss", "hidden", "
 _FP8_DTYPE = torch.tensor([name.startswith("float8") for name in DTYPE_NAMES])
 _SHARED_KEY = torch.tensor([PEAK_KEYS.index("tensor_float" if k.startswith("amd_") else k)
                             for k in PEAK_KEYS])
+# tf32 GEMVs run cuBLAS's CUDA-core gemv kernels, as fp32 ones do (gemv.py)
+_TF32_DTYPE = torch.tensor([name == "tf32" for name in DTYPE_NAMES])
 
 
 def _pnorm(a: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -514,6 +520,12 @@ class HybridPredictor(Estimator):
         # candidate's work covers the FLOPs at no more than the datasheet peak, the DRAM roof
         # moves A, B and C at no more than the datasheet bandwidth, and util ≤ 1
         gemm_s = torch.exp(pick["log_t"]) / util
+        # a GEMV on the CUDA cores runs no tile: it streams its operands once (gemv.py)
+        gemv = gemv_rows(geo["m"], geo["n"], (x.engine == ENGINES.index("simt"))
+                         | _TF32_DTYPE[x.gemms.dtype_index])
+        gemv_s = gemv_seconds(x.gemms.compulsory_bytes, mem["dram_eff"].squeeze(1),
+                              2.0 * geo["b"] * geo["m"] * geo["n"] * geo["k"], peak["peak_full"])
+        gemm_s = torch.where(gemv, gemv_s, gemm_s)
         launch_log = p["launch_log_ms"][x.launch]
         launch_log = launch_log + torch.where(
             source >= 0, p["launch_source"][source.clamp(min=0)], torch.zeros_like(launch_log)
@@ -533,7 +545,7 @@ class HybridPredictor(Estimator):
                           geo["k"], x.sm_count, mem["dram_eff"].squeeze(1))
         # the cast is a kernel of its own, launched before the GEMM
         cast_ms = torch.where(cast["cast_ms"] > 0, cast["cast_ms"] + launch_ms, zero)
-        details = self._details(geo, peak, mem, roof, pick, util)
+        details = self._details(geo, peak, mem, roof, pick, util, gemv)
         return {
             "time_ms": torch.where(nonempty, with_launch + cast_ms, zero),
             **details,
@@ -546,9 +558,12 @@ class HybridPredictor(Estimator):
 
     def _details(self, geo: dict[str, torch.Tensor], peak: dict[str, torch.Tensor],
                  mem: dict[str, torch.Tensor], roof: dict[str, torch.Tensor],
-                 pick: dict[str, torch.Tensor], util: torch.Tensor) -> dict[str, torch.Tensor]:
+                 pick: dict[str, torch.Tensor], util: torch.Tensor,
+                 gemv: torch.Tensor) -> dict[str, torch.Tensor]:
         """The chosen candidate's intermediates and its time split into the compute side and
-        the memory side (each with util applied), (N,) each; zero for empty GEMMs."""
+        the memory side (each with util applied), (N,) each; zero for empty GEMMs. A GEMV
+        (``gemv``, gemv.py) has no tile: zero tile, split and waves, no cache hits, util 1, its
+        FLOPs at the sustained peak against its bytes at the sustained DRAM bandwidth."""
         c = self._chooser(pick)
         nonempty = geo["nonempty"]
         waves = c(geo["waves"])
@@ -563,8 +578,7 @@ class HybridPredictor(Estimator):
         # misaligned loads are issued by the SMs: their roof counts on the compute side
         load_issue_ms = c(roof["narrow_s"]) / util * 1e3
         compute_ms = _pnorm(compute_ms, load_issue_ms, roof["rp"])
-        return {
-            "compute_bound": compute_ms >= memory_ms,
+        details = {
             "tile_m": c(geo["tile_m"]),
             "tile_n": c(geo["tile_n"]),
             "split_k": c(geo["split_k"]),
@@ -577,10 +591,33 @@ class HybridPredictor(Estimator):
             "util": util,
             "peak_sustained_flops_per_s": peak["peak_full"] * c(roof["cap"]),
             "tile_peak_flops_per_s": c(roof["tile_peak"]),
-            "compute_ms": torch.where(nonempty, compute_ms, zero),
-            "memory_ms": torch.where(nonempty, memory_ms, zero),
-            "load_issue_ms": torch.where(nonempty, load_issue_ms, zero),
-            "dram_ms": torch.where(nonempty, dram_ms, zero),
+            "compute_ms": compute_ms,
+            "memory_ms": memory_ms,
+            "load_issue_ms": load_issue_ms,
+            "dram_ms": dram_ms,
+        }
+        if bool(gemv.any()):
+            dram_eff = mem["dram_eff"].squeeze(1)
+            flops = 2.0 * geo["b"] * geo["m"] * geo["n"] * geo["k"]
+            stream_ms = roof["dram_s"].squeeze(1) * 1e3
+            dram_bytes = (roof["dram_s"].squeeze(1) * dram_eff).clamp(min=1.0)  # (N,) ≥ 1 byte
+            as_gemv = {
+                **{name: zero for name in ("tile_m", "tile_n", "split_k", "waves",
+                                           "last_wave_fill", "h1", "h2", "load_issue_ms")},
+                "mem_bw_bytes_per_s": dram_eff,
+                "intensity_flops_per_byte": flops / dram_bytes,
+                "util": torch.ones_like(util),
+                "peak_sustained_flops_per_s": peak["peak_full"],
+                "tile_peak_flops_per_s": peak["peak_full"],
+                "compute_ms": flops / peak["peak_full"] * 1e3,
+                "memory_ms": stream_ms,
+                "dram_ms": stream_ms,
+            }
+            details = {name: torch.where(gemv, as_gemv[name], t) for name, t in details.items()}
+        return {
+            "compute_bound": details["compute_ms"] >= details["memory_ms"],
+            **{name: torch.where(nonempty, t, zero) if name.endswith("_ms") or name == "waves"
+               else t for name, t in details.items()},
         }
 
     # ---------------------------------------------------------------- inference
