@@ -302,8 +302,10 @@ def resident_l2_hit(resident_bytes: int | None, device: DeviceSpec) -> float:
     """The share of a call's bytes that ``device``'s L2 serves when the call runs back to back
     on the same buffers, as a timing loop runs it: ``warm_l2_hit`` of every byte the call
     touches (``resident_bytes``: its weights and live activations). A call whose working set
-    fits in L2 finds it there; one that streams its weights finds none. None: unknown, 0."""
-    if not resident_bytes or not device.l2_bytes:
+    fits in L2 finds it there; one that touches more than the L2 holds evicts what it reads
+    before it comes back (least recently used first) and finds none: 0, exactly, so a model
+    that streams its weights is priced as before. None: unknown, 0."""
+    if not resident_bytes or not device.l2_bytes or resident_bytes >= device.l2_bytes:
         return 0.0
     return float(warm_l2_hit(torch.tensor(float(resident_bytes), dtype=torch.float64),
                              device.l2_bytes))
