@@ -43,8 +43,12 @@ def test_forward_of_an_eval_model_is_its_inference_estimate() -> None:
 
 def test_forward_of_a_training_model_is_a_train_steps_forward() -> None:
     model = cnn()  # nn.Module's default: training
-    forward = tgc.estimate(model, X, device=DEVICE, mode="forward")
-    step = tgc.estimate(model, X, device=DEVICE, mode="train")
+    # 32 images of 128²: each 16-channel activation is 33.5 MB, so neither call's working set
+    # fits the A100's 40 MB of L2 (a train step's, with its gradients, is larger than a
+    # forward's: where both fit, the step's ops would find less of theirs there)
+    x = (torch.ones(32, 3, 128, 128),)
+    forward = tgc.estimate(model, x, device=DEVICE, mode="forward")
+    step = tgc.estimate(model, x, device=DEVICE, mode="train")
     # the same records, priced the same (but the detach views autograd adds); no backward
     assert forward_records(forward, views=False) == forward_records(step, views=False)
     assert {o.op.phase for o in forward.others} | {g.site.phase for g in forward.gemms} == {
@@ -54,7 +58,7 @@ def test_forward_of_a_training_model_is_a_train_steps_forward() -> None:
     assert (forward.memory.mode, forward.memory.optimizer) == ("forward", "none")
     assert forward.memory.grads_bytes == 0 < step.memory.grads_bytes
     # the batch norms compute their statistics; inference reads the running ones
-    inference = tgc.estimate(model, X, device=DEVICE, mode="inference")
+    inference = tgc.estimate(model, x, device=DEVICE, mode="inference")
     stats = [o.op.computes_stats for o in forward.others if o.op.op_class == "norm"]
     assert stats == [True, True]
     assert [o.op.computes_stats for o in inference.others if o.op.op_class == "norm"] == [

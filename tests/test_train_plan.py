@@ -127,7 +127,11 @@ def test_a_pipeline_stage_holds_pp_minus_stage_micro_batches() -> None:
 @pytest.mark.parametrize("optimizer, compiled", [(None, False), ("adamw", False),
                                                  (None, True)])
 def test_one_gpu_plan_is_estimates_training_step(optimizer: str | None, compiled: bool) -> None:
-    config = transformers.GPT2Config(**{k: v for k, v in TINY.items() if k != "model_type"})
+    # a vocabulary of 65,536 makes the embedding 65,536·64·4 B = 16.8 MB, its gradient as
+    # much: the step touches more than the A100's 40 MB of L2, as a model worth planning does
+    # (a plan prices every op from DRAM; estimate reads a call that fits from the L2)
+    config = transformers.GPT2Config(**{k: v for k, v in TINY.items() if k != "model_type"}
+                                     | {"vocab_size": 65_536})
     with torch.device("meta"):
         model = transformers.GPT2LMHeadModel(config)
     ids = torch.ones(2, 64, dtype=torch.long, device="meta")
