@@ -39,7 +39,10 @@ maximum (``OpCostModel.roof_p``) of that and its bytes' DRAM time, plus its laun
 
 NB: its backward kernels (input gradient, one thread per input element; weight gradient, a
 block reduction per tap) keep their class's memory-bound pricing, and so does an fp16
-depthwise convolution (cuDNN's where its heuristic takes it).
+depthwise convolution (cuDNN's where its heuristic takes it). Under ``torch.compile`` inductor
+calls the same ATen convolution as an extern kernel and it is priced the same; NB: where its
+layout optimization lays the model out channels last (``compiled.fusion``), PyTorch sends the
+convolution to cuDNN instead, which is not told apart.
 """
 
 from __future__ import annotations
