@@ -14,6 +14,8 @@ between consecutive kernels, instead of that floor.
 - The softmax inside a fused SDPA kernel never touches DRAM for its scores: it costs its FLOPs
   at the device's vector fp32 rate, plus any explicit mask it reads, and launches nothing.
 - The optimizer's update (``records.extract.optimizer_ops``) is ops of phase ``optimizer``.
+- A depthwise convolution that PyTorch runs in its own kernel issues more instructions than
+  its bytes take: the soft maximum of its DRAM time and its issue time (``stencil``).
 - Ops that reduce before they write (long softmax and layer-norm rows, norms that compute
   statistics, reduced pointwise losses) move more bytes than their record's one pass per
   tensor, and a row-wise kernel with fewer rows than SMs streams at its blocks' rate
@@ -57,6 +59,7 @@ from ..records.types import FusedKernel
 from .base import Prediction
 from .registry import check_format, load_file, load_shipped
 from .rows import limited_bytes, pass_factor, row_bandwidth_bytes_per_s
+from .stencil import depthwise_time_ms, runs_native
 
 __all__ = [
     "BACKWARD",
@@ -512,6 +515,13 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel,
     time = time + slow * lag_s_per_byte * 1e3
     vector_flops_per_s = device.peak("fp32") or device.peak_flops_per_s("float32")
     time = time + on_chip_flops / vector_flops_per_s * 1e3
+    # a depthwise convolution in PyTorch's own kernel issues more than its bytes take (stencil.py)
+    native = [i for i, op in enumerate(others) if runs_native(op, device)]
+    if native:
+        at = torch.tensor(native, dtype=torch.long)
+        launch_ms = kernels[at] * model.launch_ms  # (n,)
+        time[at] = launch_ms + depthwise_time_ms([others[i] for i in native],
+                                                 time[at] - launch_ms, device, model.roof_p)
     # an op on an empty tensor launches nothing (PyTorch returns early); the optimizer's update
     # runs over the parameters whatever the batch. NB: a zero-fill of a weight gradient is free
     empty = torch.tensor([op.numel == 0 and op.phase != "optimizer" for op in others])

@@ -10,7 +10,7 @@ import torch
 
 from .handlers import ForwardGemm, HandlerContext, attention_shape, bind_arguments
 from .nodes import _qualified, _tensors
-from .op_classes import computes_stats, op_class_of, row_elems_of
+from .op_classes import CONVOLUTIONS, computes_stats, depthwise_shape, op_class_of, row_elems_of
 from .sizing import _Ctx, _gemm_bytes, math_dtype
 from .types import GemmSite, OtherOp, alignment_bytes
 
@@ -107,7 +107,7 @@ def _other(
                 seen.add(id(t))
                 dram += ctx.tensor_bytes(t)
     floating = any(t.dtype.is_floating_point for t in outs + in_vals)
-    args = bind_arguments(node) if op_class in ("norm", "softmax") else {}
+    args = bind_arguments(node) if op_class in ("norm", "softmax") or base in CONVOLUTIONS else {}
     return OtherOp(
         module=module,
         module_type=module_type,
@@ -120,5 +120,6 @@ def _other(
         dram_bytes=int(dram),
         row_elems=row_elems_of(base, args, in_vals[0] if in_vals else None),
         computes_stats=computes_stats(base, args),
+        depthwise=depthwise_shape(base, args, lambda a: getattr(a, "meta", {}).get("val")),
     )
 

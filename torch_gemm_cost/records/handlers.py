@@ -421,7 +421,8 @@ def _gemm_convolution(transposed_op: bool):
     counts the needed FLOPs (as ``FlopCounterMode``); the dims are the GEMM that runs. Bytes
     are the input, weight and output tensors', not the unfolded matrix's; A's alignment is the
     unfolded row's. A depthwise convolution (one input channel per group) is no GEMM: the
-    handler declines it and it is costed as the stencil it is (``predict.ops``)."""
+    handler declines it and it is costed as the stencil it is (``op_classes.depthwise_shape``,
+    ``predict.stencil``)."""
 
     def handler(args: Mapping[str, Any], ctx: HandlerContext) -> list[ForwardGemm]:
         x, w = ctx.tensor(args["input"]), ctx.tensor(args["weight"])
@@ -459,7 +460,7 @@ def _gemm_convolution(transposed_op: bool):
             needed = 2 * groups * m * n * k
             name = "convolution"
         if groups > 1 and in_per_group == 1:
-            return []  # depthwise: a memory-bound stencil, costed as an elementwise op
+            return []  # depthwise: a stencil, an OtherOp of its own (predict.stencil)
         elem = ctx.elem_bytes
         return [
             ForwardGemm(

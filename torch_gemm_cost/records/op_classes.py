@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from .types import OtherOp
+from .types import DepthwiseShape, OtherOp
 
 _CLASSES: dict[str, tuple[str, ...]] = {
     "view": (
@@ -126,7 +126,7 @@ _CLASSES: dict[str, tuple[str, ...]] = {
                     # pointwise, though not tagged so: x·relu6(x + 3)/6 (its backward too)
                     "hardswish", "hardswish_backward",
                     # depthwise convolutions (the GEMM handler declines them): each output
-                    # reads a few neighbours of one channel, a stencil at DRAM speed
+                    # reads a few neighbours of one channel, a stencil (``depthwise_shape``)
                     "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
                     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"),
     "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"),
@@ -338,3 +338,33 @@ def computes_stats(base: str, args: Mapping[str, Any]) -> bool:
     if base not in _STATS_NORMS:
         return False
     return bool(args.get("training", True)) if "training" in args else True
+
+
+CONVOLUTIONS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d"})
+
+
+def depthwise_shape(base: str, args: Mapping[str, Any],
+                    tensor: Callable[[Any], Any]) -> DepthwiseShape | None:
+    """The shape of convolution ``base`` (bound arguments ``args``, whose tensors ``tensor``
+    resolves) where PyTorch runs it in its own depthwise CUDA kernel, as its dispatch
+    (``aten/src/ATen/native/Convolution.cpp``: ``is_depthwise``) picks it: not transposed, one
+    input channel per group, more than one group, output channels a multiple of the input's,
+    a 1D convolution viewed as 2D; None for any other. NB: ``use_cudnn_depthwise`` takes it to
+    cuDNN instead for a channels-last input (None here too) and for some fp16 shapes, which
+    ``predict.stencil`` leaves to its class's pricing."""
+    if base not in CONVOLUTIONS or bool(args.get("transposed") or False):
+        return None
+    x, w = tensor(args.get("input")), tensor(args.get("weight"))
+    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or w.dim() < 3:
+        return None
+    nd = w.dim() - 2
+    groups = int(args.get("groups") or 1)
+    c_in = int(x.shape[-nd - 1])
+    if groups < 2 or c_in != groups or int(w.shape[0]) % c_in or int(w.shape[1]) != 1:
+        return None
+    last = {2: torch.channels_last, 3: torch.channels_last_3d}.get(nd)
+    if (last is not None and x.dim() == nd + 2 and not x.is_contiguous()
+            and x.is_contiguous(memory_format=last)):
+        return None  # channels last: cuDNN's
+    kernel = tuple(int(k) for k in w.shape[2:])
+    return DepthwiseShape((1, *kernel) if nd == 1 else kernel, int(w.shape[0]) // c_in)

@@ -21,6 +21,7 @@ __all__ = [
     "LAYOUT_LEADS",
     "OP_LAYOUT",
     "AttentionShape",
+    "DepthwiseShape",
     "FusedKernel",
     "GemmBatch",
     "GemmSite",
@@ -172,6 +173,17 @@ class AttentionShape:
 
 
 @dataclass(frozen=True)
+class DepthwiseShape:
+    """A depthwise convolution as ATen's own CUDA kernel runs it (``predict.stencil``): one
+    thread per output element, ``kernel`` taps per spatial dim as the kernel sees them (a 1D
+    convolution viewed as 2D: (1, k)), each input channel feeding ``channel_multiplier``
+    output channels."""
+
+    kernel: tuple[int, ...]
+    channel_multiplier: int = 1
+
+
+@dataclass(frozen=True)
 class OtherOp:
     """A non-GEMM op: its bytes moved, so it can get a memory-bound time."""
 
@@ -193,6 +205,9 @@ class OtherOp:
     # a batch, instance or group norm that computes its statistics (training mode; group norm
     # always): a statistics pass over the input, then the normalizing pass (``predict.rows``)
     computes_stats: bool = False
+    # a depthwise convolution that PyTorch runs in its own CUDA kernel, not cuDNN's
+    # (``records.handlers.depthwise_shape``); None for any other op
+    depthwise: DepthwiseShape | None = None
 
 
 @dataclass(frozen=True)
