@@ -415,9 +415,10 @@ def _gemm_convolution(transposed_op: bool):
     strided in depth with 16 or more input channels is the exception: its kernel splits the
     output by depth phase and runs only the kD/sD of the depth taps each phase meets (its height
     and width taps all run). At stride 2 and 3×3×3, KernelBench's ``77_conv_transposed_3D``
-    runs at 61–125 "dense" TF/s on an A6000, A100 and L40S, more than zero-inclusive FLOPs at
-    their rates allow, and 2.3× the zero-inclusive estimate; with fewer channels (3 or 8) the
-    same shapes run at the zero-inclusive rate or below. ``flops``
+    would run its zero-inclusive FLOPs at 72–83% of the A100's and the A6000's TF32 peaks
+    with only 64 filters, a rate GEMMs that narrow do not reach, and comes out 2.3×
+    slow priced so; with fewer channels (3 or 8) the same shapes run at the zero-inclusive
+    rate or below. ``flops``
     counts the needed FLOPs (as ``FlopCounterMode``); the dims are the GEMM that runs. Bytes
     are the input, weight and output tensors', not the unfolded matrix's; A's alignment is the
     unfolded row's. A depthwise convolution (one input channel per group) is no GEMM: the
