@@ -415,7 +415,7 @@ def _gemm_convolution(transposed_op: bool):
     strided in depth with 16 or more input channels is the exception: its kernel splits the
     output by depth phase and runs only the kD/sD of the depth taps each phase meets (its height
     and width taps all run). At stride 2 and 3×3×3, KernelBench's ``77_conv_transposed_3D``
-    would run its zero-inclusive FLOPs at 72–83% of the A100's and the A6000's TF32 peaks
+    would run its zero-inclusive FLOPs at 71–83% of the A100's and the A6000's TF32 peaks
     with only 64 filters, a rate GEMMs that narrow do not reach, and comes out 2.3×
     slow priced so; with fewer channels (3 or 8) the same shapes run at the zero-inclusive
     rate or below. ``flops``
