@@ -91,3 +91,23 @@ def test_a_training_step_adds_each_cell_backward() -> None:
     # the weights need grad: per GEMM a dW, and a dx wherever its input needs grad (not x)
     assert sum(s.phase == "backward_dw" for s in sites) == 12
     assert sum(s.phase == "backward_dx" for s in sites) == 11  # all but layer 0's projection
+
+
+def test_cell_kernels_cost_their_kernel_time_not_an_eager_launch() -> None:
+    # cuDNN issues a recurrence's steps from C++, faster than they run: each cell kernel costs
+    # its kernel time, the fused elementwise kernel's (vidur's `add`), with no per-kernel share
+    # of an eager stream. The LSTM(8, 16, 2) above on a V100: a cell moves 3·16·4 B · (2·4
+    # gates + 1 read + 2 written) = 2,112 B: 2,112 / (η 0.8825 · 900e9) = 2.7 ns of DRAM and
+    # 2,112 / (17.59 B · 80 SMs · 1.38e9) = 1.1 ns at the SMs, so the kernel's floor (2.47 µs)
+    # is its time, to 1e-4: under half of an eager kernel's 5 µs launch
+    from torch_gemm_cost import estimate
+    from torch_gemm_cost.predict.ops import load_op_costs
+
+    model, x = meta_lstm(8, 16, 2, batch_first=True)
+    report = estimate(model, (x,), device="tesla_v100_pcie_32gb", mode="forward")
+    cells = [o for o in report.others if o.op.op == "aten.lstm"]
+    table = load_op_costs()
+    floor = table.fused["add"].floor_ms
+    assert len(cells) == 10 and {o.op.dram_bytes for o in cells} == {2_112}
+    assert all(o.time_ms == pytest.approx(floor, rel=1e-4) for o in cells)
+    assert floor < table.launch_ms / 2

@@ -55,6 +55,7 @@ import torch
 from ..hardware.catalog import DeviceSpec
 from ..hardware.dtypes import DTYPES
 from ..records import OtherOp
+from ..records.rnn import RNN_STEP
 from ..records.types import FusedKernel
 from .base import Prediction
 from .registry import check_format, load_file, load_shipped
@@ -535,6 +536,17 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel,
             t = fused_time_ms(torch.tensor([float(op.dram_bytes)], dtype=torch.float64),
                               torch.ones(1, dtype=torch.float64), cost, model.fused_eta,
                               device, model.launch_ms, model.roof_p, l2_hit)
+            out[i] = float(t[0])
+    # a recurrent layer's cell kernels: cuDNN issues its steps from C++ far faster than they
+    # run, so each costs its kernel time (a fused elementwise kernel's: floor and rates), not a
+    # kernel's share of an eager stream (launch_ms)
+    cell = model.fused.get("add")
+    for i, op in enumerate(others):
+        if (cell is not None and out[i] is not None and op.phase == "forward"
+                and f".{RNN_STEP}." in op.node):
+            t = fused_time_ms(torch.tensor([float(op.dram_bytes)], dtype=torch.float64),
+                              torch.ones(1, dtype=torch.float64), cell, model.fused_eta,
+                              device, 0.0, model.roof_p, l2_hit, cell.floor_ms)
             out[i] = float(t[0])
     return out
 

@@ -12,7 +12,9 @@ and direction:
   written; RNN: h written).
 
 The steps of one direction depend on each other, so they are T GEMMs of B rows, not one GEMM
-of T·B rows: their launches add up, which is what makes a long recurrence slow.
+of T·B rows: their kernels run one after another, which is what makes a long recurrence slow.
+cuDNN issues them from C++ faster than they run, so each cell kernel costs its kernel time
+(``predict.ops``: a fused elementwise kernel's floor), not an eager kernel's launch.
 
 NB: cuDNN's persistent kernels (small hidden sizes, fp16) keep W_hh on chip across steps and
 run faster than T launches; not modelled. In training, the weight gradients are recorded per
