@@ -25,9 +25,11 @@ above 71 TFLOP/s are the boost the clock term models, not data errors.
 Then checks against public measurements no fit has seen: an RTX 4090 (GeForce) and an RTX PRO
 6000 Blackwell (workstation) running cuBLASLt GEMMs (xzwgit/gpu-flops-bench README, the median
 of each precision's best size), against the predicted rate of an 8192³ Linear; and the golden
-predictions of ``--golden`` (a ``tests/fixtures/predictions.json`` from before the terms, e.g.
-``git show 41639be:tests/fixtures/predictions.json``): every device that is not a GeForce board
-predicts the same bits as before them. Writes ``benchmarks/results/geforce_boost.md``.
+predictions of ``--golden`` (a ``tests/fixtures/predictions.json`` from before a term: ``git
+show 41639be:tests/fixtures/predictions.json`` before both, or ``git show
+72da592:tests/fixtures/predictions.json`` before the half-rate term, after the GEMV rule, which
+moved fp32 GEMVs on every board): every device that is not a GeForce board predicts the same
+bits as before it. Writes ``benchmarks/results/geforce_boost.md``.
 """
 
 from __future__ import annotations
@@ -78,6 +80,13 @@ def ape(pred: torch.Tensor, meas: torch.Tensor) -> torch.Tensor:
     return (pred - meas).abs() / meas
 
 
+def predicted_ms(model: HybridPredictor, device: DeviceSpec, part: MeasuredGemms
+                 ) -> torch.Tensor:
+    """``part``'s rows (the RTX 3090's, kernel-timed, source llmservingsim) measured on
+    ``device``, priced by the path ``predict-csv`` takes (``predict_measured``)."""
+    return model.predict_measured(part.on_device(device))
+
+
 def rtx_3090_tables(data: Path, fold: HybridPredictor | None = None) -> list[str]:
     """The 3090's rows scored by the roofline, the shipped weights with and without the clock
     term (held out by board) and, given ``fold``, a hybrid fitted without any GA102 board
@@ -86,10 +95,7 @@ def rtx_3090_tables(data: Path, fold: HybridPredictor | None = None) -> list[str
     hybrid = shipped_hybrid()
     geforce = get_device("rtx_3090")
     as_datacenter = replace(geforce, board_class="datacenter")
-
-    def predict(model: HybridPredictor, device: DeviceSpec, part: MeasuredGemms) -> torch.Tensor:
-        return model.predict(part.gemms, device, timing="kernel",
-                             source="llmservingsim").time_ms
+    predict = predicted_ms
 
     def predictors(part: MeasuredGemms) -> dict[str, torch.Tensor]:
         out = {"roofline (datasheet peak)": RooflinePredictor().predict(part.gemms,
@@ -198,7 +204,7 @@ def fixture_check(golden_path: Path) -> list[str]:
                       "devices": len({k.split()[0] for k in keys}),
                       "(device, dtype, op) keys": len(keys), "bit-identical": same,
                       "new devices": ", ".join(new) or "-"})
-    return [f"### Golden predictions from before the terms ({golden_path.name}, GEMM section)",
+    return [f"### Golden predictions from before the term ({golden_path.name}, GEMM section)",
             "",
             tabulate(table, headers="keys", tablefmt="github"), ""]
 
@@ -221,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         command += f" --fold {args.fold.name}"
     lines = ["# The GeForce terms (clock, half rate), held out", "",
              (f"Command: `{command}` (before.json: "
-              "`git show 41639be:tests/fixtures/predictions.json`"
+              "`git show 72da592:tests/fixtures/predictions.json`, the golden predictions "
+              "before the half-rate term; against 41639be's, before both terms, the page at "
+              "31be47d shows every non-GeForce key bit-identical, before the GEMV rule moved "
+              "fp32 GEMVs"
               + ("; the fold: `python benchmarks/e2e.py --held-out --cache DIR` writes "
                  f"DIR/{args.fold.name}" if fold is not None else "") + ")"), "",
              ("No refit of the shipped weights. The RTX 3090's rows are never fitted. The "

@@ -24,7 +24,10 @@ The baseline, in the same run, is a pure roofline of the same records: each GEMM
 max(FLOPs / dense peak of its dtype, compulsory bytes / DRAM bandwidth), each other op at its
 bytes / DRAM bandwidth, no launches, nothing fused (the compiled rows get the same sum).
 
-The GPU side of the predictor is not fitted on KernelBench. ``GEMM fit`` says whether a board
+The GPU side of the predictor is not fitted on KernelBench, but for one constant and one rule
+read off its programs: the depthwise kernel's issue share (``predict/stencil.py``, fitted on
+``82``-``85`` of every board here) and the depth phases of strided 3D transposed convolutions
+(``records/handlers.py``, read off ``73``, ``77`` and their kin). ``GEMM fit`` says whether a board
 of the GPU's chip was in the GEMM predictor's fit (``hybrid_weights.json``: ``trained_gpus``);
 ``op fit`` the same for the non-GEMM op cost model (``op_costs.json``). The host's costs are
 (``host_costs.json``, fitted on KernelBench's v0 and v0.1 timings by ``train/host.py``, one host
@@ -344,7 +347,10 @@ def main() -> None:
         "`eager` scored against `estimate(timing='event')`, `compile_cudagraphs` against "
         "`timing='graph'`, the inductor modes against `estimate(compiled=True)` with "
         "`timing='event'` (no CUDA graphs) or `'graph'` (reduce-overhead, max-autotune). "
-        "The GPU side is not fitted on KernelBench; `GEMM fit` / `op fit`: a board of the "
+        "The GPU side is not fitted on KernelBench, but for one constant and one rule read "
+        "off its programs: the depthwise kernel's issue share (fitted on `82`-`85` of every "
+        "board here, so those rows are in-sample for it) and the depth phases of strided 3D "
+        "transposed convolutions (read off `73`, `77` and their kin). `GEMM fit` / `op fit`: a board of the "
         "GPU's chip was in the GEMM predictor's / op cost model's fit (with `--held-out`, "
         "each GPU's GEMMs are priced by a hybrid refitted without its chip). The host costs are "
         "fitted on KernelBench's v0 and v0.1 timings, one host per board and problem set, and "

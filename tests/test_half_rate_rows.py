@@ -86,3 +86,25 @@ def test_a_geforce_decode_gemm_streams_its_weights() -> None:
     geforce = get_device("rtx_3090")
     assert h.predict(g, geforce).bound == ("memory",)
     assert h.predict(g, replace(geforce, board_class="datacenter")).bound == ("compute",)
+
+
+def test_geforce_benchmark_prices_the_3090s_rows_as_predict_csv_does(data_dir) -> None:
+    # the benchmark's prices (benchmarks/geforce_boost.py) are, row for row, what a user's
+    # `predict-csv` over gemm/llmservingsim.csv.gz gives (tests/test_measured_paths.py holds
+    # predict-csv equal to predict_measured): every 97th row, shipped weights, to the bit
+    import importlib.util
+    from pathlib import Path
+
+    from torch_gemm_cost.measured.gemm import load_gemms
+
+    spec = importlib.util.spec_from_file_location(
+        "geforce_boost", Path(__file__).resolve().parents[1] / "benchmarks" / "geforce_boost.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = load_gemms(data_dir, sources=["llmservingsim"])
+    part = rows.select(torch.arange(len(rows.gpu)) % 97 == 0)
+    hybrid = shipped_hybrid()
+    ours = bench.predicted_ms(hybrid, get_device("rtx_3090"), part)
+    assert len(ours) > 300
+    assert torch.equal(ours, hybrid.predict_measured(part))

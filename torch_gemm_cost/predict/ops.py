@@ -541,13 +541,14 @@ def _op_times(others: Sequence[OtherOp], device: DeviceSpec, model: OpCostModel,
     # run, so each costs its kernel time (a fused elementwise kernel's: floor and rates), not a
     # kernel's share of an eager stream (launch_ms)
     cell = model.fused.get("add")
-    for i, op in enumerate(others):
-        if (cell is not None and out[i] is not None and op.phase == "forward"
-                and f".{RNN_STEP}." in op.node):
-            t = fused_time_ms(torch.tensor([float(op.dram_bytes)], dtype=torch.float64),
-                              torch.ones(1, dtype=torch.float64), cell, model.fused_eta,
-                              device, 0.0, model.roof_p, l2_hit, cell.floor_ms)
-            out[i] = float(t[0])
+    steps = [i for i, op in enumerate(others) if cell is not None and out[i] is not None
+             and op.phase == "forward" and f".{RNN_STEP}." in op.node]
+    if cell is not None and steps:
+        nbytes = torch.tensor([float(others[i].dram_bytes) for i in steps], dtype=torch.float64)
+        cells = fused_time_ms(nbytes, torch.ones_like(nbytes), cell, model.fused_eta, device,
+                              0.0, model.roof_p, l2_hit, cell.floor_ms)  # (n,)
+        for i, t in zip(steps, cells.tolist()):
+            out[i] = t
     return out
 
 
